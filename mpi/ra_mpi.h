@@ -1,0 +1,30 @@
+/* MPI helpers shared by everything in mpi/. */
+#ifndef RA_MPI_H
+#define RA_MPI_H
+
+#include <mpi.h>
+
+#include "status.h"
+
+/* Records "file:line: rank R: call: MPI's error string" and returns RA_ECOMM.
+ * Requires MPI_ERRORS_RETURN on the communicator (ra_mpi_init sets it). */
+int ra_mpi_error(int mpi_rc, const char *call, const char *file, int line);
+
+/* In a function with `int rc` and an `out:` cleanup label. */
+#define MPI_CHECK(call)                                                          \
+    do {                                                                         \
+        int mpi_rc_ = (call);                                                    \
+        if (mpi_rc_ != MPI_SUCCESS) {                                            \
+            rc = ra_mpi_error(mpi_rc_, #call, __FILE__, __LINE__);               \
+            goto out;                                                            \
+        }                                                                        \
+    } while (0)
+
+int ra_mpi_init(int *argc, char ***argv, int *rank, int *size);
+double ra_mpi_wtime(void);
+
+/* Every rank passes its own status; all get the first failing rank's status
+ * (or RA_OK) so that all ranks leave together instead of hanging. */
+int ra_mpi_agree(int status, MPI_Comm comm, int *failed_rank);
+
+#endif

@@ -1,0 +1,259 @@
+/* The CPU backend: host memory, OpenBLAS for the GEMMs, hand-written kernels
+ * for the rest, OpenMP for every thread.
+ *
+ * Why one threading runtime: OpenBLAS's pthreads spin for a while after each
+ * call, and on a machine with as many threads as cores they then fight the
+ * OpenMP threads of the next kernel. So OpenBLAS runs single-threaded and each
+ * OpenMP thread multiplies its own block of output columns. Weights stored as
+ * f16/bf16 are widened block by block into a per-thread scratch. */
+#include "backend.h"
+#include "attention_cpu.h"
+#include "half.h"
+#include "model.h"
+#include "status.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Rows of a weight matrix widened at a time (bounds the scratch). */
+#define WIDEN_ROWS 256
+
+struct cpu_backend {
+    struct ra_backend base;
+    float *scratch[64]; /* per thread, WIDEN_ROWS x max cols */
+    size_t scratch_floats;
+};
+
+static int thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static void cpu_destroy(struct ra_backend *be)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)be;
+    for (int i = 0; i < 64; i++)
+        free(cb->scratch[i]);
+    free(cb);
+}
+
+static void *cpu_alloc(struct ra_backend *be, size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_release(struct ra_backend *be, void *buf) { free(buf); }
+
+static int cpu_copy(struct ra_backend *be, void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+    return RA_OK;
+}
+
+static int cpu_synchronize(struct ra_backend *be) { return RA_OK; }
+
+static void widen(float *dst, const struct ra_tensor *t, int64_t first, int64_t count)
+{
+    const size_t n = (size_t)count;
+    if (t->dtype == RA_DTYPE_F32) {
+        memcpy(dst, (const float *)t->data + first, n * sizeof(float));
+    } else if (t->dtype == RA_DTYPE_BF16) {
+        const uint16_t *s = (const uint16_t *)t->data + first;
+        for (size_t i = 0; i < n; i++)
+            dst[i] = ra_bf16_to_f32(s[i]);
+    } else {
+        const uint16_t *s = (const uint16_t *)t->data + first;
+        for (size_t i = 0; i < n; i++)
+            dst[i] = ra_f16_to_f32(s[i]);
+    }
+}
+
+static int cpu_embed(struct ra_backend *be, float *x, const struct ra_tensor *table, const int32_t *tokens, int n)
+{
+    for (int i = 0; i < n; i++)
+        widen(x + (size_t)i * table->cols, table, (int64_t)tokens[i] * table->cols, table->cols);
+    return RA_OK;
+}
+
+static int ensure_scratch(struct cpu_backend *cb, int64_t cols)
+{
+    size_t need = (size_t)WIDEN_ROWS * (size_t)cols;
+    if (need <= cb->scratch_floats)
+        return RA_OK;
+    for (int i = 0; i < cb->base.n_threads; i++) {
+        free(cb->scratch[i]);
+        cb->scratch[i] = NULL;
+        if (posix_memalign((void **)&cb->scratch[i], 64, need * sizeof(float)) != 0)
+            return ra_error_set(RA_ENOMEM, "cpu backend: cannot allocate %zu bytes of widening scratch", need * 4);
+    }
+    cb->scratch_floats = need;
+    return RA_OK;
+}
+
+/* y[:, r0:r1] = x · w[r0:r1]ᵀ for one thread's block of output columns. */
+static void matmul_block(struct cpu_backend *cb, float *y, int ldy, const float *x, int ldx,
+                         const struct ra_tensor *w, int n, int64_t r0, int64_t r1)
+{
+    const int64_t k = w->cols;
+    if (w->dtype == RA_DTYPE_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)(r1 - r0), (int)k, 1.0f, x, ldx,
+                    (const float *)w->data + r0 * k, (int)k, 0.0f, y + r0, ldy);
+        return;
+    }
+    float *buf = cb->scratch[thread_id()];
+    for (int64_t r = r0; r < r1; r += WIDEN_ROWS) {
+        const int64_t rows = r1 - r < WIDEN_ROWS ? r1 - r : WIDEN_ROWS;
+        widen(buf, w, r * k, rows * k);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)rows, (int)k, 1.0f, x, ldx,
+                    buf, (int)k, 0.0f, y + r, ldy);
+    }
+}
+
+static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, int ldx,
+                      const struct ra_tensor *w, int n)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)be;
+    if (w->dtype != RA_DTYPE_F32 && ensure_scratch(cb, w->cols) != RA_OK)
+        return RA_ENOMEM;
+    const int nt = be->n_threads;
+    /* Column blocks are multiples of 16 so every thread's sgemm stays on full tiles. */
+    const int64_t rows = w->rows, per = ((rows + nt - 1) / nt + 15) / 16 * 16;
+    if (nt == 1 || rows < 64) {
+        matmul_block(cb, y, ldy, x, ldx, w, n, 0, rows);
+        return RA_OK;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        const int64_t r0 = thread_id() * per, r1 = r0 + per < rows ? r0 + per : rows;
+        if (r0 < r1)
+            matmul_block(cb, y, ldy, x, ldx, w, n, r0, r1);
+    }
+    return RA_OK;
+}
+
+static int cpu_rmsnorm(struct ra_backend *be, float *y, const float *x, const struct ra_tensor *weight,
+                       int n, int dim, float eps)
+{
+    float wf[dim];
+    widen(wf, weight, 0, dim);
+#pragma omp parallel for schedule(static) if (n > 16)
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * dim;
+        float *yi = y + (size_t)i * dim;
+        float ss = 0;
+        for (int j = 0; j < dim; j++)
+            ss += xi[j] * xi[j];
+        const float inv = 1.0f / sqrtf(ss / dim + eps);
+        for (int j = 0; j < dim; j++)
+            yi[j] = wf[j] * (inv * xi[j]);
+    }
+    return RA_OK;
+}
+
+static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta)
+{
+    const int half = head_dim / 2;
+    float freq[half];
+    for (int j = 0; j < half; j++) /* as llama2.c computes it, so the golden tokens match */
+        freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+#pragma omp parallel for schedule(static) if (n > 16)
+    for (int i = 0; i < n; i++) {
+        float c[half], s[half];
+        for (int j = 0; j < half; j++) {
+            const float a = (float)(pos0 + i) * freq[j];
+            c[j] = cosf(a);
+            s[j] = sinf(a);
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)i * ld + (size_t)h * head_dim;
+            for (int j = 0; j < half; j++) {
+                const float a = v[2 * j], b = v[2 * j + 1];
+                v[2 * j] = a * c[j] - b * s[j];
+                v[2 * j + 1] = a * s[j] + b * c[j];
+            }
+        }
+    }
+    return RA_OK;
+}
+
+static int cpu_attention(struct ra_backend *be, float *out, const float *q, const float *k_cache,
+                         const float *v_cache, int start, int n, const struct ra_attention_shape *s)
+{
+    return ra_attention_cpu(out, q, k_cache, v_cache, start, n, s);
+}
+
+static int cpu_swiglu(struct ra_backend *be, float *gate, const float *up, size_t count)
+{
+#pragma omp parallel for schedule(static) if (count > 65536)
+    for (size_t i = 0; i < count; i++) {
+        const float g = gate[i];
+        gate[i] = g * (1.0f / (1.0f + expf(-g))) * up[i]; /* llama2.c's order */
+    }
+    return RA_OK;
+}
+
+static int cpu_add(struct ra_backend *be, float *x, const float *y, size_t count)
+{
+#pragma omp parallel for schedule(static) if (count > 65536)
+    for (size_t i = 0; i < count; i++)
+        x[i] += y[i];
+    return RA_OK;
+}
+
+static const struct ra_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .embed = cpu_embed,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+};
+
+int ra_backend_cpu_init(struct ra_backend **out, int n_threads)
+{
+    struct cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb)
+        return ra_error_set(RA_ENOMEM, "cpu backend: out of memory");
+    if (n_threads <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = cores > 0 ? (int)cores : 1;
+    }
+    if (n_threads > 64)
+        n_threads = 64;
+    cb->base.ops = &cpu_ops;
+    cb->base.n_threads = n_threads;
+    openblas_set_num_threads(1);
+#ifdef _OPENMP
+    omp_set_num_threads(n_threads);
+#endif
+    *out = &cb->base;
+    return RA_OK;
+}
+
+void ra_backend_free(struct ra_backend *be)
+{
+    if (be)
+        be->ops->destroy(be);
+}

@@ -1,0 +1,49 @@
+/* The forward pass over a span of tokens.
+ *
+ * Everything is a forward pass over tokens [start, start+n) that appends to a
+ * KV cache which already holds, or will receive, rows [0, start). A
+ * single-process prompt is one span from 0; decode is a span of length 1; a
+ * rank of the KV-Runahead chain runs its slice as one span and receives the
+ * rows before it through a struct ra_kv_exchange. */
+#ifndef RA_FORWARD_H
+#define RA_FORWARD_H
+
+#include <stdint.h>
+
+#include "kvcache.h"
+#include "model.h"
+
+/* Per-layer hooks that say how rows [0, start) arrive and where new rows go.
+ * Any hook may be NULL; a NULL exchange means the cache already holds them.
+ * A hook returns RA_OK or a negative status, which aborts the pass. */
+struct ra_kv_exchange {
+    void *ctx;
+    /* Before the layer's QKV projection (post receives here to overlap it). */
+    int (*layer_begin)(void *ctx, int layer, struct ra_kvcache *kv, int start, int n);
+    /* Rows [start, start+n) of K and V of this layer are in the cache, RoPE
+     * applied. On return rows [0, start) must be there too: attention follows. */
+    int (*kv_ready)(void *ctx, int layer, struct ra_kvcache *kv, int start, int n);
+    /* After the layer's output (e.g. to test or complete sends). */
+    int (*layer_end)(void *ctx, int layer, struct ra_kvcache *kv, int start, int n);
+};
+
+/* Optional accounting of where a forward pass spends its time. */
+struct ra_forward_stats {
+    double t_linear, t_attention, t_other, t_exchange; /* seconds */
+    double flop_linear, flop_attention;
+    int64_t tokens;
+};
+
+/* Binds a backend to a loaded model (uploads weights if the backend needs to). */
+int ra_model_attach(struct ra_model *m, struct ra_backend *be);
+/* Releases what the forward pass allocated on the backend (ra_model_free calls it). */
+void ra_model_detach(struct ra_model *m);
+
+int ra_forward_span(struct ra_model *m, const int32_t *tokens, int start, int n,
+                    struct ra_kvcache *kv, const struct ra_kv_exchange *xchg,
+                    float *logits_last /* host [vocab]; NULL unless this span ends the prompt */);
+
+/* Useful FLOPs of one span (linear layers + causal attention, no lm-head). */
+void ra_forward_flops(const struct ra_config *c, int start, int n, double *linear, double *attention);
+
+#endif

@@ -1,0 +1,21 @@
+#include "generate.h"
+#include "status.h"
+
+int ra_generate_run(struct ra_model *m, struct ra_kvcache *kv, int n_prompt, float *logits,
+                    struct ra_sampler *s, const struct ra_generate *g, int32_t *out, int *n_out)
+{
+    int rc = RA_OK;
+    *n_out = 0;
+    if (g->max_tokens > 0 && n_prompt + g->max_tokens - 1 > m->config.seq_len)
+        return ra_error_set(RA_ERANGE, "prompt (%d tokens) plus %d generated tokens exceed the model's context of %d",
+                            n_prompt, g->max_tokens, m->config.seq_len);
+    for (int i = 0; i < g->max_tokens; i++) {
+        const int32_t token = ra_sampler_sample(s, logits);
+        out[(*n_out)++] = token;
+        if ((g->on_token && g->on_token(g->ctx, token)) || token == g->eos_id || i + 1 == g->max_tokens)
+            break;
+        if ((rc = ra_forward_span(m, &token, n_prompt + i, 1, kv, NULL, logits)) != RA_OK)
+            break;
+    }
+    return rc;
+}

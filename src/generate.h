@@ -1,0 +1,25 @@
+/* Decoding after the prompt: one span of length 1 per token. */
+#ifndef RA_GENERATE_H
+#define RA_GENERATE_H
+
+#include <stdint.h>
+
+#include "forward.h"
+#include "sampler.h"
+
+/* Called with each new token; a non-zero return stops generation. */
+typedef int (*ra_token_fn)(void *ctx, int token);
+
+struct ra_generate {
+    int max_tokens;
+    int eos_id;          /* stop after this token; -1 = never stop early */
+    ra_token_fn on_token;
+    void *ctx;
+};
+
+/* The KV cache holds rows [0, n_prompt) and `logits` are the prompt's last
+ * logits (host, modified). Writes up to g->max_tokens ids to out, *n_out. */
+int ra_generate_run(struct ra_model *m, struct ra_kvcache *kv, int n_prompt, float *logits,
+                    struct ra_sampler *s, const struct ra_generate *g, int32_t *out, int *n_out);
+
+#endif

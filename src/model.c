@@ -1,0 +1,111 @@
+#include "model.h"
+#include "forward.h"
+#include "status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+size_t ra_dtype_size(enum ra_dtype t)
+{
+    return t == RA_DTYPE_F32 ? 4 : 2;
+}
+
+const char *ra_dtype_name(enum ra_dtype t)
+{
+    switch (t) {
+    case RA_DTYPE_F32: return "f32";
+    case RA_DTYPE_F16: return "f16";
+    case RA_DTYPE_BF16: return "bf16";
+    }
+    return "?";
+}
+
+int ra_config_validate(const struct ra_config *c, const char *what)
+{
+#define REQUIRE(cond, ...) \
+    do { if (!(cond)) return ra_error_set(RA_EFORMAT, __VA_ARGS__); } while (0)
+    /* Limits keep every size product far from overflowing int64. */
+    REQUIRE(c->dim > 0 && c->dim <= 65536, "%s: model dim %d is out of range (1..65536)", what, c->dim);
+    REQUIRE(c->hidden_dim > 0 && c->hidden_dim <= 262144, "%s: FFN width %d is out of range", what, c->hidden_dim);
+    REQUIRE(c->n_layers > 0 && c->n_layers <= 1024, "%s: layer count %d is out of range", what, c->n_layers);
+    REQUIRE(c->n_heads > 0 && c->n_heads <= c->dim, "%s: head count %d is out of range", what, c->n_heads);
+    REQUIRE(c->dim % c->n_heads == 0, "%s: dim %d is not a multiple of the head count %d", what, c->dim, c->n_heads);
+    REQUIRE(c->n_kv_heads > 0 && c->n_kv_heads <= c->n_heads && c->n_heads % c->n_kv_heads == 0,
+            "%s: %d KV heads do not divide %d heads", what, c->n_kv_heads, c->n_heads);
+    REQUIRE(c->head_dim == c->dim / c->n_heads && c->head_dim % 2 == 0,
+            "%s: head dimension %d must be dim/heads and even", what, c->head_dim);
+    REQUIRE(c->vocab_size > 0 && c->vocab_size <= (1 << 24), "%s: vocabulary size %d is out of range", what, c->vocab_size);
+    REQUIRE(c->seq_len > 0 && c->seq_len <= (1 << 24), "%s: context length %d is out of range", what, c->seq_len);
+    REQUIRE(isfinite(c->rope_theta) && c->rope_theta > 0, "%s: rope_theta %g is invalid", what, c->rope_theta);
+    REQUIRE(isfinite(c->norm_eps) && c->norm_eps > 0 && c->norm_eps < 1, "%s: norm epsilon %g is invalid", what, c->norm_eps);
+#undef REQUIRE
+    return RA_OK;
+}
+
+int ra_tensor_check(const struct ra_tensor *t, int64_t rows, int64_t cols, const char *file, const char *name)
+{
+    if (!t->data)
+        return ra_error_set(RA_EFORMAT, "%s: tensor %s is missing", file, name);
+    if (t->rows != rows || t->cols != cols)
+        return ra_error_set(RA_EFORMAT, "%s: tensor %s has shape [%lld, %lld], the config says [%lld, %lld]",
+                            file, name, (long long)t->rows, (long long)t->cols, (long long)rows, (long long)cols);
+    return RA_OK;
+}
+
+void *ra_model_own(struct ra_model *m, size_t bytes)
+{
+    void **list = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *list);
+    if (!list)
+        return NULL;
+    m->owned = list;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+int ra_model_load(struct ra_model *m, const char *path)
+{
+    struct stat st;
+    memset(m, 0, sizeof *m);
+    if (!path || !*path)
+        return ra_error_set(RA_EINVAL, "no model given (use --model PATH)");
+    if (stat(path, &st) != 0)
+        return ra_error_set(RA_EIO, "%s: no such model file or directory", path);
+    int rc = S_ISDIR(st.st_mode) ? ra_model_load_hf(m, path) : ra_model_load_llama2c(m, path);
+    if (rc != RA_OK) {
+        ra_model_free(m);
+        return rc;
+    }
+    m->path = strdup(path);
+    if (!m->path) {
+        ra_model_free(m);
+        return ra_error_set(RA_ENOMEM, "out of memory");
+    }
+    return RA_OK;
+}
+
+void ra_model_free(struct ra_model *m)
+{
+    ra_model_detach(m);
+    for (int i = 0; i < m->n_files; i++)
+        ra_mapped_file_close(&m->files[i]);
+    for (int i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
+    free(m->weights.layers);
+    free(m->path);
+    memset(m, 0, sizeof *m);
+}
+
+int64_t ra_model_n_params(const struct ra_model *m)
+{
+    const struct ra_config *c = &m->config;
+    int64_t kv = ra_config_kv_dim(c), d = c->dim, h = c->hidden_dim;
+    int64_t per_layer = 2 * d + 2 * d * d + 2 * d * kv + 3 * d * h;
+    return (int64_t)c->vocab_size * d * (m->weights.tied ? 1 : 2) + c->n_layers * per_layer + d;
+}

@@ -1,0 +1,109 @@
+/* Llama-family model: configuration, weights and loading.
+ *
+ * Weights stay where the loader found them (a memory-mapped file) in their
+ * stored dtype; the backend widens them to fp32 when it uses them. One RoPE
+ * convention holds inside the runtime: adjacent pairs (2i, 2i+1) of each head
+ * are rotated, as in Meta's and llama2.c's layout. Loaders of formats that
+ * store q/k permuted (Hugging Face) convert on load. */
+#ifndef RA_MODEL_H
+#define RA_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mapped_file.h"
+
+enum ra_dtype { RA_DTYPE_F32 = 0, RA_DTYPE_F16, RA_DTYPE_BF16 };
+
+size_t ra_dtype_size(enum ra_dtype t);
+const char *ra_dtype_name(enum ra_dtype t);
+
+/* A weight matrix [rows][cols] (row-major; a vector has rows == 1). */
+struct ra_tensor {
+    enum ra_dtype dtype;
+    int64_t rows, cols;
+    const void *data;   /* host bytes, usually inside a mapping */
+    void *device;       /* a backend-side copy, NULL on the CPU backend */
+};
+
+struct ra_config {
+    int dim;          /* model width */
+    int hidden_dim;   /* FFN width */
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;   /* divides n_heads: MHA, GQA or MQA */
+    int vocab_size;
+    int seq_len;      /* the model's context length */
+    int head_dim;     /* dim / n_heads */
+    float rope_theta;
+    float norm_eps;
+};
+
+static inline int ra_config_kv_dim(const struct ra_config *c) { return c->n_kv_heads * c->head_dim; }
+
+/* Checks every field and their relations; names `what` (a file) in the error. */
+int ra_config_validate(const struct ra_config *c, const char *what);
+
+struct ra_layer_weights {
+    struct ra_tensor attn_norm; /* [1][dim] */
+    struct ra_tensor wq;        /* [n_heads*head_dim][dim] */
+    struct ra_tensor wk;        /* [kv_dim][dim] */
+    struct ra_tensor wv;        /* [kv_dim][dim] */
+    struct ra_tensor wo;        /* [dim][n_heads*head_dim] */
+    struct ra_tensor ffn_norm;  /* [1][dim] */
+    struct ra_tensor w_gate;    /* [hidden][dim]   (w1) */
+    struct ra_tensor w_down;    /* [dim][hidden]   (w2) */
+    struct ra_tensor w_up;      /* [hidden][dim]   (w3) */
+};
+
+struct ra_weights {
+    struct ra_tensor embed;       /* [vocab][dim] */
+    struct ra_layer_weights *layers;
+    struct ra_tensor final_norm;  /* [1][dim] */
+    struct ra_tensor output;      /* [vocab][dim]; same data as embed when tied */
+    int tied;
+};
+
+enum ra_format { RA_FORMAT_LLAMA2C = 0, RA_FORMAT_HF };
+
+#define RA_MAX_SHARDS 64
+
+struct ra_backend;
+struct ra_workspace;
+struct ra_forward_stats;
+
+struct ra_model {
+    struct ra_config config;
+    struct ra_weights weights;
+    enum ra_format format;
+    char *path;
+    /* Mappings that hold the weights. */
+    struct ra_mapped_file files[RA_MAX_SHARDS];
+    int n_files;
+    /* Buffers the loader had to create (e.g. q/k un-permuted from HF). */
+    void **owned;
+    int n_owned;
+    /* Set by ra_model_attach(): where the forward pass runs. */
+    struct ra_backend *backend;
+    struct ra_workspace *ws;
+    struct ra_forward_stats *stats; /* optional: per-op timing, see forward.h */
+};
+
+/* Loads a model from PATH: a llama2.c checkpoint (.bin: legacy or v1 header)
+ * or a Hugging Face directory (config.json + model.safetensors, or sharded
+ * with model.safetensors.index.json). Validates every header against the file. */
+int ra_model_load(struct ra_model *m, const char *path);
+void ra_model_free(struct ra_model *m);
+
+/* Format-specific loaders (ra_model_load picks one). */
+int ra_model_load_llama2c(struct ra_model *m, const char *path);
+int ra_model_load_hf(struct ra_model *m, const char *dir);
+
+/* Helpers for loaders. */
+void *ra_model_own(struct ra_model *m, size_t bytes); /* a zeroed buffer freed with the model */
+int ra_tensor_check(const struct ra_tensor *t, int64_t rows, int64_t cols, const char *file, const char *name);
+
+/* Weights count and bytes, for reports. */
+int64_t ra_model_n_params(const struct ra_model *m);
+
+#endif

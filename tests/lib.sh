@@ -1,0 +1,34 @@
+# Shared by the script tests: sourced, not run.
+# Exit codes: 0 pass, 77 skip, anything else fail.
+set -u
+BUILD=${RA_BUILDDIR:-$PWD}
+SRC=${RA_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+MODELS=${RA_MODELS_DIR:-$SRC/../shared/models}
+MPIEXEC=${MPIEXEC:-mpirun}
+MPIEXEC_FLAGS=${MPIEXEC_FLAGS:---oversubscribe}
+TMP=$BUILD/tests/tmp/$(basename "$0" .sh)
+rm -rf "$TMP" && mkdir -p "$TMP"
+failures=0
+
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+finish() {
+    if [ "$failures" -ne 0 ]; then echo "$(basename "$0"): $failures failure(s)" >&2; exit 1; fi
+    echo "$(basename "$0"): all checks passed"; exit 0
+}
+need_fixture() {
+    [ -r "$MODELS/$1" ] || { echo "skip: fixture $MODELS/$1 not found (set RA_MODELS_DIR)"; exit 77; }
+}
+
+# expect_error PATTERN CMD...: CMD must exit non-zero (not by a signal) and
+# print exactly one line to stderr that matches PATTERN (grep -E).
+expect_error() {
+    pattern=$1; shift
+    "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
+    if [ "$rc" -eq 0 ]; then fail "expected failure, got success: $*"; return; fi
+    if [ "$rc" -ge 128 ]; then fail "crashed with signal $((rc - 128)): $*"; cat "$TMP/err" >&2; return; fi
+    if ! grep -Eq -- "$pattern" "$TMP/err"; then
+        fail "error did not match /$pattern/: $*"; cat "$TMP/err" >&2; return
+    fi
+    lines=$(wc -l <"$TMP/err")
+    [ "$lines" -eq 1 ] || { fail "expected one error line, got $lines: $*"; cat "$TMP/err" >&2; }
+}
