@@ -6,7 +6,10 @@
  * Rank 0 reads and tokenizes the prompt and broadcasts the ids; every rank
  * maps the model; the last rank produces the first token and decodes. */
 #include "config.h"
+#include "partition.h"
+#include "prefill.h"
 #include "ra_mpi.h"
+#include "report.h"
 #include "runahead.h"
 
 #include <getopt.h>
@@ -26,7 +29,10 @@ struct options {
     float temperature, top_p;
     unsigned long long seed;
     enum output_kind output;
-    const char *method;
+    enum ra_method method;
+    enum ra_route route;
+    const char *partition, *report, *trace;
+    int repeat;
 };
 
 /* What one run produced, for the output stage. */
@@ -35,7 +41,8 @@ struct result {
     int n_prompt;
     int32_t *generated;
     int n_generated;
-    double t_prefill, t_decode;
+    double *ttft; /* [repeat] */
+    double t_decode;
 };
 
 static int rank, world;
@@ -64,15 +71,22 @@ static void usage(FILE *f)
 "  -s, --seed S              sampling seed (default 1)\n"
 "      --ignore-eos          do not stop at the end-of-sequence token\n"
 "Execution:\n"
-"      --method M            single (default; one rank)\n"
-"  -T, --threads N           CPU threads per rank (default: all cores)\n"
+"      --method M            single (one rank), kvr (KV-Runahead) or tsp (all-gather\n"
+"                            baseline); default: single on one rank, kvr on several\n"
+"      --route R             kvr: chain (default), relay or direct\n"
+"      --partition SPEC      even (default) | ratios:0.35,0.25,... | bounds:0,900,...,C\n"
+"      --repeat N            run the prompt N times, report median/min/max TTFT (default 1)\n"
+"  -T, --threads N           CPU threads per rank (default: the node's cores / its ranks)\n"
 "Output:\n"
 "  -o, --output KIND         text | ids | json (default: text with a tokenizer, else ids)\n"
+"      --report FILE.json    one JSON record: config, partition, TTFTs, per-rank figures\n"
+"      --trace FILE.json     Chrome-trace/Perfetto timeline, one track per rank\n"
 "      --tokenize-only       print the prompt's token ids and exit (needs no model)\n"
 "  -h, --help                this help\n"
 "  -V, --version             version\n"
 "\n"
-"ids prints the generated ids, space separated, on one line. Timings go to stderr.\n");
+"ids prints the generated ids, space separated, on one line. The last rank prints\n"
+"the output; timings and the per-rank summary go to stderr.\n");
 }
 
 static int parse_int(const char *s, const char *flag, int lo, int hi, int *out)
@@ -98,7 +112,8 @@ static int parse_float(const char *s, const char *flag, float *out)
 /* Returns RA_OK, a negative status, or 1 when the program should exit 0 (help). */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS };
+    enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
+           OPT_REPORT, OPT_TRACE };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -112,6 +127,11 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "seed", required_argument, NULL, 's' },
         { "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
         { "method", required_argument, NULL, OPT_METHOD },
+        { "route", required_argument, NULL, OPT_ROUTE },
+        { "partition", required_argument, NULL, OPT_PARTITION },
+        { "repeat", required_argument, NULL, OPT_REPEAT },
+        { "report", required_argument, NULL, OPT_REPORT },
+        { "trace", required_argument, NULL, OPT_TRACE },
         { "threads", required_argument, NULL, 'T' },
         { "output", required_argument, NULL, 'o' },
         { "tokenize-only", no_argument, NULL, OPT_TOKENIZE_ONLY },
@@ -120,7 +140,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         { NULL, 0, NULL, 0 },
     };
     int c, rc = RA_OK;
-    *o = (struct options){ .generate = 64, .temperature = 0.0f, .top_p = 0.9f, .seed = 1, .method = "single" };
+    *o = (struct options){ .generate = 64, .temperature = 0.0f, .top_p = 0.9f, .seed = 1, .partition = "even",
+                           .repeat = 1, .method = world > 1 ? RA_METHOD_KVR : RA_METHOD_SINGLE };
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:z:p:f:i:I:n:t:s:T:o:hV", longopts, NULL)) != -1) {
         switch (c) {
@@ -141,7 +162,12 @@ static int parse_options(int argc, char **argv, struct options *o)
             break;
         }
         case OPT_IGNORE_EOS: o->ignore_eos = 1; break;
-        case OPT_METHOD: o->method = optarg; break;
+        case OPT_METHOD: rc = ra_method_parse(optarg, &o->method); break;
+        case OPT_ROUTE: rc = ra_route_parse(optarg, &o->route); break;
+        case OPT_PARTITION: o->partition = optarg; break;
+        case OPT_REPEAT: rc = parse_int(optarg, "--repeat", 1, 100000, &o->repeat); break;
+        case OPT_REPORT: o->report = optarg; break;
+        case OPT_TRACE: o->trace = optarg; break;
         case 'T': rc = parse_int(optarg, "--threads", 1, 1024, &o->threads); break;
         case 'o':
             if (!strcmp(optarg, "text")) o->output = OUTPUT_TEXT;
@@ -165,10 +191,10 @@ static int parse_options(int argc, char **argv, struct options *o)
         return ra_error_set(RA_EINVAL, "give exactly one of --prompt, --prompt-file, --prompt-ids, --prompt-ids-file (got %d)", sources);
     if (!o->tokenize_only && !o->model)
         return ra_error_set(RA_EINVAL, "no model given (use --model PATH)");
-    if (strcmp(o->method, "single") != 0)
-        return ra_error_set(RA_EINVAL, "--method: '%s' is not a method (single)", o->method);
-    if (world > 1 && !strcmp(o->method, "single"))
+    if (world > 1 && o->method == RA_METHOD_SINGLE)
         return ra_error_set(RA_EINVAL, "--method single runs on one rank, but %d were started: use mpirun -np 1", world);
+    if (o->method == RA_METHOD_TSP && strcmp(o->partition, "even") != 0)
+        return ra_error_set(RA_EINVAL, "--method tsp always splits evenly; --partition %s is for kvr", o->partition);
     if (!(o->temperature >= 0))
         return ra_error_set(RA_EINVAL, "--temperature %g must be >= 0", o->temperature);
     if (!(o->top_p > 0 && o->top_p <= 1))
@@ -230,84 +256,141 @@ static int print_piece(void *ctx, int token)
     return 0;
 }
 
-static int write_json(const struct options *o, const struct ra_model *m, const struct ra_tokenizer *tok,
-                      const struct result *r)
+/* Every rank's status becomes the first failing rank's; only that rank prints. */
+static int failed_rank = -1;
+
+static int agree(int rc)
 {
-    json_t *root = json_object(), *prompt = json_array(), *gen = json_array();
-    char *text = NULL;
-    for (int i = 0; i < r->n_prompt; i++)
-        json_array_append_new(prompt, json_integer(r->prompt[i]));
-    for (int i = 0; i < r->n_generated; i++)
-        json_array_append_new(gen, json_integer(r->generated[i]));
-    json_object_set_new(root, "model", json_string(o->model));
-    json_object_set_new(root, "method", json_string(o->method));
-    json_object_set_new(root, "ranks", json_integer(world));
-    json_object_set_new(root, "threads", json_integer(m->backend->n_threads));
-    json_object_set_new(root, "prompt_tokens", json_integer(r->n_prompt));
-    json_object_set_new(root, "prompt_ids", prompt);
-    json_object_set_new(root, "generated_ids", gen);
-    if (tok && ra_tokenizer_decode(tok, r->generated, r->n_generated, &text) == RA_OK)
-        json_object_set_new(root, "text", json_string(text));
-    json_object_set_new(root, "ttft_s", json_real(r->t_prefill));
-    json_object_set_new(root, "prefill_tokens_per_s", json_real(r->n_prompt / r->t_prefill));
-    json_object_set_new(root, "decode_s", json_real(r->t_decode));
-    int rc = json_dumpf(root, stdout, JSON_INDENT(2)) == 0 ? RA_OK : ra_error_set(RA_EIO, "cannot write JSON to stdout");
-    putchar('\n');
-    free(text);
-    json_decref(root);
+    int agreed = ra_mpi_agree(rc, MPI_COMM_WORLD, &failed_rank);
+    return agreed;
+}
+
+static int threads_per_rank(void)
+{
+    MPI_Comm node;
+    int local = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, &local);
+        MPI_Comm_free(&node);
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int t = (int)(cores > 0 ? cores : 1) / local;
+    return t > 0 ? t : 1;
+}
+
+/* Rank 0 reads and tokenizes the prompt; every rank gets the ids. */
+static int share_prompt(const struct options *o, const struct ra_tokenizer *tok, struct result *r)
+{
+    int rc = RA_OK;
+    if (rank == 0)
+        rc = read_prompt(o, tok, &r->prompt, &r->n_prompt);
+    if ((rc = agree(rc)) != RA_OK)
+        return rc;
+    MPI_CHECK(MPI_Bcast(&r->n_prompt, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (rank != 0 && !(r->prompt = malloc(sizeof(int32_t) * (size_t)r->n_prompt)))
+        rc = ra_error_set(RA_ENOMEM, "out of memory for %d prompt ids", r->n_prompt);
+    if ((rc = agree(rc)) != RA_OK)
+        return rc;
+    MPI_CHECK(MPI_Bcast(r->prompt, r->n_prompt, MPI_INT32_T, 0, MPI_COMM_WORLD));
+out:
     return rc;
 }
 
-static int run_single(const struct options *o, struct ra_model *m, struct ra_tokenizer *tok, struct result *r)
+static int check_fit(const struct options *o, const struct ra_model *m, const struct ra_tokenizer *tok,
+                     const char *tok_path, const struct result *r, int *bounds)
 {
-    struct ra_kvcache kv = { 0 };
-    struct ra_sampler sampler = { 0 };
-    float *logits = NULL;
     const struct ra_config *c = &m->config;
-    int rc, n_gen = o->generate;
-
-    if (r->n_prompt + (n_gen > 0 ? n_gen - 1 : 0) > c->seq_len)
+    if (tok && tok->vocab_size != c->vocab_size)
+        return ra_error_set(RA_EINVAL, "%s: tokenizer has %d tokens but the model %s has %d", tok_path,
+                            tok->vocab_size, o->model, c->vocab_size);
+    if (r->n_prompt > c->seq_len)
+        return ra_error_set(RA_ERANGE, "the prompt has %d tokens, more than the model's context of %d tokens",
+                            r->n_prompt, c->seq_len);
+    if (r->n_prompt + (o->generate > 0 ? o->generate - 1 : 0) > c->seq_len)
         return ra_error_set(RA_ERANGE, "prompt of %d tokens plus %d generated exceeds the model's context of %d tokens",
-                            r->n_prompt, n_gen, c->seq_len);
-    if ((rc = ra_kvcache_init(&kv, m->backend, c->n_layers, ra_config_kv_dim(c), r->n_prompt + n_gen)) ||
-        (rc = ra_sampler_init(&sampler, c->vocab_size, o->temperature, o->top_p, o->seed)))
-        goto out;
-    logits = malloc((size_t)c->vocab_size * sizeof *logits);
-    r->generated = malloc((size_t)(n_gen > 0 ? n_gen : 1) * sizeof *r->generated);
-    if (!logits || !r->generated) {
-        rc = ra_error_set(RA_ENOMEM, "out of memory");
-        goto out;
+                            r->n_prompt, o->generate, c->seq_len);
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab_size)
+            return ra_error_set(RA_ERANGE, "prompt token id %d at position %d is outside the vocabulary (0..%d)",
+                                r->prompt[i], i, c->vocab_size - 1);
+    return ra_partition_parse(o->method == RA_METHOD_TSP ? "even" : o->partition, r->n_prompt, world, bounds);
+}
+
+static int print_output(const struct options *o, const struct ra_tokenizer *tok, const struct result *r)
+{
+    if (o->output == OUTPUT_IDS) {
+        for (int i = 0; i < r->n_generated; i++)
+            printf(i ? " %d" : "%d", r->generated[i]);
+        putchar('\n');
+    } else if (o->output == OUTPUT_JSON) {
+        json_t *root = json_object(), *gen = json_array();
+        char *text = NULL;
+        for (int i = 0; i < r->n_generated; i++)
+            json_array_append_new(gen, json_integer(r->generated[i]));
+        json_object_set_new(root, "prompt_tokens", json_integer(r->n_prompt));
+        json_object_set_new(root, "generated_ids", gen);
+        if (tok && ra_tokenizer_decode(tok, r->generated, r->n_generated, &text) == RA_OK)
+            json_object_set_new(root, "text", json_string(text));
+        json_object_set_new(root, "ttft_s", json_real(ra_median(r->ttft, o->repeat)));
+        json_object_set_new(root, "decode_s", json_real(r->t_decode));
+        int bad = json_dumpf(root, stdout, JSON_INDENT(2));
+        putchar('\n');
+        free(text);
+        json_decref(root);
+        if (bad)
+            return ra_error_set(RA_EIO, "cannot write JSON to stdout");
     }
-    double t0 = ra_mpi_wtime();
-    if ((rc = ra_forward_span(m, r->prompt, 0, r->n_prompt, &kv, NULL, logits)) != RA_OK)
-        goto out;
-    double t1 = ra_mpi_wtime();
+    fflush(stdout);
+    return RA_OK;
+}
+
+/* The last rank: sample the first token from the prompt's logits, then decode. */
+static int decode(const struct options *o, struct ra_model *m, struct ra_kvcache *kv,
+                  const struct ra_tokenizer *tok, float *logits, struct result *r)
+{
+    struct ra_sampler sampler = { 0 };
+    int rc = ra_sampler_init(&sampler, m->config.vocab_size, o->temperature, o->top_p, o->seed);
     const int text = o->output == OUTPUT_TEXT;
-    struct ra_generate g = {
-        .max_tokens = n_gen,
+    const struct ra_generate g = {
+        .max_tokens = o->generate,
         .eos_id = o->ignore_eos || !tok ? -1 : tok->eos_id,
         .on_token = text ? print_piece : NULL,
-        .ctx = tok,
+        .ctx = (void *)tok,
     };
-    rc = ra_generate_run(m, &kv, r->n_prompt, logits, &sampler, &g, r->generated, &r->n_generated);
+    const double t0 = MPI_Wtime();
+    if (rc == RA_OK)
+        rc = ra_generate_run(m, kv, r->n_prompt, logits, &sampler, &g, r->generated, &r->n_generated);
+    r->t_decode = MPI_Wtime() - t0;
     if (text)
         putchar('\n');
-    r->t_prefill = t1 - t0;
-    r->t_decode = ra_mpi_wtime() - t1;
-out:
-    free(logits);
     ra_sampler_free(&sampler);
-    ra_kvcache_free(&kv);
     return rc;
 }
 
-static void report_timing(const struct result *r)
+static int write_reports(const struct options *o, struct ra_exchange *x, const struct ra_model *m,
+                         const struct result *r, const int *bounds)
 {
-    fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s; TTFT %.3f s)\n", r->n_prompt, r->t_prefill,
-            r->n_prompt / r->t_prefill, r->t_prefill);
+    struct ra_all_stats all;
+    int rc = ra_stats_gather(x, &all);
+    if (rc != RA_OK || rank != world - 1)
+        goto out;
+    const struct ra_run_info info = {
+        .model_path = o->model, .partition_spec = o->method == RA_METHOD_TSP ? "even" : o->partition,
+        .config = &m->config, .method = o->method, .route = o->route, .bounds = bounds, .ranks = world,
+        .threads = m->backend->n_threads, .n_prompt = r->n_prompt, .repeat = o->repeat, .ttft = r->ttft,
+        .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = "mpi",
+    };
+    ra_report_print(stderr, &info, &all);
     if (r->n_generated > 1)
         fprintf(stderr, "decode: %d tokens in %.3f s (%.1f tokens/s)\n", r->n_generated - 1, r->t_decode,
                 (r->n_generated - 1) / r->t_decode);
+    if (o->report && (rc = ra_report_write(o->report, &info, &all)) != RA_OK)
+        goto out;
+    if (o->trace)
+        rc = ra_trace_write(o->trace, &info, &all);
+out:
+    ra_stats_free(&all);
+    return rc;
 }
 
 static int run(int argc, char **argv)
@@ -316,51 +399,78 @@ static int run(int argc, char **argv)
     struct ra_tokenizer tok_storage, *tok = NULL;
     struct ra_model m = { 0 };
     struct ra_backend *be = NULL;
+    struct ra_exchange x = { .row = MPI_DATATYPE_NULL };
+    struct ra_kvcache kv = { 0 };
     struct result r = { 0 };
+    float *logits = NULL;
     char tok_path[4096];
-    int rc = parse_options(argc, argv, &o);
-    if (rc != RA_OK)
-        return rc > 0 ? RA_OK : rc;
+    int bounds[RA_MAX_RANKS + 1];
+    const int last = rank == world - 1;
 
-    if (find_tokenizer(&o, tok_path, sizeof tok_path)) {
-        if ((rc = ra_tokenizer_load(&tok_storage, tok_path, 0)) != RA_OK)
-            return rc;
-        tok = &tok_storage;
-    } else if (need_text(&o)) {
-        return ra_error_set(RA_EINVAL, "no tokenizer: give --tokenizer PATH (none found next to the model)");
+    int rc = parse_options(argc, argv, &o);
+    if (rc != RA_OK) { /* every rank parsed the same argv: let rank 0 speak */
+        failed_rank = 0;
+        return rc > 0 ? RA_OK : rc;
     }
+    if (world > RA_MAX_RANKS)
+        rc = ra_error_set(RA_EINVAL, "%d ranks exceed the limit of %d", world, RA_MAX_RANKS);
+    else if (find_tokenizer(&o, tok_path, sizeof tok_path)) {
+        if ((rc = ra_tokenizer_load(&tok_storage, tok_path, 0)) == RA_OK)
+            tok = &tok_storage;
+    } else if (need_text(&o)) {
+        rc = ra_error_set(RA_EINVAL, "no tokenizer: give --tokenizer PATH (none found next to the model)");
+    }
+    if ((rc = agree(rc)) != RA_OK)
+        goto out;
     if (o.output == OUTPUT_AUTO)
         o.output = tok ? OUTPUT_TEXT : OUTPUT_IDS;
-    if ((rc = read_prompt(&o, tok, &r.prompt, &r.n_prompt)) != RA_OK)
+    if ((rc = share_prompt(&o, tok, &r)) != RA_OK)
         goto out;
     if (o.tokenize_only) {
-        for (int i = 0; i < r.n_prompt; i++)
-            printf(i ? " %d" : "%d", r.prompt[i]);
-        putchar('\n');
+        if (rank == 0) {
+            for (int i = 0; i < r.n_prompt; i++)
+                printf(i ? " %d" : "%d", r.prompt[i]);
+            putchar('\n');
+        }
         goto out;
     }
-    if ((rc = ra_model_load(&m, o.model)) != RA_OK)
+    rc = ra_model_load(&m, o.model);
+    if (rc == RA_OK)
+        rc = check_fit(&o, &m, tok, tok_path, &r, bounds);
+    if (rc == RA_OK)
+        rc = ra_backend_cpu_init(&be, o.threads ? o.threads : threads_per_rank());
+    if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
+        rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
+                              ra_config_kv_dim(&m.config));
+    if (rc == RA_OK)
+        rc = ra_kvcache_init(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config),
+                             ra_prefill_kv_rows(&x) + (last ? o.generate : 0));
+    logits = malloc(sizeof(float) * (size_t)(m.config.vocab_size > 0 ? m.config.vocab_size : 1));
+    r.ttft = calloc((size_t)o.repeat, sizeof *r.ttft);
+    r.generated = malloc(sizeof(int32_t) * (size_t)(o.generate > 0 ? o.generate : 1));
+    if (rc == RA_OK && (!logits || !r.ttft || !r.generated))
+        rc = ra_error_set(RA_ENOMEM, "out of memory");
+    if ((rc = agree(rc)) != RA_OK)
         goto out;
-    if (tok && tok->vocab_size != m.config.vocab_size) {
-        rc = ra_error_set(RA_EINVAL, "%s: tokenizer has %d tokens but the model %s has %d", tok_path,
-                          tok->vocab_size, o.model, m.config.vocab_size);
-        goto out;
+
+    for (int i = 0; i < o.repeat; i++) {
+        if ((rc = ra_prefill_run(&m, &x, &kv, r.prompt, logits, &r.ttft[i])) != RA_OK) {
+            /* Peers may be blocked on this rank's KV rows: nothing else ends them. */
+            fprintf(stderr, "runahead: rank %d: %s\n", rank, ra_error_message());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
     }
-    if ((rc = ra_backend_cpu_init(&be, o.threads)) != RA_OK || (rc = ra_model_attach(&m, be)) != RA_OK)
-        goto out;
-    if ((rc = run_single(&o, &m, tok, &r)) != RA_OK)
-        goto out;
-    if (o.output == OUTPUT_IDS) {
-        for (int i = 0; i < r.n_generated; i++)
-            printf(i ? " %d" : "%d", r.generated[i]);
-        putchar('\n');
-    } else if (o.output == OUTPUT_JSON) {
-        rc = write_json(&o, &m, tok, &r);
-    }
-    report_timing(&r);
+    if (last && (rc = decode(&o, &m, &kv, tok, logits, &r)) == RA_OK)
+        rc = print_output(&o, tok, &r);
+    if ((rc = agree(rc)) == RA_OK)
+        rc = agree(write_reports(&o, &x, &m, &r, bounds));
 out:
+    free(logits);
     free(r.prompt);
     free(r.generated);
+    free(r.ttft);
+    ra_kvcache_free(&kv);
+    ra_exchange_free(&x);
     ra_model_free(&m);
     ra_backend_free(be);
     if (tok)
@@ -373,7 +483,7 @@ int main(int argc, char **argv)
     int rc = ra_mpi_init(&argc, &argv, &rank, &world);
     if (rc == RA_OK)
         rc = run(argc, argv);
-    if (rc != RA_OK)
+    if (rc != RA_OK && (failed_rank == rank || failed_rank < 0))
         fprintf(stderr, "runahead: rank %d: %s\n", rank, ra_error_message());
     MPI_Finalize();
     return rc == RA_OK ? 0 : 1;

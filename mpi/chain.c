@@ -1,0 +1,136 @@
+/* KV-Runahead: the KV cache flows point to point along the ranks.
+ *
+ * Per layer, rank r posts the receive of rows [0, b_r) straight into its KV
+ * cache before the QKV projection, waits for them only when attention needs
+ * them, and then passes rows on without waiting for the send. Routes:
+ *   chain   rows [0, b_{r+1}) to rank r+1 in one message per K and V (the paper)
+ *   relay   each rank's own rows travel hop by hop, forwarded the moment they arrive
+ *   direct  each rank sends its own rows to every later rank
+ * All three move the same bytes; they differ in message count and latency. */
+#include "exchange.h"
+#include "ra_mpi.h"
+
+/* A message carries K or V (kind) of one layer, for the rows of one rank's
+ * slice (piece; chain uses piece 0 for the whole prefix). */
+static int tag_of(const struct ra_exchange *x, int layer, int piece, int kind)
+{
+    return (layer * x->size + piece) * 2 + kind;
+}
+
+static float *rows_of(struct ra_kvcache *kv, int layer, int kind, int pos)
+{
+    return kind ? ra_kvcache_v(kv, layer, pos) : ra_kvcache_k(kv, layer, pos);
+}
+
+static int post_piece_recvs(struct ra_exchange *x, struct ra_kvcache *kv, int l)
+{
+    int rc = RA_OK;
+    const int r = x->rank;
+    for (int s = 0; s < r && rc == RA_OK; s++)
+        for (int kind = 0; kind < 2 && rc == RA_OK; kind++) {
+            const int src = x->route == RA_ROUTE_DIRECT ? s : r - 1;
+            rc = ra_exchange_post_recv(x, rows_of(kv, l, kind, x->bounds[s]), x->bounds[s + 1] - x->bounds[s],
+                                       src, tag_of(x, l, s, kind));
+        }
+    return rc;
+}
+
+/* Relay: passes every completed receive of this layer on to the next rank. */
+static int relay_forward(struct ra_exchange *x, struct ra_kvcache *kv, int l, int wait)
+{
+    int rc = RA_OK, done = 0, idx[2 * RA_MAX_RANKS];
+    const int last = x->rank == x->size - 1;
+    for (;;) {
+        if (wait)
+            MPI_CHECK(MPI_Waitsome(x->n_recv, x->recv, &done, idx, MPI_STATUSES_IGNORE));
+        else
+            MPI_CHECK(MPI_Testsome(x->n_recv, x->recv, &done, idx, MPI_STATUSES_IGNORE));
+        if (done == MPI_UNDEFINED || done == 0)
+            break;
+        for (int i = 0; i < done && !last; i++) {
+            const int s = idx[i] / 2, kind = idx[i] % 2;
+            rc = ra_exchange_post_send(x, rows_of(kv, l, kind, x->bounds[s]), x->bounds[s + 1] - x->bounds[s],
+                                       x->rank + 1, tag_of(x, l, s, kind));
+            if (rc != RA_OK)
+                goto out;
+        }
+        if (!wait)
+            break;
+    }
+out:
+    return rc;
+}
+
+static int chain_layer_begin(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+{
+    struct ra_exchange *x = ctx;
+    int rc = RA_OK;
+    x->stats.layers[l].begin = MPI_Wtime() - x->t0;
+    x->n_recv = 0;
+    if (x->rank == 0)
+        return RA_OK;
+    if (x->route != RA_ROUTE_CHAIN) {
+        rc = post_piece_recvs(x, kv, l);
+        /* What has already arrived moves on now, overlapping this layer's QKV. */
+        if (rc == RA_OK && x->route == RA_ROUTE_RELAY)
+            rc = relay_forward(x, kv, l, 0);
+        return rc;
+    }
+    for (int kind = 0; kind < 2 && rc == RA_OK; kind++)
+        rc = ra_exchange_post_recv(x, rows_of(kv, l, kind, 0), start, x->rank - 1, tag_of(x, l, 0, kind));
+    return rc;
+}
+
+static int chain_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+{
+    struct ra_exchange *x = ctx;
+    struct ra_layer_times *t = &x->stats.layers[l];
+    const int r = x->rank, p = x->size;
+    int rc = RA_OK;
+
+    t->wait_begin = MPI_Wtime() - x->t0;
+    if (x->route == RA_ROUTE_RELAY)
+        rc = relay_forward(x, kv, l, 1);
+    else
+        MPI_CHECK(MPI_Waitall(x->n_recv, x->recv, MPI_STATUSES_IGNORE));
+    t->wait_end = MPI_Wtime() - x->t0;
+    x->stats.t_wait += t->wait_end - t->wait_begin;
+    if (rc != RA_OK || r == p - 1)
+        goto out;
+
+    for (int kind = 0; kind < 2 && rc == RA_OK; kind++) {
+        if (x->route == RA_ROUTE_CHAIN) {
+            rc = ra_exchange_post_send(x, rows_of(kv, l, kind, 0), start + n, r + 1, tag_of(x, l, 0, kind));
+        } else if (x->route == RA_ROUTE_RELAY) {
+            rc = ra_exchange_post_send(x, rows_of(kv, l, kind, start), n, r + 1, tag_of(x, l, r, kind));
+        } else {
+            for (int dest = r + 1; dest < p && rc == RA_OK; dest++)
+                rc = ra_exchange_post_send(x, rows_of(kv, l, kind, start), n, dest, tag_of(x, l, r, kind));
+        }
+    }
+    t->send = MPI_Wtime() - x->t0;
+out:
+    return rc;
+}
+
+static int chain_layer_end(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+{
+    struct ra_exchange *x = ctx;
+    int flag, rc = RA_OK;
+    /* Give the MPI progress engine a turn so sends move while the next layer computes. */
+    if (x->n_send)
+        MPI_CHECK(MPI_Testall(x->n_send, x->send, &flag, MPI_STATUSES_IGNORE));
+    x->stats.layers[l].end = MPI_Wtime() - x->t0;
+out:
+    return rc;
+}
+
+void ra_chain_hooks(struct ra_exchange *x)
+{
+    x->hooks = (struct ra_kv_exchange){
+        .ctx = x,
+        .layer_begin = chain_layer_begin,
+        .kv_ready = chain_kv_ready,
+        .layer_end = chain_layer_end,
+    };
+}

@@ -1,0 +1,136 @@
+#include "exchange.h"
+#include "ra_mpi.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *method_names[] = { "single", "kvr", "tsp" };
+static const char *route_names[] = { "chain", "relay", "direct" };
+
+const char *ra_method_name(enum ra_method m) { return method_names[m]; }
+const char *ra_route_name(enum ra_route r) { return route_names[r]; }
+
+int ra_method_parse(const char *s, enum ra_method *m)
+{
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, method_names[i])) {
+            *m = (enum ra_method)i;
+            return RA_OK;
+        }
+    return ra_error_set(RA_EINVAL, "--method: '%s' is not single, kvr or tsp", s);
+}
+
+int ra_route_parse(const char *s, enum ra_route *r)
+{
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, route_names[i])) {
+            *r = (enum ra_route)i;
+            return RA_OK;
+        }
+    return ra_error_set(RA_EINVAL, "--route: '%s' is not chain, relay or direct", s);
+}
+
+int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method, enum ra_route route,
+                     const int *bounds, int n_layers, int kv_dim)
+{
+    int rc = RA_OK;
+    memset(x, 0, sizeof *x);
+    x->comm = comm;
+    x->method = method;
+    x->route = route;
+    x->n_layers = n_layers;
+    x->row = MPI_DATATYPE_NULL;
+    MPI_CHECK(MPI_Comm_rank(comm, &x->rank));
+    MPI_CHECK(MPI_Comm_size(comm, &x->size));
+    if (x->size > RA_MAX_RANKS) {
+        rc = ra_error_set(RA_EINVAL, "%d ranks exceed the limit of %d", x->size, RA_MAX_RANKS);
+        goto out;
+    }
+    memcpy(x->bounds, bounds, sizeof(int) * (size_t)(x->size + 1));
+    x->row_bytes = (size_t)kv_dim * sizeof(float);
+    MPI_CHECK(MPI_Type_contiguous(kv_dim, MPI_FLOAT, &x->row));
+    MPI_CHECK(MPI_Type_commit(&x->row));
+    /* Per layer at most: K and V from/to every other rank (direct), or two pieces each (relay). */
+    const int per_layer = 2 * x->size;
+    x->recv = calloc((size_t)per_layer, sizeof *x->recv);
+    x->recv_forwarded = calloc((size_t)per_layer, sizeof *x->recv_forwarded);
+    x->max_send = per_layer * n_layers;
+    x->send = calloc((size_t)x->max_send, sizeof *x->send);
+    x->stats.layers = calloc((size_t)n_layers, sizeof *x->stats.layers);
+    if (!x->recv || !x->recv_forwarded || !x->send || !x->stats.layers) {
+        rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", x->rank);
+        goto out;
+    }
+    if (method == RA_METHOD_KVR)
+        ra_chain_hooks(x);
+    else if (method == RA_METHOD_TSP)
+        ra_tsp_hooks(x);
+out:
+    if (rc != RA_OK)
+        ra_exchange_free(x);
+    return rc;
+}
+
+void ra_exchange_free(struct ra_exchange *x)
+{
+    if (x->row != MPI_DATATYPE_NULL)
+        MPI_Type_free(&x->row);
+    free(x->recv);
+    free(x->recv_forwarded);
+    free(x->send);
+    free(x->stats.layers);
+    memset(x, 0, sizeof *x);
+    x->row = MPI_DATATYPE_NULL;
+}
+
+void ra_exchange_begin(struct ra_exchange *x)
+{
+    struct ra_layer_times *layers = x->stats.layers;
+    memset(layers, 0, sizeof *layers * (size_t)x->n_layers);
+    memset(&x->stats, 0, sizeof x->stats);
+    x->stats.layers = layers;
+    x->n_send = x->n_recv = 0;
+    x->t0 = MPI_Wtime();
+}
+
+int ra_exchange_finish(struct ra_exchange *x)
+{
+    int rc = RA_OK;
+    const double t = MPI_Wtime();
+    MPI_CHECK(MPI_Waitall(x->n_send, x->send, MPI_STATUSES_IGNORE));
+    x->stats.t_wait += MPI_Wtime() - t;
+    x->n_send = 0;
+out:
+    x->stats.t_total = MPI_Wtime() - x->t0;
+    return rc;
+}
+
+const struct ra_kv_exchange *ra_exchange_hooks(struct ra_exchange *x)
+{
+    return x->size > 1 && x->method != RA_METHOD_SINGLE ? &x->hooks : NULL;
+}
+
+int ra_exchange_post_send(struct ra_exchange *x, const float *buf, int rows, int dest, int tag)
+{
+    int rc = RA_OK;
+    if (x->n_send == x->max_send)
+        return ra_error_set(RA_ECOMM, "rank %d: too many pending sends", x->rank);
+    MPI_CHECK(MPI_Isend(buf, rows, x->row, dest, tag, x->comm, &x->send[x->n_send]));
+    x->n_send++;
+    x->stats.bytes_sent += (long long)rows * (long long)x->row_bytes;
+    x->stats.msgs_sent++;
+out:
+    return rc;
+}
+
+int ra_exchange_post_recv(struct ra_exchange *x, float *buf, int rows, int source, int tag)
+{
+    int rc = RA_OK;
+    MPI_CHECK(MPI_Irecv(buf, rows, x->row, source, tag, x->comm, &x->recv[x->n_recv]));
+    x->recv_forwarded[x->n_recv] = 0;
+    x->n_recv++;
+    x->stats.bytes_recv += (long long)rows * (long long)x->row_bytes;
+    x->stats.msgs_recv++;
+out:
+    return rc;
+}

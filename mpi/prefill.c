@@ -1,0 +1,82 @@
+#include "prefill.h"
+#include "ra_mpi.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int ra_prefill_kv_rows(const struct ra_exchange *x)
+{
+    if (x->method == RA_METHOD_KVR)
+        return x->bounds[x->rank + 1];
+    return x->bounds[x->size];
+}
+
+int ra_prefill_run(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv,
+                   const int32_t *tokens, float *logits, double *ttft)
+{
+    int rc = RA_OK;
+    const int r = x->rank, start = x->bounds[r], n = x->bounds[r + 1] - start;
+    const int last = r == x->size - 1;
+    MPI_CHECK(MPI_Barrier(x->comm));
+    ra_exchange_begin(x);
+    rc = ra_forward_span(m, tokens + start, start, n, kv, ra_exchange_hooks(x), last ? logits : NULL);
+    if (last)
+        *ttft = MPI_Wtime() - x->t0;
+    if (rc == RA_OK)
+        rc = ra_exchange_finish(x);
+out:
+    return rc;
+}
+
+/* Per rank: t_total, t_wait, bytes/msgs sent/received, then 5 times per layer. */
+int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all)
+{
+    int rc = RA_OK;
+    const int L = x->n_layers, width = 6 + 5 * L, root = x->size - 1;
+    double *mine = malloc(sizeof(double) * (size_t)width), *every = NULL;
+    memset(all, 0, sizeof *all);
+    if (!mine)
+        return ra_error_set(RA_ENOMEM, "rank %d: out of memory", x->rank);
+    const struct ra_rank_stats *s = &x->stats;
+    double head[6] = { s->t_total, s->t_wait, (double)s->bytes_sent, (double)s->bytes_recv, s->msgs_sent, s->msgs_recv };
+    memcpy(mine, head, sizeof head);
+    memcpy(mine + 6, s->layers, sizeof(double) * 5 * (size_t)L);
+    if (x->rank == root && !(every = malloc(sizeof(double) * (size_t)width * (size_t)x->size))) {
+        rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", x->rank);
+        goto out;
+    }
+    MPI_CHECK(MPI_Gather(mine, width, MPI_DOUBLE, every, width, MPI_DOUBLE, root, x->comm));
+    if (x->rank != root)
+        goto out;
+    const size_t p = (size_t)x->size;
+    all->size = x->size;
+    all->n_layers = L;
+    all->t_total = calloc(6 * p, sizeof(double));
+    all->layers = calloc(p * (size_t)L, sizeof *all->layers);
+    if (!all->t_total || !all->layers) {
+        rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", x->rank);
+        goto out;
+    }
+    all->t_wait = all->t_total + p;
+    all->bytes_sent = all->t_total + 2 * p;
+    all->bytes_recv = all->t_total + 3 * p;
+    all->msgs_sent = all->t_total + 4 * p;
+    all->msgs_recv = all->t_total + 5 * p;
+    for (size_t r = 0; r < p; r++) {
+        const double *row = every + r * (size_t)width;
+        for (int k = 0; k < 6; k++)
+            all->t_total[(size_t)k * p + r] = row[k];
+        memcpy(all->layers + r * (size_t)L, row + 6, sizeof(double) * 5 * (size_t)L);
+    }
+out:
+    free(mine);
+    free(every);
+    return rc;
+}
+
+void ra_stats_free(struct ra_all_stats *all)
+{
+    free(all->t_total);
+    free(all->layers);
+    memset(all, 0, sizeof *all);
+}

@@ -1,0 +1,29 @@
+/* One distributed prompt pass, and what it measured. */
+#ifndef RA_PREFILL_H
+#define RA_PREFILL_H
+
+#include "exchange.h"
+
+/* Every rank: barrier, then the rank's slice [b_r, b_{r+1}) as one span with
+ * the exchange's hooks, then all sends completed. The last rank gets the
+ * prompt's last logits (host, vocab floats) and its TTFT: from the barrier to
+ * the logits of the first token. */
+int ra_prefill_run(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv,
+                   const int32_t *tokens, float *logits, double *ttft);
+
+/* Rows of KV cache a rank needs: KVR rank r only ever holds [0, b_{r+1}). */
+int ra_prefill_kv_rows(const struct ra_exchange *x);
+
+/* All ranks' stats of the last pass, gathered to the last rank. */
+struct ra_all_stats {
+    int size, n_layers;
+    double *t_total, *t_wait;          /* [size] */
+    double *bytes_sent, *bytes_recv;   /* [size] */
+    double *msgs_sent, *msgs_recv;     /* [size] */
+    struct ra_layer_times *layers;     /* [size][n_layers] */
+};
+
+int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all);
+void ra_stats_free(struct ra_all_stats *all);
+
+#endif

@@ -1,0 +1,156 @@
+#include "report.h"
+#include "config.h"
+#include "status.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double ra_median(const double *v, int n)
+{
+    double *s = malloc(sizeof(double) * (size_t)n);
+    if (!s)
+        return v[0];
+    memcpy(s, v, sizeof(double) * (size_t)n);
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+static double min_of(const double *v, int n)
+{
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static double max_of(const double *v, int n)
+{
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+static json_t *int_array(const int32_t *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+static int dump(json_t *root, const char *path)
+{
+    /* Write beside the target and rename, so a reader never sees half a file. */
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int rc = json_dump_file(root, tmp, JSON_INDENT(1)) == 0 && rename(tmp, path) == 0
+                 ? RA_OK
+                 : ra_error_set(RA_EIO, "%s: cannot write", path);
+    json_decref(root);
+    return rc;
+}
+
+int ra_report_write(const char *path, const struct ra_run_info *run, const struct ra_all_stats *all)
+{
+    const struct ra_config *c = run->config;
+    json_t *root = json_object(), *ranks = json_array(), *ttfts = json_array(), *bounds = json_array();
+    double sent = 0;
+    for (int i = 0; i < run->repeat; i++)
+        json_array_append_new(ttfts, json_real(run->ttft[i]));
+    for (int r = 0; r <= run->ranks; r++)
+        json_array_append_new(bounds, json_integer(run->bounds[r]));
+    for (int r = 0; r < all->size; r++) {
+        json_array_append_new(ranks, json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:i, s:i}",
+            "rank", r, "tokens", run->bounds[r + 1] - run->bounds[r],
+            "total_s", all->t_total[r], "compute_s", all->t_total[r] - all->t_wait[r], "wait_s", all->t_wait[r],
+            "bytes_sent", all->bytes_sent[r], "bytes_recv", all->bytes_recv[r],
+            "msgs_sent", (int)all->msgs_sent[r], "msgs_recv", (int)all->msgs_recv[r]));
+        sent += all->bytes_sent[r];
+    }
+    json_object_set_new(root, "runahead_version", json_string(PACKAGE_VERSION));
+    json_object_set_new(root, "model", json_string(run->model_path));
+    json_object_set_new(root, "model_shape", json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i}",
+        "dim", c->dim, "hidden_dim", c->hidden_dim, "layers", c->n_layers, "heads", c->n_heads,
+        "kv_heads", c->n_kv_heads, "vocab", c->vocab_size, "context", c->seq_len));
+    json_object_set_new(root, "ranks", json_integer(run->ranks));
+    json_object_set_new(root, "threads_per_rank", json_integer(run->threads));
+    json_object_set_new(root, "method", json_string(ra_method_name(run->method)));
+    json_object_set_new(root, "route", run->method == RA_METHOD_KVR ? json_string(ra_route_name(run->route)) : json_null());
+    json_object_set_new(root, "transport", json_string(run->transport));
+    json_object_set_new(root, "partition", json_pack("{s:s, s:o}", "spec", run->partition_spec, "bounds", bounds));
+    json_object_set_new(root, "context_length", json_integer(run->n_prompt));
+    json_object_set_new(root, "repeat", json_integer(run->repeat));
+    json_object_set_new(root, "ttft_s", json_pack("{s:f, s:f, s:f, s:o}", "median", ra_median(run->ttft, run->repeat),
+        "min", min_of(run->ttft, run->repeat), "max", max_of(run->ttft, run->repeat), "all", ttfts));
+    json_object_set_new(root, "per_rank", ranks);
+    json_object_set_new(root, "bytes_sent_total", json_real(sent));
+    json_object_set_new(root, "first_token", run->n_generated > 0 ? json_integer(run->generated[0]) : json_null());
+    json_object_set_new(root, "generated_ids", int_array(run->generated, run->n_generated));
+    json_object_set_new(root, "decode_s", json_real(run->t_decode));
+    return dump(root, path);
+}
+
+static void add_span(json_t *ev, const char *name, const char *cat, int rank, int layer, double b, double e)
+{
+    if (e <= b)
+        return;
+    json_array_append_new(ev, json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:{s:i}}", "name", name, "cat", cat,
+                                        "ph", "X", "pid", 0, "tid", rank, "ts", b * 1e6, "dur", (e - b) * 1e6,
+                                        "args", "layer", layer));
+}
+
+int ra_trace_write(const char *path, const struct ra_run_info *run, const struct ra_all_stats *all)
+{
+    json_t *root = json_object(), *ev = json_array();
+    char name[64];
+    for (int r = 0; r < all->size; r++) {
+        snprintf(name, sizeof name, "rank %d [%d, %d)", r, run->bounds[r], run->bounds[r + 1]);
+        json_array_append_new(ev, json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", "thread_name", "ph", "M",
+                                            "pid", 0, "tid", r, "args", "name", name));
+        for (int l = 0; l < all->n_layers; l++) {
+            const struct ra_layer_times *t = &all->layers[(size_t)r * all->n_layers + l];
+            snprintf(name, sizeof name, "L%d qkv", l);
+            add_span(ev, name, "compute", r, l, t->begin, t->wait_begin);
+            snprintf(name, sizeof name, "L%d wait kv", l);
+            add_span(ev, name, "wait", r, l, t->wait_begin, t->wait_end);
+            snprintf(name, sizeof name, "L%d attn+mlp", l);
+            add_span(ev, name, "compute", r, l, t->wait_end, t->end);
+            if (t->send > 0) {
+                snprintf(name, sizeof name, "L%d send", l);
+                json_array_append_new(ev, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:f}", "name", name, "cat", "send",
+                                                    "ph", "i", "s", "t", "pid", 0, "tid", r, "ts", t->send * 1e6));
+            }
+        }
+    }
+    json_object_set_new(root, "traceEvents", ev);
+    json_object_set_new(root, "displayTimeUnit", json_string("ms"));
+    return dump(root, path);
+}
+
+void ra_report_print(FILE *f, const struct ra_run_info *run, const struct ra_all_stats *all)
+{
+    fprintf(f, "%s", ra_method_name(run->method));
+    if (run->method == RA_METHOD_KVR)
+        fprintf(f, " (%s)", ra_route_name(run->route));
+    fprintf(f, ": %d ranks x %d threads, %d prompt tokens, TTFT median %.4f s (min %.4f, max %.4f, %d runs)\n",
+            run->ranks, run->threads, run->n_prompt, ra_median(run->ttft, run->repeat),
+            min_of(run->ttft, run->repeat), max_of(run->ttft, run->repeat), run->repeat);
+    fprintf(f, "%6s %15s %10s %10s %10s %12s %12s\n", "rank", "slice", "total_s", "compute_s", "wait_s", "sent_MB", "recv_MB");
+    for (int r = 0; r < all->size; r++) {
+        char slice[32];
+        snprintf(slice, sizeof slice, "[%d,%d)", run->bounds[r], run->bounds[r + 1]);
+        fprintf(f, "%6d %15s %10.4f %10.4f %10.4f %12.3f %12.3f\n", r, slice, all->t_total[r],
+                all->t_total[r] - all->t_wait[r], all->t_wait[r], all->bytes_sent[r] / 1e6, all->bytes_recv[r] / 1e6);
+    }
+}

@@ -1,0 +1,29 @@
+/* The JSON record of a run and its Chrome-trace/Perfetto timeline. */
+#ifndef RA_REPORT_H
+#define RA_REPORT_H
+
+#include <stdio.h>
+
+#include "prefill.h"
+
+struct ra_run_info {
+    const char *model_path, *partition_spec;
+    const struct ra_config *config;
+    enum ra_method method;
+    enum ra_route route;
+    const int *bounds;
+    int ranks, threads, n_prompt, repeat;
+    const double *ttft;             /* [repeat] */
+    const int32_t *generated;
+    int n_generated;
+    double t_decode;
+    const char *transport;          /* "mpi" */
+};
+
+double ra_median(const double *v, int n);
+int ra_report_write(const char *path, const struct ra_run_info *run, const struct ra_all_stats *all);
+int ra_trace_write(const char *path, const struct ra_run_info *run, const struct ra_all_stats *all);
+/* A few lines for humans on stderr. */
+void ra_report_print(FILE *f, const struct ra_run_info *run, const struct ra_all_stats *all);
+
+#endif

@@ -1,0 +1,53 @@
+/* The tensor/sequence-parallel baseline (TSP): an even split, and after each
+ * layer's local K,V rows are written, an all-gather of every rank's rows into
+ * every rank's cache; then the same causal attention as KV-Runahead. */
+#include "exchange.h"
+#include "ra_mpi.h"
+
+static int tsp_layer_begin(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+{
+    struct ra_exchange *x = ctx;
+    x->stats.layers[l].begin = MPI_Wtime() - x->t0;
+    return RA_OK;
+}
+
+static int tsp_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+{
+    struct ra_exchange *x = ctx;
+    struct ra_layer_times *t = &x->stats.layers[l];
+    int rc = RA_OK, counts[RA_MAX_RANKS], displs[RA_MAX_RANKS];
+    for (int r = 0; r < x->size; r++) {
+        displs[r] = x->bounds[r];
+        counts[r] = x->bounds[r + 1] - x->bounds[r];
+    }
+    t->wait_begin = t->send = MPI_Wtime() - x->t0;
+    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, kv->k[l], counts, displs, x->row, x->comm));
+    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, kv->v[l], counts, displs, x->row, x->comm));
+    t->wait_end = MPI_Wtime() - x->t0;
+    x->stats.t_wait += t->wait_end - t->wait_begin;
+    /* Logical traffic: our rows to every other rank, every other rank's rows to us (K and V). */
+    const long long total = x->bounds[x->size];
+    x->stats.bytes_sent += 2LL * n * (x->size - 1) * (long long)x->row_bytes;
+    x->stats.bytes_recv += 2LL * (total - n) * (long long)x->row_bytes;
+    x->stats.msgs_sent += 2 * (x->size - 1);
+    x->stats.msgs_recv += 2 * (x->size - 1);
+out:
+    return rc;
+}
+
+static int tsp_layer_end(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+{
+    struct ra_exchange *x = ctx;
+    x->stats.layers[l].end = MPI_Wtime() - x->t0;
+    return RA_OK;
+}
+
+void ra_tsp_hooks(struct ra_exchange *x)
+{
+    x->hooks = (struct ra_kv_exchange){
+        .ctx = x,
+        .layer_begin = tsp_layer_begin,
+        .kv_ready = tsp_kv_ready,
+        .layer_end = tsp_layer_end,
+    };
+}

@@ -1,0 +1,13 @@
+#!/bin/sh
+# Distributed equals single-process for P = 2, 3, 4 (oversubscribed), on the
+# trained stories260K checkpoint (GQA) and a synthetic MHA model.
+. "$(dirname "$0")/lib.sh"
+models=""
+[ -r "$MODELS/stories260K.bin" ] && models="$MODELS/stories260K.bin"
+"$BUILD/runahead-synth" --preset tiny --seed 3 --out "$TMP/tiny" >/dev/null 2>"$TMP/synth.err" \
+    || { cat "$TMP/synth.err" >&2; fail "runahead-synth --preset tiny failed"; finish; }
+models="$models $TMP/tiny"
+for p in 2 3 4; do
+    timeout 600 $MPIEXEC -np $p $MPIEXEC_FLAGS "$BUILD/tests/test_chain" $models || fail "test_chain with $p ranks"
+done
+finish

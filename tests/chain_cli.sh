@@ -1,0 +1,64 @@
+#!/bin/sh
+# The runahead program over MPI: every method and route prints the
+# single-process tokens; the report's byte counts follow the paper's traffic
+# formulas (TSP (p-1)C, KVR (p-1)C/2 rows per layer); bad partitions and rank
+# counts give one clear error and every rank exits (a timeout guards hangs).
+. "$(dirname "$0")/lib.sh"
+need_fixture stories260K.bin
+M="$MODELS/stories260K.bin"
+python3 -c "import random; random.seed(5); print(' '.join(str(random.randrange(1, 512)) for _ in range(312)))" >"$TMP/p.ids"
+run() { timeout 300 $MPIEXEC -np "$@"; }
+RA="$BUILD/runahead --model $M --prompt-ids-file $TMP/p.ids --generate 24 --output ids"
+single=$($RA 2>/dev/null) || fail "single run"
+for p in 2 3 4; do
+    for m in "kvr --route chain" "kvr --route relay" "kvr --route direct" "tsp"; do
+        got=$(run $p $MPIEXEC_FLAGS $RA --method $m --report "$TMP/r.json" 2>"$TMP/err") \
+            || { fail "p=$p $m: $(tail -1 "$TMP/err")"; continue; }
+        [ "$got" = "$single" ] || fail "p=$p $m: tokens differ from the single-process run"
+        python3 - "$TMP/r.json" $p "$m" <<'PY' || fail "p=$p $m: report"
+import json, sys
+r = json.load(open(sys.argv[1])); p = int(sys.argv[2]); method = sys.argv[3].split()[0]
+shape = r["model_shape"]
+C, L = r["context_length"], shape["layers"]
+row = shape["kv_heads"] * shape["dim"] // shape["heads"] * 4          # one K or V row in bytes
+rows = (p - 1) * C if method == "tsp" else (p - 1) * C // 2            # Eq. 5 / Eq. 7 (C divisible by p)
+want = rows * 2 * L * row                                               # K and V, every layer
+assert r["ranks"] == p and r["method"] == method, "header"
+assert len(r["per_rank"]) == p and r["ttft_s"]["median"] > 0, "per-rank figures"
+assert r["bytes_sent_total"] == want, f"{r['bytes_sent_total']} != {want}"
+assert sum(x["bytes_recv"] for x in r["per_rank"]) == want, "received"
+assert r["generated_ids"][0] == r["first_token"], "first token"
+PY
+    done
+done
+
+# A trace has one track per rank and spans per layer.
+run 3 $MPIEXEC_FLAGS $RA --repeat 3 --trace "$TMP/t.json" >/dev/null 2>&1 || fail "trace run"
+python3 - "$TMP/t.json" <<'PY' || fail "trace"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+tracks = {e["tid"] for e in ev if e["ph"] == "X"}
+assert tracks == {0, 1, 2}, tracks
+assert any(e["name"].endswith("wait kv") for e in ev if e["tid"] == 2)
+PY
+
+# Bad partitions and rank counts: one clear error line from one rank, all ranks exit.
+bad() {
+    pattern=$1; shift
+    run "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || { fail "expected a clean failure (rc $rc): $*"; return; }
+    n=$(grep -c "^runahead: rank" "$TMP/err")
+    grep -Eq -- "$pattern" "$TMP/err" && [ "$n" -eq 1 ] || { fail "wanted one line /$pattern/, got $n: $*"; cat "$TMP/err" >&2; }
+}
+bad "ratios sum to 0.9"              3 $MPIEXEC_FLAGS $RA --partition ratios:0.5,0.2,0.2
+bad "need 3 comma-separated ratios"  3 $MPIEXEC_FLAGS $RA --partition ratios:0.5,0.5
+bad "need 4 boundaries for 3 ranks"  3 $MPIEXEC_FLAGS $RA --partition bounds:0,100,312
+bad "rank 1 gets an empty slice"     3 $MPIEXEC_FLAGS $RA --partition bounds:0,100,100,312
+bad "must run from 0 to the prompt length 312" 2 $MPIEXEC_FLAGS $RA --partition bounds:0,100,300
+bad "not 'even', 'ratios"            2 $MPIEXEC_FLAGS $RA --partition uneven
+bad "fewer than the 4 ranks"         4 $MPIEXEC_FLAGS $BUILD/runahead --model $M --prompt-ids "1 2 3" --output ids
+bad "use mpirun -np 1"               2 $MPIEXEC_FLAGS $RA --method single
+bad "tsp always splits evenly"       2 $MPIEXEC_FLAGS $RA --method tsp --partition bounds:0,100,312
+bad "--route: 'ring'"                2 $MPIEXEC_FLAGS $RA --route ring
+bad "no such model"                  2 $MPIEXEC_FLAGS $BUILD/runahead --model "$TMP/none.bin" --prompt-ids 1,2,3
+finish

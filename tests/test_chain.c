@@ -1,0 +1,193 @@
+/* Distributed prompt processing equals single-process prompt processing.
+ *
+ * Run under mpirun with P ranks: test_chain MODEL [MODEL...]. For every
+ * method (kvr with each route, tsp) and partition (even, random, 1-token
+ * slices, one rank with almost everything), the last rank compares its final
+ * logits and its whole KV cache with a single-process run it does itself,
+ * decodes 16 greedy tokens from both and compares them, and checks the bytes
+ * moved against the paper's traffic formulas (Eqs. 4-7) for even splits. */
+#include "partition.h"
+#include "prefill.h"
+#include "runahead.h"
+#include "test.h"
+
+#include <mpi.h>
+
+#define TOL 1e-4
+#define N_DECODE 16
+
+static int rank, world;
+
+struct reference {
+    struct ra_kvcache kv;
+    float *logits;
+    int32_t decoded[N_DECODE];
+};
+
+static void decode(struct ra_model *m, struct ra_kvcache *kv, int n_prompt, float *logits, int32_t *out)
+{
+    struct ra_sampler s;
+    struct ra_generate g = { .max_tokens = N_DECODE, .eos_id = -1 };
+    int n = 0;
+    float *work = malloc(sizeof(float) * (size_t)m->config.vocab_size);
+    memcpy(work, logits, sizeof(float) * (size_t)m->config.vocab_size);
+    CHECK_OK(ra_sampler_init(&s, m->config.vocab_size, 0.0f, 1.0f, 1));
+    CHECK_OK(ra_generate_run(m, kv, n_prompt, work, &s, &g, out, &n));
+    CHECK(n == N_DECODE);
+    ra_sampler_free(&s);
+    free(work);
+}
+
+static void make_partitions(int n, int p, int bounds[5][RA_MAX_RANKS + 1], const char *names[5], unsigned seed)
+{
+    names[0] = "even";
+    CHECK_OK(ra_partition_parse("even", n, p, bounds[0]));
+    names[1] = "random";
+    srand(seed);
+    bounds[1][0] = 0;
+    for (int r = 1; r < p; r++) { /* any strictly increasing split */
+        int lo = bounds[1][r - 1] + 1, hi = n - (p - r);
+        bounds[1][r] = lo + rand() % (hi - lo + 1);
+    }
+    bounds[1][p] = n;
+    names[2] = "1-token slices first";
+    for (int r = 0; r < p; r++)
+        bounds[2][r] = r;
+    bounds[2][p] = n;
+    names[3] = "last rank 1 token";
+    for (int r = 0; r <= p; r++)
+        bounds[3][r] = r == 0 ? 0 : n - (p - r);
+    names[4] = "uneven ratios";
+    char spec[256] = "ratios:", part[32];
+    double left = 1.0, shares[RA_MAX_RANKS];
+    for (int r = 0; r < p - 1; r++) {
+        shares[r] = left * 0.45;
+        left -= shares[r];
+    }
+    shares[p - 1] = left;
+    for (int r = 0; r < p; r++) {
+        snprintf(part, sizeof part, r ? ",%.12f" : "%.12f", shares[r]);
+        strcat(spec, part);
+    }
+    CHECK_OK(ra_partition_parse(spec, n, p, bounds[4]));
+}
+
+static double kv_diff(const struct ra_kvcache *a, const struct ra_kvcache *b, int rows)
+{
+    double worst = 0;
+    for (int l = 0; l < a->n_layers; l++) {
+        worst = fmax(worst, test_max_rel_diff(a->k[l], b->k[l], (size_t)rows * a->kv_dim));
+        worst = fmax(worst, test_max_rel_diff(a->v[l], b->v[l], (size_t)rows * a->kv_dim));
+    }
+    return worst;
+}
+
+/* Rows that cross the network per layer (K and V counted once each), for even splits. */
+static long long expected_rows(enum ra_method method, const int *b, int p)
+{
+    long long rows = 0;
+    for (int r = 1; r < p; r++)
+        rows += method == RA_METHOD_KVR ? b[r] : 0;
+    if (method == RA_METHOD_TSP)
+        rows = (long long)(p - 1) * b[p]; /* Eq. 5: (p-1)C */
+    return rows;
+}
+
+static void run_case(const char *model_name, struct ra_model *m, const int32_t *tokens, int n,
+                     const struct reference *ref, enum ra_method method, enum ra_route route,
+                     const int *bounds, const char *part_name)
+{
+    const struct ra_config *c = &m->config;
+    struct ra_exchange x;
+    struct ra_kvcache kv;
+    float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    double ttft = 0;
+    int32_t decoded[N_DECODE];
+    const int last = rank == world - 1;
+
+    CHECK_OK(ra_exchange_init(&x, MPI_COMM_WORLD, method, route, bounds, c->n_layers, ra_config_kv_dim(c)));
+    CHECK_OK(ra_kvcache_init(&kv, m->backend, c->n_layers, ra_config_kv_dim(c), ra_prefill_kv_rows(&x) + N_DECODE));
+    CHECK_OK(ra_prefill_run(m, &x, &kv, tokens, logits, &ttft));
+
+    long long sent = x.stats.bytes_sent, total_sent = 0, recv = x.stats.bytes_recv, total_recv = 0;
+    MPI_Allreduce(&sent, &total_sent, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&recv, &total_recv, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    const long long want = expected_rows(method, bounds, world) * 2 * c->n_layers * (long long)x.row_bytes;
+    if (last) {
+        const char *what = method == RA_METHOD_TSP ? "tsp" : ra_route_name(route);
+        double dl = test_max_rel_diff(logits, ref->logits, (size_t)c->vocab_size), dk = kv_diff(&kv, &ref->kv, n);
+        decode(m, &kv, n, logits, decoded);
+        int same = memcmp(decoded, ref->decoded, sizeof decoded) == 0;
+        if (dl > TOL || dk > TOL || !same)
+            fprintf(stderr, "%s, p=%d, %s, %s: logits differ by %.3g, KV by %.3g, decode %s\n", model_name, world,
+                    what, part_name, dl, dk, same ? "same" : "DIFFERS");
+        CHECK(dl <= TOL && dk <= TOL && same);
+        if (total_sent != want || total_recv != want)
+            fprintf(stderr, "%s, p=%d, %s, %s: moved %lld bytes sent / %lld received, the formula says %lld\n",
+                    model_name, world, what, part_name, total_sent, total_recv, want);
+        CHECK(total_sent == want && total_recv == want);
+    }
+    ra_kvcache_free(&kv);
+    ra_exchange_free(&x);
+    free(logits);
+}
+
+static void check_model(const char *path, int n)
+{
+    struct ra_model m;
+    struct ra_backend *be;
+    struct reference ref = { 0 };
+    CHECK_OK(ra_model_load(&m, path));
+    if (test_failures)
+        return;
+    const struct ra_config *c = &m.config;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n);
+    srand(12345); /* the same prompt on every rank */
+    for (int i = 0; i < n; i++)
+        tokens[i] = 1 + rand() % (c->vocab_size - 1);
+    CHECK_OK(ra_backend_cpu_init(&be, 1));
+    CHECK_OK(ra_model_attach(&m, be));
+    if (rank == world - 1) {
+        ref.logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+        CHECK_OK(ra_kvcache_init(&ref.kv, be, c->n_layers, ra_config_kv_dim(c), n + N_DECODE));
+        CHECK_OK(ra_forward_span(&m, tokens, 0, n, &ref.kv, NULL, ref.logits));
+        decode(&m, &ref.kv, n, ref.logits, ref.decoded);
+    }
+    int bounds[5][RA_MAX_RANKS + 1];
+    const char *names[5];
+    make_partitions(n, world, bounds, names, 7u * (unsigned)world);
+    for (int pi = 0; pi < 5; pi++)
+        for (int route = RA_ROUTE_CHAIN; route <= RA_ROUTE_DIRECT; route++)
+            run_case(path, &m, tokens, n, &ref, RA_METHOD_KVR, (enum ra_route)route, bounds[pi], names[pi]);
+    run_case(path, &m, tokens, n, &ref, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds[0], names[0]);
+
+    if (ref.logits) {
+        ra_kvcache_free(&ref.kv);
+        free(ref.logits);
+    }
+    free(tokens);
+    ra_model_free(&m);
+    ra_backend_free(be);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (argc < 2) {
+        if (rank == 0)
+            fprintf(stderr, "usage: mpirun -np P test_chain MODEL...\n");
+        MPI_Finalize();
+        return 2;
+    }
+    /* 312 = 2*156 = 3*104 = 4*78: even splits are exact, so the traffic formulas hold exactly. */
+    for (int i = 1; i < argc; i++)
+        check_model(argv[i], 312);
+    int mine = test_failures, all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    test_failures = all;
+    int rc = rank == world - 1 ? test_result("test_chain") : (all ? 1 : 0);
+    MPI_Finalize();
+    return rc;
+}
