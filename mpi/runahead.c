@@ -323,11 +323,14 @@ static int print_output(const struct options *o, const struct ra_tokenizer *tok,
             printf(i ? " %d" : "%d", r->generated[i]);
         putchar('\n');
     } else if (o->output == OUTPUT_JSON) {
-        json_t *root = json_object(), *gen = json_array();
+        json_t *root = json_object(), *prompt = json_array(), *gen = json_array();
         char *text = NULL;
+        for (int i = 0; i < r->n_prompt; i++)
+            json_array_append_new(prompt, json_integer(r->prompt[i]));
         for (int i = 0; i < r->n_generated; i++)
             json_array_append_new(gen, json_integer(r->generated[i]));
         json_object_set_new(root, "prompt_tokens", json_integer(r->n_prompt));
+        json_object_set_new(root, "prompt_ids", prompt);
         json_object_set_new(root, "generated_ids", gen);
         if (tok && ra_tokenizer_decode(tok, r->generated, r->n_generated, &text) == RA_OK)
             json_object_set_new(root, "text", json_string(text));

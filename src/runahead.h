@@ -5,6 +5,7 @@
 #include "status.h"
 #include "mapped_file.h"
 #include "model.h"
+#include "safetensors.h"
 #include "backend.h"
 #include "kvcache.h"
 #include "forward.h"
