@@ -1,5 +1,6 @@
 #include "prefill.h"
 #include "ra_mpi.h"
+#include "report.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,35 @@ int ra_prefill_run(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache 
     if (rc == RA_OK)
         rc = ra_exchange_finish(x);
 out:
+    return rc;
+}
+
+int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
+                      const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
+                      double *median_ttft)
+{
+    struct ra_exchange x = { .row = MPI_DATATYPE_NULL };
+    double *ttft = calloc((size_t)repeats, sizeof *ttft);
+    float *logits = malloc(sizeof(float) * (size_t)m->config.vocab_size);
+    int rc = RA_OK;
+    if (!ttft || !logits) {
+        rc = ra_error_set(RA_ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = ra_exchange_init(&x, comm, method, route, bounds, m->config.n_layers,
+                               ra_config_kv_dim(&m->config))) != RA_OK)
+        goto out;
+    for (int i = 0; i < repeats && rc == RA_OK; i++)
+        rc = ra_prefill_run(m, &x, kv, tokens, logits, &ttft[i]);
+    if (rc == RA_OK) {
+        *median_ttft = ra_median(ttft, repeats);
+        MPI_CHECK(MPI_Bcast(median_ttft, 1, MPI_DOUBLE, x.size - 1, comm));
+    }
+out:
+    if (x.send)
+        ra_exchange_free(&x);
+    free(ttft);
+    free(logits);
     return rc;
 }
 

@@ -11,6 +11,13 @@
 int ra_prefill_run(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv,
                    const int32_t *tokens, float *logits, double *ttft);
 
+/* Runs `repeats` passes of one method and partition (a fresh exchange each
+ * time it is called) and gives every rank the last rank's median TTFT. The
+ * KV cache must hold ra_prefill_kv_rows() rows. Collective. */
+int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
+                      const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
+                      double *median_ttft);
+
 /* Rows of KV cache a rank needs: KVR rank r only ever holds [0, b_{r+1}). */
 int ra_prefill_kv_rows(const struct ra_exchange *x);
 

@@ -11,6 +11,7 @@
 #include "ra_mpi.h"
 #include "report.h"
 #include "runahead.h"
+#include "table.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -31,7 +32,7 @@ struct options {
     enum output_kind output;
     enum ra_method method;
     enum ra_route route;
-    const char *partition, *report, *trace;
+    const char *partition, *report, *trace, *hw_tag;
     int repeat;
 };
 
@@ -75,6 +76,8 @@ static void usage(FILE *f)
 "                            baseline); default: single on one rank, kvr on several\n"
 "      --route R             kvr: chain (default), relay or direct\n"
 "      --partition SPEC      even (default) | ratios:0.35,0.25,... | bounds:0,900,...,C\n"
+"                            | table:FILE.h5 (interpolated from a runahead-tune table)\n"
+"      --hw-tag TAG          hardware tag to look up in the table (default: CPU model and cores)\n"
 "      --repeat N            run the prompt N times, report median/min/max TTFT (default 1)\n"
 "  -T, --threads N           CPU threads per rank (default: the node's cores / its ranks)\n"
 "Output:\n"
@@ -113,7 +116,7 @@ static int parse_float(const char *s, const char *flag, float *out)
 static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
-           OPT_REPORT, OPT_TRACE };
+           OPT_REPORT, OPT_TRACE, OPT_HW_TAG };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -132,6 +135,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "repeat", required_argument, NULL, OPT_REPEAT },
         { "report", required_argument, NULL, OPT_REPORT },
         { "trace", required_argument, NULL, OPT_TRACE },
+        { "hw-tag", required_argument, NULL, OPT_HW_TAG },
         { "threads", required_argument, NULL, 'T' },
         { "output", required_argument, NULL, 'o' },
         { "tokenize-only", no_argument, NULL, OPT_TOKENIZE_ONLY },
@@ -168,6 +172,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_REPEAT: rc = parse_int(optarg, "--repeat", 1, 100000, &o->repeat); break;
         case OPT_REPORT: o->report = optarg; break;
         case OPT_TRACE: o->trace = optarg; break;
+        case OPT_HW_TAG: o->hw_tag = optarg; break;
         case 'T': rc = parse_int(optarg, "--threads", 1, 1024, &o->threads); break;
         case 'o':
             if (!strcmp(optarg, "text")) o->output = OUTPUT_TEXT;
@@ -296,6 +301,36 @@ out:
     return rc;
 }
 
+/* KVR-P: the split interpolated from a runahead-tune table for this model, hardware and rank count. */
+static int partition_from_table(const struct options *o, const struct ra_config *c, int n_prompt, int *bounds)
+{
+    struct ra_table_group g;
+    char model_id[128], hw_tag[128];
+    int extrapolated = 0, rc;
+    const char *path = o->partition + 6;
+    ra_table_model_id(c, model_id, sizeof model_id);
+    if (o->hw_tag)
+        snprintf(hw_tag, sizeof hw_tag, "%s", o->hw_tag);
+    else
+        ra_table_default_hw_tag(hw_tag, sizeof hw_tag);
+    if ((rc = ra_table_read(path, model_id, hw_tag, world, &g)) != RA_OK)
+        return rc;
+    if (n_prompt < world)
+        rc = ra_error_set(RA_EINVAL, "the prompt has %d tokens, fewer than the %d ranks: every rank needs at least one",
+                          n_prompt, world);
+    else
+        rc = ra_table_interpolate(&g, n_prompt, bounds, &extrapolated);
+    if (rc == RA_OK && rank == 0) {
+        char b[256];
+        ra_partition_format(bounds, world, b, sizeof b);
+        fprintf(stderr, "runahead: partition for %d tokens %s %s's %d entries (%d..%d tokens): [%s]\n", n_prompt,
+                extrapolated ? "EXTRAPOLATED from the nearest of" : "interpolated from", path, g.n,
+                g.context_lengths[0], g.context_lengths[g.n - 1], b);
+    }
+    ra_table_group_free(&g);
+    return rc;
+}
+
 static int check_fit(const struct options *o, const struct ra_model *m, const struct ra_tokenizer *tok,
                      const char *tok_path, const struct result *r, int *bounds)
 {
@@ -313,6 +348,8 @@ static int check_fit(const struct options *o, const struct ra_model *m, const st
         if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab_size)
             return ra_error_set(RA_ERANGE, "prompt token id %d at position %d is outside the vocabulary (0..%d)",
                                 r->prompt[i], i, c->vocab_size - 1);
+    if (o->method != RA_METHOD_TSP && !strncmp(o->partition, "table:", 6))
+        return partition_from_table(o, c, r->n_prompt, bounds);
     return ra_partition_parse(o->method == RA_METHOD_TSP ? "even" : o->partition, r->n_prompt, world, bounds);
 }
 

@@ -1,0 +1,113 @@
+/* The cost model: predicted TTFT of a partition for KV-Runahead and TSP.
+ *
+ * Per layer, rank r with slice [b_r, b_{r+1}) of n_r tokens spends
+ *   t_qkv  = QKV-projection FLOPs / gemm_flops + its share of "other"
+ *   t_rest = attention FLOPs / attn_flops + (o-projection + FFN FLOPs) / gemm_flops
+ *            + the rest of "other"
+ * FLOPs come from ra_forward_flops() (linear layers and the causal attention of
+ * queries [b_r, b_{r+1}) against keys [0, b_{r+1})). The linear FLOPs are split
+ * between QKV and the rest in proportion to their weights, d·(d + 2·kv_dim)
+ * against d·(d + 3·hidden): a GEMM's FLOPs per token are twice its weights.
+ * "other" (rmsnorm, RoPE, SwiGLU, residual adds; memory-bound) is split in
+ * proportion to the elements those ops touch before the KV hook (rmsnorm, RoPE
+ * of q and k: 2·d + kv_dim per token) and after it (add, rmsnorm, SwiGLU, add:
+ * 3·d + hidden). The final norm and the classifier for the one token that needs
+ * logits add 2·d·vocab FLOPs at gemm_flops on the last rank. The embedding
+ * lookup is left out (a copy of n·d floats).
+ *
+ * KVR (the chain route of mpi/chain.c) is replayed rank by rank, layer by layer:
+ *   start(r,l)    = end(r,l-1)                  the receive is posted here
+ *   ready(r,l)    = start(r,l) + t_qkv(r)
+ *   arrive(r,l)   = max(send(r-1,l), start(r,l), link_free(r,l-1))
+ *                   + p2p_latency + 2·b_r·kv_dim·4 bytes / p2p_bandwidth
+ *                   (K and V of rows [0, b_r); the transfer needs both sides'
+ *                   calls posted and the link to be free of the previous layer)
+ *   wait_end(r,l) = max(ready, arrive)          (rank 0: ready)
+ *   send(r,l)     = wait_end(r,l)               rows [0, b_{r+1}) go on to r+1
+ *   end(r,l)      = wait_end(r,l) + t_rest(r)
+ * TTFT = the last rank's end + the classifier. Sends are assumed to progress
+ * while both ranks compute (no CPU time charged to them).
+ *
+ * TSP (mpi/tsp.c) uses the bounds given (the runtime uses even ones): per layer
+ * every rank does its QKV, the all-gather completes when the last rank reaches
+ * it plus 2·(allgather_latency + (C - min n_r)·kv_dim·4 / allgather_bandwidth)
+ * (two calls, K and V; each rank receives every other rank's rows), then each
+ * rank does its attention and the rest. TTFT = the latest finish, the last
+ * rank's including the classifier. Without measured all-gather figures
+ * (bandwidth 0) a ring is assumed: bandwidth = p2p_bandwidth and latency =
+ * (p-1)·p2p_latency.
+ *
+ * One rank (p = 1) is the single-process forward pass for both methods. */
+#ifndef RA_COSTMODEL_H
+#define RA_COSTMODEL_H
+
+#include "model.h"
+
+struct ra_cost_profile {
+    double gemm_flops;              /* achieved linear-layer FLOP/s per rank (with its threads) */
+    double attn_flops;              /* achieved causal-attention FLOP/s per rank (lower triangle) */
+    double other_s_per_token_layer; /* rmsnorm/rope/swiglu/residual seconds per token per layer */
+    double p2p_bandwidth;           /* bytes/s between neighbouring ranks; 0 = not measured (p = 1 only) */
+    double p2p_latency;             /* seconds per message */
+    double allgather_bandwidth;     /* bytes received per rank per second in MPI_Allgatherv; 0 = from p2p */
+    double allgather_latency;       /* seconds per MPI_Allgatherv call (at the rank count measured) */
+};
+
+enum ra_cost_method { RA_COST_KVR, RA_COST_TSP };
+
+/* One rank's layer, in seconds from the start of the prompt (like
+ * struct ra_layer_times of mpi/exchange.h, for comparison with traces). */
+struct ra_cost_layer {
+    double start, wait_end, end;
+};
+
+/* Predicted TTFT for the model shape, partition bounds[p+1] (0 = b_0 < ... <
+ * b_p = C) and method; optionally each rank's finish time (rank_finish[p]). */
+int ra_cost_predict(const struct ra_config *c, const struct ra_cost_profile *pf, enum ra_cost_method m,
+                    const int *bounds, int p, double *ttft, double *rank_finish /* [p] or NULL */);
+
+/* The same, also filling layers[r * n_layers + l] (NULL to skip). */
+int ra_cost_replay(const struct ra_config *c, const struct ra_cost_profile *pf, enum ra_cost_method m,
+                   const int *bounds, int p, double *ttft, double *rank_finish, struct ra_cost_layer *layers);
+
+/* The cost model as a search objective (ra_objective_fn of search.h): pass
+ * ra_cost_objective_eval with a struct ra_cost_objective as its ctx. */
+struct ra_cost_objective {
+    const struct ra_config *config;
+    const struct ra_cost_profile *profile;
+    enum ra_cost_method method;
+};
+int ra_cost_objective_eval(void *ctx, const int *bounds, int p, double *value);
+
+/* Checks that every field is usable: compute rates > 0, bandwidths > 0 or 0
+ * (not measured; predictions for p > 1 then fail), +inf = free, times finite >= 0. */
+int ra_cost_profile_check(const struct ra_cost_profile *pf);
+
+/* Fits the compute rates from n >= 2 measured single-process spans: span i did
+ * linear_flop[i] and attn_flop[i] (ra_forward_flops) in seconds[i]. Solves
+ *     seconds ≈ linear_flop / gemm_flops + attn_flop / attn_flops
+ * for 1/gemm_flops and 1/attn_flops by least squares on the relative error
+ * (each row divided by its seconds, so short and long spans count alike) with
+ * LAPACKE_dgels. Spans of different lengths are needed: attention grows with
+ * the square of the length, the linear layers with the length.
+ * The per-token "other" time cannot be told apart from the linear layers this
+ * way (both are proportional to the tokens of a span), so it is folded into an
+ * effective gemm_flops and other_s_per_token_layer is set to 0; to model it on
+ * its own, fit seconds minus the measured other time (ra_forward_stats.t_other)
+ * and set the field from t_other / (tokens · layers). Writes gemm_flops,
+ * attn_flops and other_s_per_token_layer only. */
+int ra_cost_fit_compute(const double *linear_flop, const double *attn_flop, const double *seconds, int n,
+                        struct ra_cost_profile *pf);
+
+/* The profile as named doubles, for the HDF5 table's attributes. */
+#define RA_COST_PROFILE_N 7
+/* The field names in packing order, NULL-terminated. */
+const char *const *ra_cost_profile_names(void);
+/* values[RA_COST_PROFILE_N] in the order of ra_cost_profile_names(). */
+void ra_cost_profile_pack(const struct ra_cost_profile *pf, double *values);
+/* Sets pf from n (name, value) pairs in any order: unknown names are ignored
+ * (newer writers), missing fields are 0, and the result is checked (so
+ * gemm_flops and attn_flops are required). */
+int ra_cost_profile_unpack(struct ra_cost_profile *pf, const char *const *names, const double *values, int n);
+
+#endif

@@ -1,0 +1,634 @@
+/* runahead-tune: searches KV-Runahead partitions and stores them in an HDF5 lookup table.
+ *
+ *   mpirun -np P runahead-tune --model M --contexts 2048,4096,8192 --out table.h5
+ *   mpirun -np 2 runahead-tune --model M --calibrate --out table.h5
+ *   runahead-tune --model M --objective model --ranks 16 --contexts 8192,16384 --out table.h5
+ *
+ * With the measured objective every rank runs the same deterministic search and
+ * every trial is a real prompt pass on all ranks (the median of --repeats); the
+ * last rank's TTFT is broadcast so all ranks see the same values and make the
+ * same next move. Later context lengths start from the split interpolated from
+ * the earlier ones. Each finished context length is merged into the table at
+ * once, so an interrupted sweep keeps what it found. */
+#include "config.h"
+#include "costmodel.h"
+#include "partition.h"
+#include "prefill.h"
+#include "ra_mpi.h"
+#include "runahead.h"
+#include "search.h"
+#include "table.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_CONTEXTS 64
+
+struct options {
+    const char *model, *out, *hw_tag, *evaluate;
+    int contexts[MAX_CONTEXTS], n_contexts;
+    int repeats, min_stride, points, ranks, threads, calibrate, baselines;
+    int model_objective;
+    unsigned seed;
+};
+
+struct tune {
+    const struct options *o;
+    struct ra_model m;
+    struct ra_backend *be;
+    struct ra_kvcache kv;
+    int32_t *tokens;
+    char model_id[128], hw_tag[128];
+    struct ra_cost_profile profile;
+    int have_profile;
+    double t_start;
+    int context; /* the context being searched, for progress lines */
+};
+
+static int rank, world;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"Usage: mpirun -np P runahead-tune --model PATH --contexts N,N,... --out FILE.h5 [options]\n"
+"       mpirun -np P runahead-tune --model PATH --calibrate --out FILE.h5\n"
+"       runahead-tune --model PATH --objective model --ranks P --contexts ... --out FILE.h5\n"
+"\n"
+"Searches the KV-Runahead partition with the lowest TTFT for each context length\n"
+"(the paper's hierarchical grid search) and merges the results into an HDF5 table\n"
+"that `runahead --partition table:FILE.h5` interpolates.\n"
+"\n"
+"  -m, --model PATH        the model (as for runahead)\n"
+"  -c, --contexts LIST     context lengths to search, e.g. 2048,4096,8192\n"
+"  -o, --out FILE.h5       the table to create or merge into\n"
+"      --hw-tag TAG        hardware tag of the entries (default: CPU model and cores)\n"
+"      --objective KIND    measure (default: real TTFT on these ranks) or model (the\n"
+"                          calibrated cost model; any --ranks, up to 64)\n"
+"      --ranks P           ranks to search for with --objective model (default: world size)\n"
+"      --calibrate         measure GEMM/attention rates and point-to-point and all-gather\n"
+"                          bandwidth/latency, store them as the cost model's profile\n"
+"  -r, --repeats N         runs per trial, median taken (default 3)\n"
+"      --min-stride N      smallest grid stride in tokens (default 16)\n"
+"      --points N          grid values per axis (default 5)\n"
+"      --no-baselines      skip measuring KVR-E and TSP beside each searched split\n"
+"      --evaluate SPEC     measure this partition (even, ratios:..., bounds:..., or\n"
+"                          table:FILE.h5 interpolated) at each context instead of searching,\n"
+"                          beside the cost model's prediction; writes no entries\n"
+"  -T, --threads N         CPU threads per rank (default: the node's cores / its ranks)\n"
+"  -s, --seed S            seed of the synthetic prompt ids (default 1)\n"
+"  -h, --help, -V, --version\n"
+"\n"
+"Progress goes to stderr: trials done and planned, best TTFT so far, elapsed time.\n");
+}
+
+static int parse_int(const char *s, const char *flag, int lo, int hi, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi)
+        return ra_error_set(RA_EINVAL, "%s: '%s' is not an integer in %d..%d", flag, s, lo, hi);
+    *out = (int)v;
+    return RA_OK;
+}
+
+static int parse_contexts(const char *s, struct options *o)
+{
+    char *copy = strdup(s), *save = NULL;
+    int rc = RA_OK;
+    o->n_contexts = 0;
+    for (char *t = strtok_r(copy, ",", &save); t && rc == RA_OK; t = strtok_r(NULL, ",", &save)) {
+        if (o->n_contexts == MAX_CONTEXTS)
+            rc = ra_error_set(RA_EINVAL, "--contexts: more than %d lengths", MAX_CONTEXTS);
+        else
+            rc = parse_int(t, "--contexts", 1, 1 << 24, &o->contexts[o->n_contexts++]);
+    }
+    free(copy);
+    if (rc == RA_OK && o->n_contexts == 0)
+        rc = ra_error_set(RA_EINVAL, "--contexts: no lengths given");
+    return rc;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+/* RA_OK, a negative status, or 1 to exit 0 (help, version). */
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    enum { OPT_HW = 256, OPT_OBJECTIVE, OPT_RANKS, OPT_CALIBRATE, OPT_MIN_STRIDE, OPT_POINTS, OPT_NO_BASE, OPT_EVAL };
+    static const struct option longopts[] = {
+        { "model", required_argument, NULL, 'm' },     { "contexts", required_argument, NULL, 'c' },
+        { "out", required_argument, NULL, 'o' },       { "hw-tag", required_argument, NULL, OPT_HW },
+        { "objective", required_argument, NULL, OPT_OBJECTIVE },
+        { "ranks", required_argument, NULL, OPT_RANKS }, { "calibrate", no_argument, NULL, OPT_CALIBRATE },
+        { "repeats", required_argument, NULL, 'r' },   { "min-stride", required_argument, NULL, OPT_MIN_STRIDE },
+        { "points", required_argument, NULL, OPT_POINTS }, { "no-baselines", no_argument, NULL, OPT_NO_BASE },
+        { "evaluate", required_argument, NULL, OPT_EVAL },
+        { "threads", required_argument, NULL, 'T' },   { "seed", required_argument, NULL, 's' },
+        { "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c, rc = RA_OK, seed = 1;
+    *o = (struct options){ .repeats = 3, .min_stride = 16, .points = 5, .ranks = world, .baselines = 1 };
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":m:c:o:r:T:s:hV", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case 'c': rc = parse_contexts(optarg, o); break;
+        case 'o': o->out = optarg; break;
+        case OPT_HW: o->hw_tag = optarg; break;
+        case OPT_OBJECTIVE:
+            if (!strcmp(optarg, "model")) o->model_objective = 1;
+            else if (strcmp(optarg, "measure") != 0)
+                rc = ra_error_set(RA_EINVAL, "--objective: '%s' is not measure or model", optarg);
+            break;
+        case OPT_RANKS: rc = parse_int(optarg, "--ranks", 1, 64, &o->ranks); break;
+        case OPT_CALIBRATE: o->calibrate = 1; break;
+        case 'r': rc = parse_int(optarg, "--repeats", 1, 1000, &o->repeats); break;
+        case OPT_MIN_STRIDE: rc = parse_int(optarg, "--min-stride", 1, 1 << 20, &o->min_stride); break;
+        case OPT_POINTS: rc = parse_int(optarg, "--points", 3, 33, &o->points); break;
+        case OPT_NO_BASE: o->baselines = 0; break;
+        case OPT_EVAL: o->evaluate = optarg; break;
+        case 'T': rc = parse_int(optarg, "--threads", 1, 1024, &o->threads); break;
+        case 's': rc = parse_int(optarg, "--seed", 0, 1 << 30, &seed); break;
+        case 'h': if (rank == 0) usage(stdout); return 1;
+        case 'V': if (rank == 0) printf("runahead-tune %s\n", PACKAGE_VERSION); return 1;
+        case ':': return ra_error_set(RA_EINVAL, "%s needs a value (see --help)", argv[optind - 1]);
+        default: return ra_error_set(RA_EINVAL, "unknown option '%s' (see --help)", argv[optind - 1]);
+        }
+        if (rc != RA_OK)
+            return rc;
+    }
+    o->seed = (unsigned)seed;
+    if (optind < argc)
+        return ra_error_set(RA_EINVAL, "unexpected argument '%s' (see --help)", argv[optind]);
+    if (!o->model || !o->out)
+        return ra_error_set(RA_EINVAL, "--model and --out are required (see --help)");
+    if (!o->calibrate && o->n_contexts == 0)
+        return ra_error_set(RA_EINVAL, "--contexts is required unless --calibrate");
+    if (!o->model_objective && o->ranks != world)
+        return ra_error_set(RA_EINVAL, "--ranks %d differs from the %d ranks started: measuring needs mpirun -np %d "
+                            "(or use --objective model)", o->ranks, world, o->ranks);
+    if (o->evaluate && o->model_objective)
+        return ra_error_set(RA_EINVAL, "--evaluate measures: it does not go with --objective model");
+    if (!o->model_objective && world < 2 && o->n_contexts > 0)
+        return ra_error_set(RA_EINVAL, "measuring a partition needs at least 2 ranks (mpirun -np P), "
+                            "or --objective model --ranks P");
+    qsort(o->contexts, (size_t)o->n_contexts, sizeof(int), cmp_int);
+    return RA_OK;
+}
+
+/* Every rank's status becomes the first failing rank's; only that rank prints. */
+static int failed_rank = -1;
+
+static int agree(int rc)
+{
+    return ra_mpi_agree(rc, MPI_COMM_WORLD, &failed_rank);
+}
+
+static double elapsed(const struct tune *t)
+{
+    return MPI_Wtime() - t->t_start;
+}
+
+static void show_progress(void *ctx, int done, int planned, double best, const int *b)
+{
+    const struct tune *t = ctx;
+    if (rank != 0)
+        return;
+    char bounds[256];
+    ra_partition_format(b, t->o->model_objective ? t->o->ranks : world, bounds, sizeof bounds);
+    fprintf(stderr, "runahead-tune: C=%d trial %d/%d best %.4f s at [%s] (%.0f s)\n", t->context, done,
+            planned, best, bounds, elapsed(t));
+}
+
+static int objective_measure(void *ctx, const int *bounds, int p, double *value)
+{
+    struct tune *t = ctx;
+    int rc = ra_prefill_median(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+                               t->o->repeats, value);
+    if (rc != RA_OK) { /* the other ranks may be blocked on this one's KV rows */
+        fprintf(stderr, "runahead-tune: rank %d: %s\n", rank, ra_error_message());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return rc;
+}
+
+/* TTFT of KVR-E and TSP beside the searched split: measured, or predicted. */
+static int baselines(struct tune *t, int p, int context, double *even, double *tsp)
+{
+    int bounds[RA_MAX_RANKS + 1], rc;
+    *even = *tsp = NAN;
+    if ((rc = ra_partition_parse("even", context, p, bounds)) != RA_OK)
+        return rc;
+    if (t->o->model_objective) {
+        if ((rc = ra_cost_predict(&t->m.config, &t->profile, RA_COST_KVR, bounds, p, even, NULL)) == RA_OK)
+            rc = ra_cost_predict(&t->m.config, &t->profile, RA_COST_TSP, bounds, p, tsp, NULL);
+        return rc;
+    }
+    if (!t->o->baselines)
+        return RA_OK;
+    rc = ra_prefill_median(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+                           t->o->repeats, even);
+    if (rc == RA_OK)
+        rc = ra_prefill_median(&t->m, MPI_COMM_WORLD, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+                               t->o->repeats, tsp);
+    return rc;
+}
+
+/* The cost model's prediction beside a measurement, so its error is visible at every point. */
+static void print_prediction(struct tune *t, const char *what, enum ra_cost_method method, const int *bounds,
+                             int p, double measured)
+{
+    double predicted;
+    if (rank != 0 || !t->have_profile || isnan(measured) ||
+        ra_cost_predict(&t->m.config, &t->profile, method, bounds, p, &predicted, NULL) != RA_OK)
+        return;
+    fprintf(stderr, "runahead-tune: C=%d %-5s measured %.4f s, cost model %.4f s (%+.1f%%)\n", t->context, what,
+            measured, predicted, 100.0 * (predicted - measured) / measured);
+}
+
+static int tune_context(struct tune *t, struct ra_table_group *g, int i)
+{
+    const int C = t->o->contexts[i], p = g->p;
+    int seed[RA_MAX_RANKS + 1], best[RA_MAX_RANKS + 1], trials = 0, rc = RA_OK;
+    double ttft = 0, even = NAN, tsp = NAN;
+    struct ra_search_opts so = { .points_per_axis = t->o->points, .min_stride = t->o->min_stride,
+                                 .progress = show_progress, .progress_ctx = t };
+    t->context = C;
+    if (i > 0) { /* start from what the shorter contexts found, in a narrower window */
+        const int n = g->n;
+        g->n = i;
+        rc = ra_table_interpolate(g, C, seed, NULL);
+        g->n = n;
+        if (rc != RA_OK)
+            return rc;
+        so.seed = seed;
+        so.initial_span = 0.5;
+    }
+    struct ra_cost_objective model = { &t->m.config, &t->profile, RA_COST_KVR };
+    if (t->o->model_objective)
+        rc = ra_search_partition(C, p, ra_cost_objective_eval, &model, &so, best, &ttft, &trials);
+    else
+        rc = ra_search_partition(C, p, objective_measure, t, &so, best, &ttft, &trials);
+    if (rc == RA_OK)
+        rc = baselines(t, p, C, &even, &tsp);
+    if (rc != RA_OK)
+        return rc;
+    if ((rc = ra_table_entry_set(g, i, best, ttft, even, tsp)) != RA_OK)
+        return rc;
+    if (rank == 0) {
+        char b[256];
+        ra_partition_format(best, p, b, sizeof b);
+        fprintf(stderr, "runahead-tune: C=%d done: [%s] %.4f s in %d trials; KVR-E %.4f s, TSP %.4f s (%.0f s)\n",
+                C, b, ttft, trials, even, tsp, elapsed(t));
+        printf("%-8d %-40s %10.4f %10.4f %10.4f %8.3f %8.3f %7d\n", C, b, ttft, even, tsp, even / ttft, tsp / ttft,
+               trials);
+        fflush(stdout);
+    }
+    if (!t->o->model_objective) {
+        int ev[RA_MAX_RANKS + 1];
+        ra_partition_parse("even", C, p, ev);
+        print_prediction(t, "KVR-S", RA_COST_KVR, best, p, ttft);
+        print_prediction(t, "KVR-E", RA_COST_KVR, ev, p, even);
+        print_prediction(t, "TSP", RA_COST_TSP, ev, p, tsp);
+    }
+    return RA_OK;
+}
+
+/* The partition --evaluate names, at one context length. */
+static int evaluated_bounds(struct tune *t, int context, int *bounds, int *extrapolated)
+{
+    struct ra_table_group g;
+    const char *spec = t->o->evaluate;
+    *extrapolated = 0;
+    if (strncmp(spec, "table:", 6) != 0)
+        return ra_partition_parse(spec, context, world, bounds);
+    int rc = ra_table_read(spec + 6, t->model_id, t->hw_tag, world, &g);
+    if (rc == RA_OK) {
+        rc = ra_table_interpolate(&g, context, bounds, extrapolated);
+        ra_table_group_free(&g);
+    }
+    return rc;
+}
+
+static int evaluate_all(struct tune *t)
+{
+    int rc = RA_OK;
+    if (rank == 0)
+        printf("%-8s %-40s %10s %10s %8s\n", "context", "bounds", "measured_s", "model_s", "error");
+    for (int i = 0; i < t->o->n_contexts && rc == RA_OK; i++) {
+        int bounds[RA_MAX_RANKS + 1], extrapolated;
+        double measured = 0, predicted = NAN;
+        t->context = t->o->contexts[i];
+        if ((rc = agree(evaluated_bounds(t, t->context, bounds, &extrapolated))) != RA_OK)
+            break;
+        rc = ra_prefill_median(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+                               t->o->repeats, &measured);
+        if (rc == RA_OK && rank == 0) {
+            char b[256];
+            ra_partition_format(bounds, world, b, sizeof b);
+            if (t->have_profile)
+                ra_cost_predict(&t->m.config, &t->profile, RA_COST_KVR, bounds, world, &predicted, NULL);
+            printf("%-8d %-40s %10.4f %10.4f %+7.1f%%%s\n", t->context, b, measured, predicted,
+                   100.0 * (predicted - measured) / measured, extrapolated ? "  (extrapolated)" : "");
+            fflush(stdout);
+        }
+    }
+    return rc;
+}
+
+static int tune_all(struct tune *t)
+{
+    struct ra_table_group g;
+    const int p = t->o->model_objective ? t->o->ranks : world;
+    int rc = ra_table_group_init(&g, t->model_id, t->hw_tag, p, t->o->n_contexts);
+    if (rc != RA_OK)
+        return rc;
+    snprintf(g.objective, sizeof g.objective, "%s", t->o->model_objective ? "model" : "measure");
+    g.min_stride = t->o->min_stride;
+    g.repeats = t->o->model_objective ? 1 : t->o->repeats;
+    if (rank == 0) {
+        const struct ra_search_opts so = { .points_per_axis = t->o->points, .min_stride = t->o->min_stride };
+        fprintf(stderr, "runahead-tune: model %s, hardware %s, %d ranks, objective %s, search %s\n", t->model_id,
+                t->hw_tag, p, g.objective, ra_search_method_name(p, &so));
+        printf("%-8s %-40s %10s %10s %10s %8s %8s %7s\n", "context", "KVR-S bounds", "KVR-S_s", "KVR-E_s", "TSP_s",
+               "E/S", "TSP/S", "trials");
+    }
+    for (int i = 0; i < t->o->n_contexts && rc == RA_OK; i++) {
+        rc = tune_context(t, &g, i);
+        if (rc == RA_OK && rank == 0) { /* merge what is found so far: an interrupted sweep keeps it */
+            const int n = g.n;
+            g.n = i + 1;
+            rc = ra_table_merge(t->o->out, &g);
+            g.n = n;
+        }
+        rc = agree(rc);
+    }
+    if (rc == RA_OK && rank == 0)
+        fprintf(stderr, "runahead-tune: wrote %d entries to %s group /%s/%s/p%d\n", g.n, t->o->out, t->model_id,
+                t->hw_tag, p);
+    ra_table_group_free(&g);
+    return rc;
+}
+
+/* Least-squares line t = a + b*x through (x_i, t_i): latency a, inverse bandwidth b. */
+static void fit_line(const double *x, const double *t, int n, double *a, double *b)
+{
+    double sx = 0, st = 0, sxx = 0, sxt = 0;
+    for (int i = 0; i < n; i++) {
+        sx += x[i];
+        st += t[i];
+        sxx += x[i] * x[i];
+        sxt += x[i] * t[i];
+    }
+    *b = (n * sxt - sx * st) / (n * sxx - sx * sx);
+    *a = (st - *b * sx) / n;
+    if (*a < 0)
+        *a = 0;
+}
+
+#define N_SIZES 5
+static const double sizes[N_SIZES] = { 4096, 65536, 1 << 20, 8 << 20, 32 << 20 };
+
+/* One-way time of a message between ranks 0 and 1, by ping-pong; all ranks get it. */
+static int measure_p2p(double *lat, double *bw)
+{
+    char *buf = malloc((size_t)sizes[N_SIZES - 1]);
+    double t[N_SIZES];
+    int rc = RA_OK;
+    if (!buf)
+        return ra_error_set(RA_ENOMEM, "out of memory");
+    memset(buf, 1, (size_t)sizes[N_SIZES - 1]);
+    for (int s = 0; s < N_SIZES; s++) {
+        const int n = (int)sizes[s], iters = s < 2 ? 50 : 8;
+        double best = INFINITY;
+        for (int rep = 0; rep < 3; rep++) {
+            MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+            const double t0 = MPI_Wtime();
+            for (int i = 0; i < iters && rank < 2; i++) {
+                if (rank == 0) {
+                    MPI_CHECK(MPI_Send(buf, n, MPI_BYTE, 1, 0, MPI_COMM_WORLD));
+                    MPI_CHECK(MPI_Recv(buf, n, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+                } else {
+                    MPI_CHECK(MPI_Recv(buf, n, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+                    MPI_CHECK(MPI_Send(buf, n, MPI_BYTE, 0, 0, MPI_COMM_WORLD));
+                }
+            }
+            const double one_way = (MPI_Wtime() - t0) / (2.0 * iters);
+            best = one_way < best ? one_way : best;
+        }
+        t[s] = best;
+    }
+    MPI_CHECK(MPI_Bcast(t, N_SIZES, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    double inv_bw;
+    fit_line(sizes, t, N_SIZES, lat, &inv_bw);
+    *bw = 1.0 / inv_bw;
+out:
+    free(buf);
+    return rc;
+}
+
+/* MPI_Allgatherv as TSP uses it: time against the bytes each rank receives. */
+static int measure_allgather(double *lat, double *bw)
+{
+    const size_t most = (size_t)sizes[N_SIZES - 1];
+    char *buf = malloc(most * (size_t)world);
+    int counts[RA_MAX_RANKS], displs[RA_MAX_RANKS], rc = RA_OK;
+    double x[N_SIZES], t[N_SIZES];
+    if (!buf)
+        return ra_error_set(RA_ENOMEM, "out of memory");
+    memset(buf, 1, most * (size_t)world);
+    for (int s = 0; s < N_SIZES; s++) {
+        const int n = (int)sizes[s];
+        double best = INFINITY;
+        for (int r = 0; r < world; r++) {
+            counts[r] = n;
+            displs[r] = r * n;
+        }
+        for (int rep = 0; rep < 5; rep++) {
+            MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+            const double t0 = MPI_Wtime();
+            MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_BYTE, MPI_COMM_WORLD));
+            double dt = MPI_Wtime() - t0, slowest;
+            MPI_CHECK(MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+            best = slowest < best ? slowest : best;
+        }
+        x[s] = (double)n * (world - 1);
+        t[s] = best;
+    }
+    double inv_bw;
+    fit_line(x, t, N_SIZES, lat, &inv_bw);
+    *bw = 1.0 / inv_bw;
+out:
+    free(buf);
+    return rc;
+}
+
+/* Compute rates from prompt spans run on every rank at once, as in a real run. */
+static int measure_compute(struct tune *t, struct ra_cost_profile *pf)
+{
+    struct ra_forward_stats st = { 0 };
+    const int lengths[] = { 256, 512, 1024, 2048 };
+    int rc = RA_OK;
+    t->m.stats = &st;
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0] && rc == RA_OK; i++) {
+        if (lengths[i] > t->kv.capacity)
+            break;
+        MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+        rc = ra_forward_span(&t->m, t->tokens, 0, lengths[i], &t->kv, NULL, NULL);
+    }
+    double mine[4] = { st.flop_linear / st.t_linear, st.flop_attention / st.t_attention,
+                       st.t_other / ((double)st.tokens * t->m.config.n_layers), 0 }, sum[4];
+    MPI_CHECK(MPI_Allreduce(mine, sum, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    pf->gemm_flops = sum[0] / world;
+    pf->attn_flops = sum[1] / world;
+    pf->other_s_per_token_layer = sum[2] / world;
+out:
+    t->m.stats = NULL;
+    return rc;
+}
+
+static int profile_store(const char *path, const char *model_id, const char *hw_tag,
+                                 const struct ra_cost_profile *pf)
+{
+    double values[RA_COST_PROFILE_N];
+    ra_cost_profile_pack(pf, values);
+    return ra_table_profile_write(path, model_id, hw_tag, ra_cost_profile_names(), values, RA_COST_PROFILE_N);
+}
+
+static int profile_load(const char *path, const char *model_id, const char *hw_tag, struct ra_cost_profile *pf)
+{
+    char names[RA_TABLE_MAX_PROFILE][64];
+    const char *list[RA_TABLE_MAX_PROFILE];
+    double values[RA_TABLE_MAX_PROFILE];
+    int n = 0, rc = ra_table_profile_read(path, model_id, hw_tag, names, values, RA_TABLE_MAX_PROFILE, &n);
+    if (rc != RA_OK)
+        return rc;
+    for (int i = 0; i < n; i++)
+        list[i] = names[i];
+    return ra_cost_profile_unpack(pf, list, values, n);
+}
+
+static int calibrate(struct tune *t)
+{
+    struct ra_cost_profile pf = { 0 };
+    int rc = measure_compute(t, &pf);
+    if (rc == RA_OK && world >= 2)
+        rc = measure_p2p(&pf.p2p_latency, &pf.p2p_bandwidth);
+    if (rc == RA_OK && world >= 2)
+        rc = measure_allgather(&pf.allgather_latency, &pf.allgather_bandwidth);
+    if (rc != RA_OK)
+        return rc;
+    if (world < 2 && rank == 0)
+        fprintf(stderr, "runahead-tune: one rank: no point-to-point or all-gather figures (run with mpirun -np 2+)\n");
+    if (rank == 0) {
+        fprintf(stderr, "runahead-tune: calibrated with %d ranks x %d threads: GEMM %.1f GFLOP/s, attention %.1f GFLOP/s, "
+                "other %.2f us/token/layer, p2p %.2f GB/s + %.1f us, all-gather %.2f GB/s + %.1f us\n", world,
+                t->be->n_threads, pf.gemm_flops / 1e9, pf.attn_flops / 1e9, pf.other_s_per_token_layer * 1e6,
+                pf.p2p_bandwidth / 1e9, pf.p2p_latency * 1e6, pf.allgather_bandwidth / 1e9, pf.allgather_latency * 1e6);
+        rc = profile_store(t->o->out, t->model_id, t->hw_tag, &pf);
+    }
+    if ((rc = agree(rc)) == RA_OK) {
+        t->profile = pf;
+        t->have_profile = 1;
+    }
+    return rc;
+}
+
+static int threads_per_rank(void)
+{
+    MPI_Comm node;
+    int local = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, &local);
+        MPI_Comm_free(&node);
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = (int)(cores > 0 ? cores : 1) / local;
+    return n > 0 ? n : 1;
+}
+
+static int setup(struct tune *t)
+{
+    const struct options *o = t->o;
+    int rc = ra_model_load(&t->m, o->model);
+    if (rc != RA_OK)
+        return rc;
+    const struct ra_config *c = &t->m.config;
+    const int longest = o->n_contexts ? o->contexts[o->n_contexts - 1] : (c->seq_len < 2048 ? c->seq_len : 2048);
+    if (longest > c->seq_len)
+        return ra_error_set(RA_ERANGE, "context length %d exceeds the model's context of %d tokens", longest, c->seq_len);
+    if (o->n_contexts && o->contexts[0] < (o->model_objective ? o->ranks : world))
+        return ra_error_set(RA_EINVAL, "context length %d is shorter than the %d ranks", o->contexts[0],
+                            o->model_objective ? o->ranks : world);
+    ra_table_model_id(c, t->model_id, sizeof t->model_id);
+    if (o->hw_tag)
+        snprintf(t->hw_tag, sizeof t->hw_tag, "%s", o->hw_tag);
+    else
+        ra_table_default_hw_tag(t->hw_tag, sizeof t->hw_tag);
+    if ((rc = ra_backend_cpu_init(&t->be, o->threads ? o->threads : threads_per_rank())) != RA_OK ||
+        (rc = ra_model_attach(&t->m, t->be)) != RA_OK ||
+        (rc = ra_kvcache_init(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), longest)) != RA_OK)
+        return rc;
+    if (!(t->tokens = malloc(sizeof(int32_t) * (size_t)longest)))
+        return ra_error_set(RA_ENOMEM, "out of memory");
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ o->seed; /* the same synthetic prompt on every rank */
+    for (int i = 0; i < longest; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        t->tokens[i] = (int32_t)(3 + x % (uint64_t)(c->vocab_size - 3));
+    }
+    return RA_OK;
+}
+
+static int load_profile(struct tune *t)
+{
+    int rc = profile_load(t->o->out, t->model_id, t->hw_tag, &t->profile);
+    t->have_profile = rc == RA_OK;
+    if (rc != RA_OK && t->o->model_objective)
+        return ra_error_set(rc, "%s: no cost-model profile for %s on %s: run runahead-tune --calibrate first (%s)",
+                            t->o->out, t->model_id, t->hw_tag, ra_error_message());
+    return RA_OK;
+}
+
+static int run(int argc, char **argv)
+{
+    struct options o;
+    struct tune t = { .o = &o };
+    int rc = parse_options(argc, argv, &o);
+    if (rc != RA_OK) {
+        failed_rank = 0;
+        return rc > 0 ? RA_OK : rc;
+    }
+    t.t_start = MPI_Wtime();
+    if ((rc = agree(setup(&t))) != RA_OK)
+        goto out;
+    if (o.calibrate && (rc = calibrate(&t)) != RA_OK)
+        goto out;
+    if (!t.have_profile && (rc = agree(load_profile(&t))) != RA_OK)
+        goto out;
+    if (o.n_contexts > 0)
+        rc = o.evaluate ? evaluate_all(&t) : tune_all(&t);
+out:
+    free(t.tokens);
+    ra_kvcache_free(&t.kv);
+    ra_model_free(&t.m);
+    ra_backend_free(t.be);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = ra_mpi_init(&argc, &argv, &rank, &world);
+    if (rc == RA_OK)
+        rc = run(argc, argv);
+    if (rc != RA_OK && (failed_rank == rank || failed_rank < 0))
+        fprintf(stderr, "runahead-tune: rank %d: %s\n", rank, ra_error_message());
+    MPI_Finalize();
+    return rc == RA_OK ? 0 : 1;
+}

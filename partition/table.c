@@ -1,0 +1,1363 @@
+/* Partition lookup tables in HDF5: reading, checking, atomic merging, interpolation.
+ *
+ * One checker serves read and validate: it reports problems one line each through a
+ * `struct problems`; validate prints them all, read turns the first into its error. So a
+ * group that reads is exactly a group that validates.
+ *
+ * HDF5's own error printing is silenced (it would print a stack per failed call); the innermost
+ * HDF5 message is appended to ours where it says more than "failed". Every file is opened with
+ * H5F_CLOSE_STRONG, so closing it closes whatever an error path left open. */
+#include "config.h"
+#include "table.h"
+#include "status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_VALUES (1 << 24) /* n * (p + 1): a corrupt shape must not allocate gigabytes */
+
+static const char *const ds_names[] = { "context_lengths", "boundaries", "ratios",
+                                        "ttft_kvr_s", "ttft_even_s", "ttft_tsp_s" };
+enum { DS_CONTEXT, DS_BOUNDS, DS_RATIOS, DS_KVR, DS_EVEN, DS_TSP, DS_COUNT };
+
+/* ------------------------------------------------------------------ problems */
+
+struct problems {
+    const char *path;
+    FILE *out;      /* NULL: count and keep the first only */
+    int n;
+    char first[1024];
+};
+
+static void problem_line(struct problems *pr, const char *line)
+{
+    if (pr->out)
+        fprintf(pr->out, "%s\n", line);
+    if (pr->n++ == 0)
+        snprintf(pr->first, sizeof pr->first, "%s", line);
+}
+
+/* One problem "PATH: <what>". */
+__attribute__((format(printf, 2, 3))) static void problem(struct problems *pr, const char *fmt, ...)
+{
+    char msg[900], line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(line, sizeof line, "%s: %s", pr->path, msg);
+    problem_line(pr, line);
+}
+
+/* ------------------------------------------------------------------ HDF5 helpers */
+
+static void h5_quiet(void)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static herr_t innermost_cb(unsigned n, const H5E_error2_t *e, void *data)
+{
+    if (n == 0 && e->desc && *e->desc)
+        snprintf(data, 200, " (HDF5: %s)", e->desc);
+    return 0;
+}
+
+/* " (HDF5: <its most specific message>)" for the call that just failed, or "" when the stack
+ * is empty (any later HDF5 call clears it). */
+static const char *h5_cause(char *buf)
+{
+    buf[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_cb, buf);
+    return buf;
+}
+
+static void h5_close(hid_t id)
+{
+    if (id < 0)
+        return;
+    switch (H5Iget_type(id)) {
+    case H5I_FILE: H5Fclose(id); break;
+    case H5I_GROUP: H5Gclose(id); break;
+    case H5I_DATASET: H5Dclose(id); break;
+    case H5I_DATATYPE: H5Tclose(id); break;
+    case H5I_DATASPACE: H5Sclose(id); break;
+    case H5I_ATTR: H5Aclose(id); break;
+    case H5I_GENPROP_LST: H5Pclose(id); break;
+    default: break;
+    }
+}
+
+static hid_t strong_fapl(void)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0)
+        H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
+    return fapl;
+}
+
+/* For files we write: the HDF5 1.8 format (read by any HDF5 since 1.8, h5py and h5dump
+ * included) rather than the earliest, because it checksums all metadata: a corrupted
+ * superblock, object header, link or attribute is then reported ("incorrect metadata
+ * checksum") instead of being parsed, which is where HDF5 1.10 crashes on damaged files. */
+static hid_t write_fapl(void)
+{
+    hid_t fapl = strong_fapl();
+    if (fapl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18) < 0)
+        h5_close(fapl), fapl = -1;
+    return fapl;
+}
+
+/* Opens an existing table file read-only; errors name the file and the cause. */
+static int file_open(const char *path, hid_t *fid)
+{
+    struct stat st;
+    char cause[200];
+    *fid = -1;
+    if (stat(path, &st) != 0)
+        return ra_error_set(RA_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return ra_error_set(RA_EIO, "%s: is a directory, not an HDF5 table", path);
+    if (H5Fis_hdf5(path) <= 0)
+        return ra_error_set(RA_EFORMAT, "%s: not an HDF5 file (no HDF5 signature)", path);
+    hid_t fapl = strong_fapl();
+    *fid = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (*fid < 0)
+        ra_error_set(RA_EFORMAT, "%s: cannot open as HDF5, truncated or corrupt%s", path, h5_cause(cause));
+    h5_close(fapl);
+    return *fid < 0 ? RA_EFORMAT : RA_OK;
+}
+
+/* 1 if `name` (relative to loc) exists and is a hard link to an object of `type`,
+ * 0 if absent, -1 if it is something else. */
+static int h5_exists(hid_t loc, const char *name, H5I_type_t type)
+{
+    H5L_info_t li;
+    if (H5Lexists(loc, name, H5P_DEFAULT) <= 0)
+        return 0;
+    if (H5Lget_info(loc, name, &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_HARD)
+        return -1;
+    hid_t o = H5Oopen(loc, name, H5P_DEFAULT);
+    int ok = o >= 0 && H5Iget_type(o) == type;
+    h5_close(o);
+    return ok ? 1 : -1;
+}
+
+static const char *class_name(H5T_class_t c)
+{
+    switch (c) {
+    case H5T_INTEGER: return "integer";
+    case H5T_FLOAT: return "float";
+    case H5T_STRING: return "string";
+    default: return "other";
+    }
+}
+
+/* Opens attribute `name` of obj if it is a single value of class `cls`; else reports. */
+static hid_t attr_open(hid_t obj, const char *where, const char *name, H5T_class_t cls, struct problems *pr)
+{
+    if (H5Aexists(obj, name) <= 0) {
+        problem(pr, "%s: attribute %s is missing", where, name);
+        return -1;
+    }
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT), sp = -1, t = -1;
+    if (a < 0) {
+        problem(pr, "%s: attribute %s cannot be opened", where, name);
+        return -1;
+    }
+    sp = H5Aget_space(a);
+    t = H5Aget_type(a);
+    H5T_class_t got = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
+    hssize_t npoints = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+    if (got != cls)
+        problem(pr, "%s: attribute %s is of class %s, want %s", where, name, class_name(got), class_name(cls));
+    else if (npoints != 1)
+        problem(pr, "%s: attribute %s holds %lld values, want one", where, name, (long long)npoints);
+    h5_close(sp);
+    h5_close(t);
+    if (got != cls || npoints != 1) {
+        h5_close(a);
+        return -1;
+    }
+    return a;
+}
+
+static int attr_read_num(hid_t obj, const char *where, const char *name, hid_t memtype,
+                         H5T_class_t cls, void *v, struct problems *pr)
+{
+    hid_t a = attr_open(obj, where, name, cls, pr);
+    if (a < 0)
+        return -1;
+    herr_t e = H5Aread(a, memtype, v);
+    h5_close(a);
+    if (e < 0)
+        problem(pr, "%s: attribute %s cannot be read", where, name);
+    return e < 0 ? -1 : 0;
+}
+
+/* Reads a fixed- or variable-length string (h5py writes either) into buf[len]. */
+static int attr_read_str(hid_t obj, const char *where, const char *name, char *buf, size_t len, struct problems *pr)
+{
+    hid_t a = attr_open(obj, where, name, H5T_STRING, pr), ft = -1, mt = -1;
+    char *s = NULL;
+    int vlen = 0, read = 0;
+    if (a < 0)
+        return -1;
+    ft = H5Aget_type(a);
+    vlen = H5Tis_variable_str(ft) > 0;
+    size_t size = H5Tget_size(ft);
+    if (vlen) {
+        mt = H5Tcopy(H5T_C_S1);
+        H5Tset_size(mt, H5T_VARIABLE);
+        H5Tset_cset(mt, H5Tget_cset(ft));
+        read = H5Aread(a, mt, &s) >= 0 && s;
+    } else if (size > 0 && size <= 4096 && (s = calloc(1, size + 1))) {
+        read = H5Aread(a, ft, s) >= 0; /* the raw bytes: no cset or padding conversion */
+    }
+    int ok = read && strlen(s) < len;
+    if (!read)
+        problem(pr, "%s: attribute %s cannot be read as a string", where, name);
+    else if (!ok)
+        problem(pr, "%s: attribute %s is longer than %zu characters", where, name, len - 1);
+    else
+        strcpy(buf, s);
+    if (vlen && s)
+        H5free_memory(s);
+    else if (!vlen)
+        free(s);
+    h5_close(mt);
+    h5_close(ft);
+    h5_close(a);
+    return ok ? 0 : -1;
+}
+
+/* Opens dataset `name` if it has class `cls`, `rank` dimensions and the wanted sizes
+ * (want[i] == 0: any); dims gets its shape. Otherwise reports why and returns -1. */
+static hid_t ds_open(hid_t grp, const char *where, const char *name, H5T_class_t cls, int rank,
+                     const hsize_t *want, hsize_t *dims, struct problems *pr)
+{
+    int ex = h5_exists(grp, name, H5I_DATASET);
+    if (ex <= 0) {
+        problem(pr, "%s/%s: %s", where, name, ex == 0 ? "dataset is missing" : "is not a dataset");
+        return -1;
+    }
+    hid_t d = H5Dopen2(grp, name, H5P_DEFAULT), sp = -1, t = -1;
+    int ok = 0;
+    if (d < 0) {
+        problem(pr, "%s/%s: dataset cannot be opened", where, name);
+        return -1;
+    }
+    sp = H5Dget_space(d);
+    t = H5Dget_type(d);
+    H5T_class_t got = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
+    int nd = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+    if (got != cls) {
+        problem(pr, "%s/%s: values are of class %s, want %s", where, name, class_name(got), class_name(cls));
+    } else if (nd != rank) {
+        problem(pr, "%s/%s: has %d dimensions, want %d", where, name, nd, rank);
+    } else {
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+        ok = 1;
+        for (int i = 0; i < rank; i++)
+            ok &= want[i] == 0 || dims[i] == want[i];
+        if (!ok && rank == 1)
+            problem(pr, "%s/%s: shape [%llu], want [%llu]", where, name, (unsigned long long)dims[0],
+                    (unsigned long long)want[0]);
+        else if (!ok)
+            problem(pr, "%s/%s: shape [%llu][%llu], want [%llu][%llu]", where, name, (unsigned long long)dims[0],
+                    (unsigned long long)dims[1], (unsigned long long)want[0], (unsigned long long)want[1]);
+    }
+    h5_close(sp);
+    h5_close(t);
+    if (!ok)
+        h5_close(d);
+    return ok ? d : -1;
+}
+
+static int ds_read(hid_t d, hid_t memtype, void *buf, const char *where, const char *name, struct problems *pr)
+{
+    char cause[200];
+    herr_t e = H5Dread(d, memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+    if (e < 0)
+        problem(pr, "%s/%s: values cannot be read%s", where, name, h5_cause(cause));
+    h5_close(d);
+    return e < 0 ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ groups in memory */
+
+static int check_name(const char *what, const char *s)
+{
+    if (!s || !*s || strlen(s) >= 128 || strchr(s, '/') || !strcmp(s, ".") || !strcmp(s, ".."))
+        return ra_error_set(RA_EINVAL, "table: %s '%s' must be 1..127 characters without '/'", what, s ? s : "");
+    return RA_OK;
+}
+
+int ra_table_group_init(struct ra_table_group *g, const char *model_id, const char *hw_tag, int p, int n)
+{
+    memset(g, 0, sizeof *g);
+    int rc = check_name("model id", model_id);
+    if (rc == RA_OK)
+        rc = check_name("hardware tag", hw_tag);
+    if (rc != RA_OK)
+        return rc;
+    if (p < 1 || p > RA_TABLE_MAX_RANKS || n < 0 || n > RA_TABLE_MAX_ENTRIES || (int64_t)n * (p + 1) > MAX_VALUES)
+        return ra_error_set(RA_ERANGE, "table: %d entries for %d ranks are outside the limits (1..%d ranks, %d values)",
+                            n, p, RA_TABLE_MAX_RANKS, MAX_VALUES);
+    snprintf(g->model_id, sizeof g->model_id, "%s", model_id);
+    snprintf(g->hw_tag, sizeof g->hw_tag, "%s", hw_tag);
+    g->p = p;
+    g->n = n;
+    size_t m = n ? (size_t)n : 1; /* never malloc(0): NULL would look like a failure */
+    g->context_lengths = calloc(m, sizeof(int));
+    g->boundaries = calloc(m * (size_t)(p + 1), sizeof(int));
+    g->ratios = calloc(m * (size_t)p, sizeof(double));
+    g->ttft_kvr_s = malloc(m * sizeof(double));
+    g->ttft_even_s = malloc(m * sizeof(double));
+    g->ttft_tsp_s = malloc(m * sizeof(double));
+    if (!g->context_lengths || !g->boundaries || !g->ratios || !g->ttft_kvr_s || !g->ttft_even_s || !g->ttft_tsp_s) {
+        ra_table_group_free(g);
+        return ra_error_set(RA_ENOMEM, "table: out of memory for %d entries of %d ranks", n, p);
+    }
+    for (int i = 0; i < n; i++)
+        g->ttft_kvr_s[i] = g->ttft_even_s[i] = g->ttft_tsp_s[i] = NAN;
+    snprintf(g->objective, sizeof g->objective, "measure");
+    g->min_stride = g->repeats = 1;
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(g->date, sizeof g->date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    snprintf(g->version, sizeof g->version, "%s", PACKAGE_VERSION);
+    return RA_OK;
+}
+
+void ra_table_group_free(struct ra_table_group *g)
+{
+    free(g->context_lengths);
+    free(g->boundaries);
+    free(g->ratios);
+    free(g->ttft_kvr_s);
+    free(g->ttft_even_s);
+    free(g->ttft_tsp_s);
+    g->context_lengths = g->boundaries = NULL;
+    g->ratios = g->ttft_kvr_s = g->ttft_even_s = g->ttft_tsp_s = NULL;
+    g->n = 0;
+}
+
+int ra_table_entry_set(struct ra_table_group *g, int i, const int *bounds,
+                       double ttft_kvr_s, double ttft_even_s, double ttft_tsp_s)
+{
+    int p = g->p, c = bounds[p];
+    if (i < 0 || i >= g->n)
+        return ra_error_set(RA_EINVAL, "table %s/%s/p%d: entry %d of %d", g->model_id, g->hw_tag, p, i, g->n);
+    for (int r = 0; r < p; r++)
+        if (bounds[0] != 0 || bounds[r + 1] <= bounds[r])
+            return ra_error_set(RA_EINVAL, "table %s/%s/p%d: entry %d: boundaries must rise strictly from 0",
+                                g->model_id, g->hw_tag, p, i);
+    g->context_lengths[i] = c;
+    memcpy(g->boundaries + (size_t)i * (p + 1), bounds, sizeof(int) * (size_t)(p + 1));
+    for (int r = 0; r < p; r++)
+        g->ratios[(size_t)i * p + r] = (double)(bounds[r + 1] - bounds[r]) / c;
+    g->ttft_kvr_s[i] = ttft_kvr_s;
+    g->ttft_even_s[i] = ttft_even_s;
+    g->ttft_tsp_s[i] = ttft_tsp_s;
+    return RA_OK;
+}
+
+/* ------------------------------------------------------------------ checking a group */
+
+static void list_ints(const int *v, int n, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used + 1 < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, i ? ",%d" : "%d", v[i]);
+}
+
+static void check_bounds_row(const struct ra_table_group *g, int i, const char *where, struct problems *pr)
+{
+    const int *b = g->boundaries + (size_t)i * (g->p + 1);
+    int c = g->context_lengths[i], ok = b[0] == 0 && b[g->p] == c;
+    for (int r = 0; r < g->p; r++)
+        ok &= b[r + 1] > b[r];
+    if (!ok) {
+        char list[200];
+        list_ints(b, g->p + 1, list, sizeof list);
+        problem(pr, "%s/boundaries: entry %d (context %d) is %s, not strictly increasing from 0 to %d",
+                where, i, c, list, c);
+    }
+}
+
+static void check_ratios_row(const struct ra_table_group *g, int i, int bounds_ok, const char *where,
+                             struct problems *pr)
+{
+    const double *v = g->ratios + (size_t)i * g->p;
+    const int *b = g->boundaries + (size_t)i * (g->p + 1);
+    int c = g->context_lengths[i];
+    double sum = 0;
+    for (int r = 0; r < g->p; r++) {
+        if (!(v[r] > 0 && v[r] <= 1)) {
+            problem(pr, "%s/ratios: entry %d (context %d): ratio %d is %g, outside (0,1]", where, i, c, r, v[r]);
+            return;
+        }
+        sum += v[r];
+    }
+    if (fabs(sum - 1) > 1e-6) {
+        problem(pr, "%s/ratios: entry %d (context %d): ratios sum to %.9g, not 1", where, i, c, sum);
+        return;
+    }
+    double acc = 0;
+    for (int r = 1; r < g->p && bounds_ok; r++) {
+        acc += v[r - 1];
+        if (fabs(acc * c - b[r]) > 1.0) {
+            problem(pr, "%s/ratios: entry %d (context %d): ratios put boundary %d at %.1f, boundaries say %d",
+                    where, i, c, r, acc * c, b[r]);
+            return;
+        }
+    }
+}
+
+static void check_ttfts(const double *t, const char *name, int n, const char *where, struct problems *pr)
+{
+    for (int i = 0; i < n; i++)
+        if (!isnan(t[i]) && !(t[i] > 0 && isfinite(t[i]))) {
+            problem(pr, "%s/%s: entry %d is %g, want a positive time or NaN", where, name, i, t[i]);
+            return;
+        }
+}
+
+static void check_attrs(const struct ra_table_group *g, const char *where, struct problems *pr)
+{
+    if (strcmp(g->objective, "measure") && strcmp(g->objective, "model"))
+        problem(pr, "%s: attribute objective is '%s', want 'measure' or 'model'", where, g->objective);
+    if (g->min_stride < 1)
+        problem(pr, "%s: attribute min_stride is %d, want >= 1", where, g->min_stride);
+    if (g->repeats < 1)
+        problem(pr, "%s: attribute repeats is %d, want >= 1", where, g->repeats);
+}
+
+/* Checks the values of the datasets that loaded (bit DS_x of `have`) and the attributes. */
+static void check_entries(const struct ra_table_group *g, unsigned have, const char *where, struct problems *pr)
+{
+    int has_c = have >> DS_CONTEXT & 1;
+    if (has_c && g->n < 1)
+        problem(pr, "%s/context_lengths: the table has no entries", where);
+    for (int i = 0; has_c && i < g->n; i++) {
+        int c = g->context_lengths[i];
+        if (c < g->p)
+            problem(pr, "%s/context_lengths: entry %d is %d, fewer tokens than the %d ranks", where, i, c, g->p);
+        else if (i > 0 && c <= g->context_lengths[i - 1])
+            problem(pr, "%s/context_lengths: entry %d (%d) is not greater than entry %d (%d): want ascending, unique",
+                    where, i, c, i - 1, g->context_lengths[i - 1]);
+    }
+    for (int i = 0; has_c && i < g->n; i++) {
+        int before = pr->n;
+        if (have >> DS_BOUNDS & 1)
+            check_bounds_row(g, i, where, pr);
+        if (have >> DS_RATIOS & 1)
+            check_ratios_row(g, i, (have >> DS_BOUNDS & 1) && pr->n == before, where, pr);
+    }
+    const double *t[3] = { g->ttft_kvr_s, g->ttft_even_s, g->ttft_tsp_s };
+    for (int k = 0; k < 3; k++)
+        if (have >> (DS_KVR + k) & 1)
+            check_ttfts(t[k], ds_names[DS_KVR + k], g->n, where, pr);
+    check_attrs(g, where, pr);
+}
+
+/* Checks dataset k's kind and shape and, when there is an N to size it (have_n), reads it
+ * into buf. Returns the DS_ bit for a dataset whose values are now in buf, else 0. */
+static unsigned load_dataset(hid_t grp, const char *where, int k, H5T_class_t cls, hid_t memtype, int rank,
+                             const hsize_t *want, int have_n, void *buf, struct problems *pr)
+{
+    hsize_t dims[2];
+    hid_t d = ds_open(grp, where, ds_names[k], cls, rank, want, dims, pr);
+    if (d < 0)
+        return 0;
+    if (!have_n) {
+        h5_close(d);
+        return 0;
+    }
+    return ds_read(d, memtype, buf, where, ds_names[k], pr) == 0 ? 1u << k : 0;
+}
+
+/* Loads the open group `grp` (named `where`) for p ranks into g, reporting every problem;
+ * g is initialised here and always needs ra_table_group_free(). */
+static void load_group(hid_t grp, const char *where, const char *model_id, const char *hw_tag, int p,
+                       struct ra_table_group *g, struct problems *pr)
+{
+    hsize_t dims[2], any[1] = { 0 };
+    hid_t d = ds_open(grp, where, ds_names[DS_CONTEXT], H5T_INTEGER, 1, any, dims, pr);
+    if (d >= 0 && dims[0] > RA_TABLE_MAX_ENTRIES) {
+        problem(pr, "%s/context_lengths: %llu entries, more than %d", where, (unsigned long long)dims[0],
+                RA_TABLE_MAX_ENTRIES);
+        h5_close(d), d = -1;
+    }
+    int n = d >= 0 ? (int)dims[0] : 0;
+    if (ra_table_group_init(g, model_id, hw_tag, p, n) != RA_OK) {
+        problem(pr, "%s: %s", where, ra_error_message());
+        h5_close(d);
+        return;
+    }
+    unsigned have = 0;
+    if (d >= 0 && ds_read(d, H5T_NATIVE_INT, g->context_lengths, where, ds_names[DS_CONTEXT], pr) == 0)
+        have = 1u << DS_CONTEXT;
+    /* Without context_lengths there is no N to check the others against: check their kind only. */
+    hsize_t n_want = have ? (hsize_t)n : 0, bw[2] = { n_want, (hsize_t)p + 1 }, rw[2] = { n_want, (hsize_t)p };
+    have |= load_dataset(grp, where, DS_BOUNDS, H5T_INTEGER, H5T_NATIVE_INT, 2, bw, have, g->boundaries, pr);
+    have |= load_dataset(grp, where, DS_RATIOS, H5T_FLOAT, H5T_NATIVE_DOUBLE, 2, rw, have & 1, g->ratios, pr);
+    double *t[3] = { g->ttft_kvr_s, g->ttft_even_s, g->ttft_tsp_s };
+    for (int k = 0; k < 3; k++)
+        have |= load_dataset(grp, where, DS_KVR + k, H5T_FLOAT, H5T_NATIVE_DOUBLE, 1, &n_want, have & 1, t[k], pr);
+    attr_read_str(grp, where, "objective", g->objective, sizeof g->objective, pr);
+    attr_read_num(grp, where, "min_stride", H5T_NATIVE_INT, H5T_INTEGER, &g->min_stride, pr);
+    attr_read_num(grp, where, "repeats", H5T_NATIVE_INT, H5T_INTEGER, &g->repeats, pr);
+    attr_read_str(grp, where, "date", g->date, sizeof g->date, pr);
+    attr_read_str(grp, where, "runahead_version", g->version, sizeof g->version, pr);
+    check_entries(g, have, where, pr);
+}
+
+static void check_schema(hid_t fid, struct problems *pr)
+{
+    int v = 0;
+    if (H5Aexists(fid, "schema_version") <= 0) {
+        problem(pr, "/: attribute schema_version is missing (not a runahead partition table?)");
+        return;
+    }
+    if (attr_read_num(fid, "/", "schema_version", H5T_NATIVE_INT, H5T_INTEGER, &v, pr) == 0 &&
+        v != RA_TABLE_SCHEMA_VERSION)
+        problem(pr, "/: schema_version is %d; this runahead reads version %d", v, RA_TABLE_SCHEMA_VERSION);
+}
+
+/* ------------------------------------------------------------------ walking a file */
+
+/* One object of the file, found by H5Lvisit (which cannot be nested with our reads). */
+struct node {
+    char *name;  /* relative to the root: "m", "m/hw", "m/hw/p2", "m/hw/p2/ratios" */
+    int depth;   /* 1 + number of '/' */
+    int hard;    /* a hard link (soft or external links are not part of the layout) */
+};
+
+struct walk {
+    struct node *v;
+    int n, cap, oom;
+};
+
+static herr_t walk_cb(hid_t root, const char *name, const H5L_info_t *info, void *data)
+{
+    struct walk *w = data;
+    (void)root;
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 64;
+        struct node *v = cap <= 1 << 22 ? realloc(w->v, sizeof *v * (size_t)cap) : NULL; /* 4M objects */
+        if (!v) {
+            w->oom = 1;
+            return -1;
+        }
+        w->v = v, w->cap = cap;
+    }
+    struct node *nd = &w->v[w->n];
+    if (!(nd->name = strdup(name))) {
+        w->oom = 1;
+        return -1;
+    }
+    nd->depth = 1;
+    for (const char *s = name; *s; s++)
+        nd->depth += *s == '/';
+    nd->hard = info->type == H5L_TYPE_HARD;
+    w->n++;
+    return 0;
+}
+
+static void walk_free(struct walk *w)
+{
+    for (int i = 0; i < w->n; i++)
+        free(w->v[i].name);
+    free(w->v);
+    memset(w, 0, sizeof *w);
+}
+
+static int walk_file(hid_t fid, const char *path, struct walk *w)
+{
+    char cause[200];
+    memset(w, 0, sizeof *w);
+    if (H5Lvisit(fid, H5_INDEX_NAME, H5_ITER_INC, walk_cb, w) < 0) {
+        int oom = w->oom;
+        walk_free(w);
+        if (oom)
+            return ra_error_set(RA_ENOMEM, "%s: out of memory listing its groups", path);
+        return ra_error_set(RA_EFORMAT, "%s: cannot list its groups, corrupt%s", path, h5_cause(cause));
+    }
+    return RA_OK;
+}
+
+/* "p<P>" with P in 1..RA_TABLE_MAX_RANKS written canonically; returns P or 0. */
+static int parse_pname(const char *s)
+{
+    if (s[0] != 'p' || s[1] < '1' || s[1] > '9' || strlen(s) > 5)
+        return 0;
+    int p = 0;
+    for (const char *c = s + 1; *c; c++) {
+        if (*c < '0' || *c > '9')
+            return 0;
+        p = p * 10 + (*c - '0');
+    }
+    return p <= RA_TABLE_MAX_RANKS ? p : 0;
+}
+
+/* Splits "m/hw/leaf" (a depth-3 node) into its parts, in place. */
+static void split3(char *name, char **m, char **hw, char **leaf)
+{
+    *m = name;
+    *hw = strchr(name, '/');
+    *(*hw)++ = '\0';
+    *leaf = strchr(*hw, '/');
+    *(*leaf)++ = '\0';
+}
+
+int ra_table_list(const char *path, char *buf, size_t len)
+{
+    hid_t fid;
+    struct walk w;
+    size_t used = 0;
+    h5_quiet();
+    buf[0] = '\0';
+    int rc = file_open(path, &fid);
+    if (rc == RA_OK)
+        rc = walk_file(fid, path, &w);
+    h5_close(fid);
+    if (rc != RA_OK)
+        return rc;
+    for (int i = 0; i < w.n; i++) {
+        if (w.v[i].depth != 3)
+            continue;
+        const char *sep = used ? ", " : "";
+        if (used + strlen(sep) + strlen(w.v[i].name) + 4 >= len) {
+            snprintf(buf + used, len - used, "%s...", used + 4 < len ? sep : "");
+            break;
+        }
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", sep, w.v[i].name);
+    }
+    if (!used && !buf[0])
+        snprintf(buf, len, "no tables");
+    walk_free(&w);
+    return RA_OK;
+}
+
+/* ------------------------------------------------------------------ reading */
+
+static void group_path(char *buf, size_t len, const char *model_id, const char *hw_tag, const char *leaf)
+{
+    snprintf(buf, len, "/%s/%s/%s", model_id, hw_tag, leaf);
+}
+
+/* Opens /m/hw/leaf, checking each level so a missing one gives a clear message. */
+static int group_open(hid_t fid, const char *path, const char *model_id, const char *hw_tag, const char *leaf,
+                      const char *what, hid_t *grp)
+{
+    char gp[400], list[400];
+    const char *parts[3] = { model_id, hw_tag, leaf };
+    size_t used = 0;
+    gp[0] = '\0';
+    *grp = -1;
+    for (int k = 0; k < 3; k++) {
+        used += (size_t)snprintf(gp + used, sizeof gp - used, "/%s", parts[k]);
+        int ex = h5_exists(fid, gp, H5I_GROUP);
+        if (ex < 0)
+            return ra_error_set(RA_EFORMAT, "%s: %s is not a group", path, gp);
+        if (ex == 0) {
+            if (ra_table_list(path, list, sizeof list) != RA_OK)
+                snprintf(list, sizeof list, "unreadable groups");
+            return ra_error_set(RA_EINVAL, "%s: no %s for model %s, hardware %s (group /%s/%s/%s); the file has: %s",
+                                path, what, model_id, hw_tag, model_id, hw_tag, leaf, list);
+        }
+    }
+    *grp = H5Gopen2(fid, gp, H5P_DEFAULT);
+    return *grp < 0 ? ra_error_set(RA_EFORMAT, "%s: %s cannot be opened", path, gp) : RA_OK;
+}
+
+/* Opens the file and checks its schema version. */
+static int file_open_checked(const char *path, hid_t *fid)
+{
+    struct problems pr = { .path = path };
+    int rc = file_open(path, fid);
+    if (rc != RA_OK)
+        return rc;
+    check_schema(*fid, &pr);
+    if (pr.n) {
+        h5_close(*fid), *fid = -1;
+        return ra_error_set(RA_EFORMAT, "%s", pr.first);
+    }
+    return RA_OK;
+}
+
+int ra_table_read(const char *path, const char *model_id, const char *hw_tag, int p, struct ra_table_group *g)
+{
+    hid_t fid = -1, grp = -1;
+    char leaf[16], where[300];
+    struct problems pr = { .path = path };
+    h5_quiet();
+    memset(g, 0, sizeof *g);
+    int rc = check_name("model id", model_id);
+    if (rc == RA_OK)
+        rc = check_name("hardware tag", hw_tag);
+    if (rc == RA_OK && (p < 1 || p > RA_TABLE_MAX_RANKS))
+        rc = ra_error_set(RA_EINVAL, "%s: %d ranks: want 1..%d", path, p, RA_TABLE_MAX_RANKS);
+    if (rc != RA_OK)
+        return rc;
+    snprintf(leaf, sizeof leaf, "p%d", p);
+    rc = file_open_checked(path, &fid);
+    if (rc == RA_OK)
+        rc = group_open(fid, path, model_id, hw_tag, leaf, "partition table", &grp);
+    if (rc != RA_OK)
+        goto cleanup;
+    group_path(where, sizeof where, model_id, hw_tag, leaf);
+    load_group(grp, where, model_id, hw_tag, p, g, &pr);
+    if (pr.n) {
+        ra_table_group_free(g);
+        rc = ra_error_set(RA_EFORMAT, "%s", pr.first);
+    }
+cleanup:
+    h5_close(grp);
+    h5_close(fid);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ validating */
+
+static void check_profile(hid_t fid, const char *name, struct problems *pr);
+
+/* Checks one node of the walk by where it sits in the layout. */
+static void check_node(hid_t fid, const struct node *nd, struct problems *pr)
+{
+    char buf[1200], where[1200], *m, *hw, *leaf;
+    if (!nd->hard) {
+        problem(pr, "/%s: is a soft or external link, not part of the table layout", nd->name);
+        return;
+    }
+    if (strlen(nd->name) + 2 > sizeof buf) {
+        problem(pr, "/%.200s...: name longer than %zu characters", nd->name, sizeof buf - 2);
+        return;
+    }
+    if (nd->depth <= 2) {
+        if (h5_exists(fid, nd->name, H5I_GROUP) != 1)
+            problem(pr, "/%s: is not a group (want /<model-id>/<hardware-tag>/p<P>)", nd->name);
+        return;
+    }
+    snprintf(buf, sizeof buf, "%s", nd->name);
+    snprintf(where, sizeof where, "/%s", nd->name);
+    split3(buf, &m, &hw, &leaf);
+    if (nd->depth > 3) {
+        /* Only a table's own datasets (load_group reported missing or malformed ones). */
+        char *rest = strchr(leaf, '/');
+        *rest++ = '\0';
+        int known = 0;
+        for (int k = 0; k < DS_COUNT; k++)
+            known |= !strcmp(rest, ds_names[k]);
+        if (!(known && nd->depth == 4 && parse_pname(leaf)))
+            problem(pr, "%s: unexpected object (a table group holds only its six datasets)", where);
+        return;
+    }
+    int p = parse_pname(leaf);
+    if (p && h5_exists(fid, nd->name, H5I_GROUP) == 1) {
+        struct ra_table_group g;
+        hid_t grp = H5Gopen2(fid, nd->name, H5P_DEFAULT);
+        load_group(grp, where, m, hw, p, &g, pr);
+        ra_table_group_free(&g);
+        h5_close(grp);
+    } else if (!strcmp(leaf, "profile")) {
+        check_profile(fid, nd->name, pr);
+    } else {
+        problem(pr, "%s: is not a group p<P> (1 <= P <= %d) or profile", where, RA_TABLE_MAX_RANKS);
+    }
+}
+
+struct profile_names {
+    char (*names)[64];
+    int n, max, bad;
+};
+
+static herr_t profile_name_cb(hid_t loc, const char *name, const H5A_info_t *info, void *data)
+{
+    struct profile_names *pn = data;
+    (void)loc, (void)info;
+    if (strlen(name) >= 64) {
+        pn->bad = 1;
+        return 0;
+    }
+    if (pn->n < pn->max)
+        strcpy(pn->names[pn->n], name);
+    pn->n++;
+    return 0;
+}
+
+/* Every attribute of a profile group is a scalar double; it holds no objects. */
+static void check_profile(hid_t fid, const char *name, struct problems *pr)
+{
+    char where[300];
+    char(*names)[64] = calloc(RA_TABLE_MAX_PROFILE, 64);
+    struct profile_names pn = { names, 0, RA_TABLE_MAX_PROFILE, 0 };
+    hsize_t idx = 0;
+    double v;
+    snprintf(where, sizeof where, "/%s", name);
+    hid_t grp = h5_exists(fid, name, H5I_GROUP) == 1 ? H5Gopen2(fid, name, H5P_DEFAULT) : -1;
+    if (grp < 0 || !names) {
+        problem(pr, "%s: %s", where, names ? "is not a group" : "out of memory");
+        goto cleanup;
+    }
+    if (H5Aiterate2(grp, H5_INDEX_NAME, H5_ITER_INC, &idx, profile_name_cb, &pn) < 0)
+        problem(pr, "%s: attributes cannot be listed", where);
+    if (pn.bad)
+        problem(pr, "%s: an attribute name is longer than 63 characters", where);
+    if (pn.n > pn.max)
+        problem(pr, "%s: %d attributes, more than %d", where, pn.n, pn.max);
+    for (int i = 0; i < pn.n && i < pn.max; i++)
+        attr_read_num(grp, where, names[i], H5T_NATIVE_DOUBLE, H5T_FLOAT, &v, pr);
+cleanup:
+    h5_close(grp);
+    free(names);
+}
+
+int ra_table_validate(const char *path, FILE *out, int *n_problems)
+{
+    struct problems pr = { .path = path, .out = out };
+    struct walk w = { 0 };
+    hid_t fid = -1;
+    h5_quiet();
+    int rc = file_open(path, &fid);
+    if (rc == RA_OK) {
+        check_schema(fid, &pr);
+        rc = walk_file(fid, path, &w);
+    }
+    if (rc != RA_OK) {
+        problem_line(&pr, ra_error_message()); /* already names the file */
+        goto cleanup;
+    }
+    for (int i = 0; i < w.n; i++)
+        check_node(fid, &w.v[i], &pr);
+    rc = pr.n ? RA_EFORMAT : RA_OK;
+    if (pr.n)
+        ra_error_set(rc, "%s", pr.first);
+cleanup:
+    walk_free(&w);
+    h5_close(fid);
+    if (n_problems)
+        *n_problems = pr.n;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ writing */
+
+static int h5_fail(const char *path, const char *what)
+{
+    char cause[200];
+    return ra_error_set(RA_EIO, "%s: cannot write %s%s", path, what, h5_cause(cause));
+}
+
+static int attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = sp < 0 ? -1 : H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t e = a < 0 ? -1 : H5Awrite(a, mtype, v);
+    h5_close(a);
+    h5_close(sp);
+    return e < 0 ? -1 : 0;
+}
+
+/* A fixed-length string (h5py reads it as bytes, h5dump prints it). Not variable-length:
+ * those live in the global heap, which has no checksum and which HDF5 1.10 reads unchecked. */
+static int attr_write_str(hid_t obj, const char *name, const char *s)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    int rc = -1;
+    if (t >= 0 && H5Tset_size(t, strlen(s) + 1) >= 0 && H5Tset_strpad(t, H5T_STR_NULLTERM) >= 0)
+        rc = attr_write(obj, name, t, t, s);
+    h5_close(t);
+    return rc;
+}
+
+static int ds_write(hid_t grp, const char *name, hid_t ftype, hid_t mtype, int rank, const hsize_t *dims,
+                    const void *data)
+{
+    hid_t sp = H5Screate_simple(rank, dims, NULL);
+    hid_t d = sp < 0 ? -1 : H5Dcreate2(grp, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t e = d < 0 ? -1 : H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    h5_close(d);
+    h5_close(sp);
+    return e < 0 ? -1 : 0;
+}
+
+/* Creates /m/hw/leaf (and its parents) in a file being written. */
+static hid_t group_create(hid_t fid, const char *model_id, const char *hw_tag, const char *leaf)
+{
+    char gp[400];
+    group_path(gp, sizeof gp, model_id, hw_tag, leaf);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    hid_t grp = -1;
+    if (lcpl >= 0 && H5Pset_create_intermediate_group(lcpl, 1) >= 0)
+        grp = H5Gcreate2(fid, gp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    h5_close(lcpl);
+    return grp;
+}
+
+static int group_write(hid_t fid, const char *path, const struct ra_table_group *g)
+{
+    char leaf[16];
+    snprintf(leaf, sizeof leaf, "p%d", g->p);
+    hid_t grp = group_create(fid, g->model_id, g->hw_tag, leaf);
+    hsize_t n = (hsize_t)g->n, d2[2] = { n, (hsize_t)g->p + 1 }, r2[2] = { n, (hsize_t)g->p };
+    int bad = grp < 0;
+    bad = bad || ds_write(grp, "context_lengths", H5T_STD_I32LE, H5T_NATIVE_INT, 1, &n, g->context_lengths);
+    bad = bad || ds_write(grp, "boundaries", H5T_STD_I32LE, H5T_NATIVE_INT, 2, d2, g->boundaries);
+    bad = bad || ds_write(grp, "ratios", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 2, r2, g->ratios);
+    bad = bad || ds_write(grp, "ttft_kvr_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, &n, g->ttft_kvr_s);
+    bad = bad || ds_write(grp, "ttft_even_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, &n, g->ttft_even_s);
+    bad = bad || ds_write(grp, "ttft_tsp_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, &n, g->ttft_tsp_s);
+    bad = bad || attr_write_str(grp, "objective", g->objective);
+    bad = bad || attr_write(grp, "min_stride", H5T_STD_I32LE, H5T_NATIVE_INT, &g->min_stride);
+    bad = bad || attr_write(grp, "repeats", H5T_STD_I32LE, H5T_NATIVE_INT, &g->repeats);
+    bad = bad || attr_write_str(grp, "date", g->date);
+    bad = bad || attr_write_str(grp, "runahead_version", g->version);
+    int rc = bad ? h5_fail(path, "the table group") : RA_OK;
+    h5_close(grp);
+    return rc;
+}
+
+static herr_t copy_cb(hid_t src, const char *name, const H5L_info_t *info, void *dst)
+{
+    (void)info;
+    return H5Ocopy(src, name, *(hid_t *)dst, name, H5P_DEFAULT, H5P_DEFAULT);
+}
+
+/* Makes the data durable before the rename makes it visible. */
+static int fsync_path(const char *path, int dir)
+{
+    int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+    int ok = fd >= 0 && fsync(fd) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok ? 0 : -1;
+}
+
+typedef int (*writer_fn)(hid_t fid, const char *tmp, const void *ctx);
+
+/* Copies every object of the (validated) old file to a new one except /m/hw/leaf, which
+ * `writer` then adds; the new file replaces the old by rename. */
+static int file_rewrite(const char *path, const char *model_id, const char *hw_tag, const char *leaf,
+                        writer_fn writer, const void *ctx)
+{
+    char tmp[4200], gp[400], dir[4200];
+    int version = RA_TABLE_SCHEMA_VERSION, exists = access(path, F_OK) == 0, rc = RA_OK;
+    hid_t old = -1, fid = -1, fapl = write_fapl();
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    group_path(gp, sizeof gp, model_id, hw_tag, leaf);
+    fid = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (fid < 0) {
+        char cause[200];
+        rc = ra_error_set(RA_EIO, "%s: cannot create the temporary file %s beside it%s", path, tmp, h5_cause(cause));
+        goto cleanup;
+    }
+    if (attr_write(fid, "schema_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version) < 0) {
+        rc = h5_fail(tmp, "schema_version");
+        goto cleanup;
+    }
+    if (exists && (rc = file_open(path, &old)) != RA_OK)
+        goto cleanup;
+    if (exists && H5Literate(old, H5_INDEX_NAME, H5_ITER_INC, NULL, copy_cb, &fid) < 0) {
+        rc = h5_fail(tmp, "a copy of the other groups");
+        goto cleanup;
+    }
+    /* The copy's old group goes; HDF5 reuses its space for the new one within this session. */
+    if (h5_exists(fid, gp, H5I_GROUP) == 1 && H5Ldelete(fid, gp, H5P_DEFAULT) < 0) {
+        rc = h5_fail(tmp, "(deleting the old group)");
+        goto cleanup;
+    }
+    if ((rc = writer(fid, tmp, ctx)) != RA_OK)
+        goto cleanup;
+    herr_t e = H5Fclose(fid);
+    fid = -1;
+    if (e < 0) {
+        rc = h5_fail(tmp, "(closing)");
+        goto cleanup;
+    }
+    snprintf(dir, sizeof dir, "%s", path);
+    if (fsync_path(tmp, 0) < 0 || rename(tmp, path) < 0) {
+        rc = ra_error_set(RA_EIO, "%s: cannot replace it with %s: %s", path, tmp, strerror(errno));
+        goto cleanup;
+    }
+    fsync_path(dirname(dir), 1); /* the rename itself; failure here loses nothing already written */
+cleanup:
+    h5_close(old);
+    h5_close(fid);
+    h5_close(fapl);
+    if (rc != RA_OK)
+        unlink(tmp);
+    return rc;
+}
+
+/* Writing into a file that does not validate would carry its problems on; refuse instead. */
+static int check_existing(const char *path)
+{
+    int n = 0;
+    if (access(path, F_OK) != 0 || ra_table_validate(path, NULL, &n) == RA_OK)
+        return RA_OK;
+    char first[1024];
+    snprintf(first, sizeof first, "%s", ra_error_message());
+    return ra_error_set(RA_EFORMAT, "%s (%d problem%s; not changing the file: see runahead-table validate)",
+                        first, n, n == 1 ? "" : "s");
+}
+
+struct entry_key {
+    int context, src, idx; /* src 0: old group, 1: new */
+};
+
+static int key_cmp(const void *a, const void *b)
+{
+    const struct entry_key *x = a, *y = b;
+    if (x->context != y->context)
+        return x->context < y->context ? -1 : 1;
+    return y->src - x->src; /* the new entry first: it replaces the old */
+}
+
+static void entry_copy(struct ra_table_group *dst, int i, const struct ra_table_group *src, int j)
+{
+    int p = dst->p;
+    dst->context_lengths[i] = src->context_lengths[j];
+    memcpy(dst->boundaries + (size_t)i * (p + 1), src->boundaries + (size_t)j * (p + 1), sizeof(int) * (size_t)(p + 1));
+    memcpy(dst->ratios + (size_t)i * p, src->ratios + (size_t)j * p, sizeof(double) * (size_t)p);
+    dst->ttft_kvr_s[i] = src->ttft_kvr_s[j];
+    dst->ttft_even_s[i] = src->ttft_even_s[j];
+    dst->ttft_tsp_s[i] = src->ttft_tsp_s[j];
+}
+
+/* out = old's entries with g's added or replacing them by context length, sorted; g's attributes. */
+static int entries_merge(const char *path, const struct ra_table_group *old, const struct ra_table_group *g,
+                         struct ra_table_group *out)
+{
+    int n_old = old ? old->n : 0, total = n_old + g->n, k = 0, rc;
+    struct entry_key *keys = malloc(sizeof *keys * (size_t)(total ? total : 1));
+    if (!keys)
+        return ra_error_set(RA_ENOMEM, "%s: out of memory merging %d entries", path, total);
+    for (int i = 0; i < n_old; i++)
+        keys[k++] = (struct entry_key){ old->context_lengths[i], 0, i };
+    for (int i = 0; i < g->n; i++)
+        keys[k++] = (struct entry_key){ g->context_lengths[i], 1, i };
+    qsort(keys, (size_t)total, sizeof *keys, key_cmp);
+    int n = 0;
+    for (int i = 0; i < total; i++) {
+        int dup = i > 0 && keys[i].context == keys[i - 1].context;
+        if (dup && keys[i].src == 1) {
+            int c = keys[i].context;
+            free(keys);
+            return ra_error_set(RA_EINVAL, "%s: the entries to write have context length %d twice", path, c);
+        }
+        keys[n] = keys[i];
+        n += !dup;
+    }
+    rc = ra_table_group_init(out, g->model_id, g->hw_tag, g->p, n);
+    for (int i = 0; rc == RA_OK && i < n; i++)
+        entry_copy(out, i, keys[i].src ? g : old, keys[i].idx);
+    if (rc == RA_OK) {
+        memcpy(out->objective, g->objective, sizeof out->objective);
+        memcpy(out->date, g->date, sizeof out->date);
+        memcpy(out->version, g->version, sizeof out->version);
+        out->min_stride = g->min_stride;
+        out->repeats = g->repeats;
+    }
+    free(keys);
+    return rc;
+}
+
+static int write_group_cb(hid_t fid, const char *tmp, const void *ctx)
+{
+    return group_write(fid, tmp, ctx);
+}
+
+int ra_table_merge(const char *path, const struct ra_table_group *g)
+{
+    struct ra_table_group old = { 0 }, merged = { 0 };
+    char where[300], leaf[16];
+    int have_old = 0;
+    h5_quiet();
+    int rc = check_name("model id", g->model_id);
+    if (rc == RA_OK)
+        rc = check_name("hardware tag", g->hw_tag);
+    if (rc == RA_OK && (g->p < 1 || g->p > RA_TABLE_MAX_RANKS || g->n < 1))
+        rc = ra_error_set(RA_EINVAL, "%s: nothing to merge (%d entries for %d ranks)", path, g->n, g->p);
+    if (rc == RA_OK)
+        rc = check_existing(path);
+    if (rc != RA_OK)
+        return rc;
+    snprintf(leaf, sizeof leaf, "p%d", g->p);
+    if (access(path, F_OK) == 0) {
+        rc = ra_table_read(path, g->model_id, g->hw_tag, g->p, &old);
+        have_old = rc == RA_OK;
+        if (rc == RA_EINVAL) /* the group is new */
+            rc = RA_OK;
+    }
+    if (rc == RA_OK)
+        rc = entries_merge(path, have_old ? &old : NULL, g, &merged);
+    if (rc == RA_OK) {
+        struct problems pr = { .path = path };
+        group_path(where, sizeof where, g->model_id, g->hw_tag, leaf);
+        check_entries(&merged, (1u << DS_COUNT) - 1, where, &pr);
+        if (pr.n)
+            rc = ra_error_set(RA_EINVAL, "not writing an invalid entry: %s", pr.first);
+    }
+    if (rc == RA_OK)
+        rc = file_rewrite(path, g->model_id, g->hw_tag, leaf, write_group_cb, &merged);
+    ra_table_group_free(&old);
+    ra_table_group_free(&merged);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ cost-model profiles */
+
+struct profile {
+    const char *model_id, *hw_tag;
+    const char *const *names;
+    const double *values;
+    int n;
+};
+
+static int write_profile_cb(hid_t fid, const char *tmp, const void *ctx)
+{
+    const struct profile *pf = ctx;
+    hid_t grp = group_create(fid, pf->model_id, pf->hw_tag, "profile");
+    int bad = grp < 0;
+    for (int i = 0; i < pf->n && !bad; i++)
+        bad = attr_write(grp, pf->names[i], H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &pf->values[i]) < 0;
+    h5_close(grp);
+    return bad ? h5_fail(tmp, "the profile") : RA_OK;
+}
+
+int ra_table_profile_write(const char *path, const char *model_id, const char *hw_tag,
+                           const char *const *names, const double *values, int n)
+{
+    struct profile pf = { model_id, hw_tag, names, values, n };
+    h5_quiet();
+    int rc = check_name("model id", model_id);
+    if (rc == RA_OK)
+        rc = check_name("hardware tag", hw_tag);
+    if (rc == RA_OK && (n < 0 || n > RA_TABLE_MAX_PROFILE))
+        rc = ra_error_set(RA_ERANGE, "%s: %d profile values, want 0..%d", path, n, RA_TABLE_MAX_PROFILE);
+    for (int i = 0; rc == RA_OK && i < n; i++) {
+        if (!names[i] || !*names[i] || strlen(names[i]) >= 64 || strchr(names[i], '/'))
+            rc = ra_error_set(RA_EINVAL, "%s: profile name %d ('%s') must be 1..63 characters without '/'", path, i,
+                              names[i] ? names[i] : "");
+        for (int j = 0; rc == RA_OK && j < i; j++)
+            if (!strcmp(names[i], names[j]))
+                rc = ra_error_set(RA_EINVAL, "%s: profile name '%s' given twice", path, names[i]);
+    }
+    if (rc == RA_OK)
+        rc = check_existing(path);
+    if (rc == RA_OK)
+        rc = file_rewrite(path, model_id, hw_tag, "profile", write_profile_cb, &pf);
+    return rc;
+}
+
+int ra_table_profile_read(const char *path, const char *model_id, const char *hw_tag,
+                          char (*names)[64], double *values, int max, int *n)
+{
+    hid_t fid = -1, grp = -1;
+    char where[300];
+    struct problems pr = { .path = path };
+    struct profile_names pn = { names, 0, max, 0 };
+    hsize_t idx = 0;
+    h5_quiet();
+    *n = 0;
+    int rc = check_name("model id", model_id);
+    if (rc == RA_OK)
+        rc = check_name("hardware tag", hw_tag);
+    if (rc == RA_OK)
+        rc = file_open_checked(path, &fid);
+    if (rc == RA_OK)
+        rc = group_open(fid, path, model_id, hw_tag, "profile", "cost-model profile", &grp);
+    if (rc != RA_OK)
+        goto cleanup;
+    group_path(where, sizeof where, model_id, hw_tag, "profile");
+    if (H5Aiterate2(grp, H5_INDEX_NAME, H5_ITER_INC, &idx, profile_name_cb, &pn) < 0 || pn.bad) {
+        rc = ra_error_set(RA_EFORMAT, "%s: %s: attributes cannot be listed or have names over 63 characters", path, where);
+        goto cleanup;
+    }
+    if (pn.n > max) {
+        rc = ra_error_set(RA_ERANGE, "%s: %s has %d values, more than the %d asked for", path, where, pn.n, max);
+        goto cleanup;
+    }
+    for (int i = 0; i < pn.n; i++)
+        attr_read_num(grp, where, names[i], H5T_NATIVE_DOUBLE, H5T_FLOAT, &values[i], &pr);
+    if (pr.n)
+        rc = ra_error_set(RA_EFORMAT, "%s", pr.first);
+    else
+        *n = pn.n;
+cleanup:
+    h5_close(grp);
+    h5_close(fid);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ enumerating */
+
+int ra_table_each(const char *path, ra_table_each_fn fn, void *ctx)
+{
+    hid_t fid = -1;
+    struct walk w = { 0 };
+    char *m, *hw, *leaf;
+    h5_quiet();
+    int rc = file_open_checked(path, &fid);
+    if (rc == RA_OK)
+        rc = walk_file(fid, path, &w);
+    h5_close(fid);
+    for (int i = 0; rc == RA_OK && i < w.n; i++) {
+        if (w.v[i].depth != 3)
+            continue;
+        split3(w.v[i].name, &m, &hw, &leaf);
+        rc = fn(m, hw, leaf, ctx);
+    }
+    walk_free(&w);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ interpolation */
+
+int ra_table_ratios_at(const struct ra_table_group *g, int context, double *ratios, int *extrapolated)
+{
+    const int *cl = g->context_lengths;
+    int p = g->p, n = g->n, i = 0, ex = 0;
+    if (n < 1)
+        return ra_error_set(RA_EINVAL, "table %s/%s/p%d has no entries", g->model_id, g->hw_tag, p);
+    if (context < 1)
+        return ra_error_set(RA_EINVAL, "table %s/%s/p%d: context %d", g->model_id, g->hw_tag, p, context);
+    if (context <= cl[0] || context >= cl[n - 1]) {
+        ex = context < cl[0] || context > cl[n - 1];
+        memcpy(ratios, g->ratios + (size_t)(context <= cl[0] ? 0 : n - 1) * p, sizeof(double) * (size_t)p);
+    } else {
+        while (cl[i + 1] <= context) /* cl[0] < context < cl[n-1]: stops at i < n-1 */
+            i++;
+        double t = (double)(context - cl[i]) / (double)(cl[i + 1] - cl[i]);
+        const double *a = g->ratios + (size_t)i * p, *b = a + p;
+        for (int r = 0; r < p; r++)
+            ratios[r] = (1 - t) * a[r] + t * b[r];
+    }
+    if (extrapolated)
+        *extrapolated = ex;
+    return RA_OK;
+}
+
+int ra_table_ratios_to_bounds(const double *ratios, int p, int context, int *bounds)
+{
+    if (p < 1 || context < p)
+        return ra_error_set(RA_EINVAL, "the context has %d tokens, fewer than the %d ranks: every rank needs at least one",
+                            context, p);
+    double acc = 0;
+    bounds[0] = 0;
+    for (int r = 1; r < p; r++) {
+        acc += ratios[r - 1];
+        double x = acc * context;
+        bounds[r] = !(x > 0) ? 0 : x >= context ? context : (int)lround(x);
+    }
+    bounds[p] = context;
+    /* Rounding can empty a small slice: push boundaries up from the left, then down from the
+     * right; with context >= p both passes leave every slice at least one token. */
+    for (int r = 1; r < p; r++)
+        if (bounds[r] <= bounds[r - 1])
+            bounds[r] = bounds[r - 1] + 1;
+    for (int r = p - 1; r >= 1; r--)
+        if (bounds[r] >= bounds[r + 1])
+            bounds[r] = bounds[r + 1] - 1;
+    return RA_OK;
+}
+
+int ra_table_interpolate(const struct ra_table_group *g, int context, int *bounds, int *extrapolated)
+{
+    int p = g->p;
+    for (int i = 0; i < g->n; i++)
+        if (g->context_lengths[i] == context) {
+            memcpy(bounds, g->boundaries + (size_t)i * (p + 1), sizeof(int) * (size_t)(p + 1));
+            if (extrapolated)
+                *extrapolated = 0;
+            return RA_OK;
+        }
+    double *ratios = malloc(sizeof(double) * (size_t)(p > 0 ? p : 1));
+    if (!ratios)
+        return ra_error_set(RA_ENOMEM, "out of memory");
+    int rc = ra_table_ratios_at(g, context, ratios, extrapolated);
+    if (rc == RA_OK)
+        rc = ra_table_ratios_to_bounds(ratios, p, context, bounds);
+    free(ratios);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ identities */
+
+static uint32_t fnv1a(uint32_t h, uint32_t v)
+{
+    for (int k = 0; k < 4; k++) /* little-endian bytes: the same id on every machine */
+        h = (h ^ ((v >> (8 * k)) & 0xff)) * 16777619u;
+    return h;
+}
+
+static uint32_t float_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+void ra_table_model_id(const struct ra_config *c, char *buf, size_t len)
+{
+    const uint32_t fields[] = {
+        (uint32_t)c->dim, (uint32_t)c->hidden_dim, (uint32_t)c->n_layers, (uint32_t)c->n_heads,
+        (uint32_t)c->n_kv_heads, (uint32_t)c->vocab_size, (uint32_t)c->seq_len, (uint32_t)c->head_dim,
+        float_bits(c->rope_theta), float_bits(c->norm_eps),
+    };
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        h = fnv1a(h, fields[i]);
+    snprintf(buf, len, "llama-d%d-l%d-h%d-kv%d-f%d-v%d-%08x", c->dim, c->n_layers, c->n_heads, c->n_kv_heads,
+             c->hidden_dim, c->vocab_size, (unsigned)h);
+}
+
+/* Copies s into buf with every run of characters outside [A-Za-z0-9.+-] turned into one '_'. */
+static size_t sanitize(const char *s, char *buf, size_t len)
+{
+    size_t o = 0;
+    for (; *s && o + 1 < len; s++) {
+        int ok = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+                 *s == '.' || *s == '+' || *s == '-';
+        if (ok)
+            buf[o++] = *s;
+        else if (o && buf[o - 1] != '_')
+            buf[o++] = '_';
+    }
+    while (o && buf[o - 1] == '_')
+        o--;
+    buf[o] = '\0';
+    return o;
+}
+
+void ra_table_default_hw_tag(char *buf, size_t len)
+{
+    char line[512], model[256] = "unknown-cpu";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!strncmp(line, "model name", 10) && colon) {
+            if (sanitize(colon + 1, model, sizeof model) == 0)
+                snprintf(model, sizeof model, "unknown-cpu");
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(buf, len, "%s-%ldc", model, cores > 0 ? cores : 1);
+}

@@ -1,0 +1,59 @@
+#!/bin/sh
+# runahead-tune end to end on a tiny synthetic model: a short measured search
+# with calibration writes a valid table; runahead --partition table: uses it
+# (interpolating, and saying when it extrapolates) and still gives the
+# single-process tokens; the cost-model objective searches rank counts this
+# machine cannot run; bad requests fail with one clear line.
+. "$(dirname "$0")/lib.sh"
+"$BUILD/runahead-synth" --preset tiny --seed 5 --out "$TMP/tiny" >/dev/null 2>&1 || { fail "runahead-synth"; finish; }
+M="$TMP/tiny"
+T="$TMP/table.h5"
+run() { timeout 300 $MPIEXEC -np "$@"; }
+
+run 2 $MPIEXEC_FLAGS "$BUILD/runahead-tune" --model "$M" --calibrate --contexts 128,256 --out "$T" \
+    --repeats 1 --min-stride 32 --points 3 >"$TMP/tune.out" 2>"$TMP/tune.err" \
+    || { cat "$TMP/tune.err" >&2; fail "runahead-tune"; finish; }
+grep -q "calibrated with 2 ranks" "$TMP/tune.err" || fail "no calibration line"
+grep -Eq "^128 +0,[0-9]+,128 " "$TMP/tune.out" || fail "no result row for 128"
+grep -Eq "^256 +0,[0-9]+,256 " "$TMP/tune.out" || fail "no result row for 256"
+grep -q "cost model" "$TMP/tune.err" || fail "no prediction error reported"
+"$BUILD/runahead-table" validate "$T" >/dev/null || fail "the table does not validate"
+"$BUILD/runahead-table" show "$T" | grep -q "objective measure" || fail "search attributes missing"
+
+# KVR-P from the table: same tokens as a single process, interpolation announced.
+python3 -c "import random; random.seed(2); print(' '.join(str(random.randrange(3, 512)) for _ in range(192)))" >"$TMP/p192"
+python3 -c "import random; random.seed(3); print(' '.join(str(random.randrange(3, 512)) for _ in range(300)))" >"$TMP/p300"
+for p in p192 p300; do
+    single=$("$BUILD/runahead" --model "$M" --prompt-ids-file "$TMP/$p" --generate 8 --output ids 2>/dev/null)
+    got=$(run 2 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$M" --prompt-ids-file "$TMP/$p" --generate 8 --output ids \
+          --partition "table:$T" 2>"$TMP/err") || { fail "$p: $(grep runahead: "$TMP/err")"; continue; }
+    [ "$got" = "$single" ] || fail "$p: KVR-P tokens differ from the single-process run"
+done
+grep -q "EXTRAPOLATED" "$TMP/err" || fail "300 tokens lies past the table: no extrapolation notice"
+run 2 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$M" --prompt-ids-file "$TMP/p192" --generate 1 --output ids \
+    --partition "table:$T" 2>&1 >/dev/null | grep -q "interpolated from" || fail "no interpolation notice"
+
+# The cost model searches 8 ranks on one process, into the same file.
+"$BUILD/runahead-tune" --model "$M" --objective model --ranks 8 --contexts 1024,2048 --out "$T" \
+    >"$TMP/model.out" 2>"$TMP/model.err" || { cat "$TMP/model.err" >&2; fail "--objective model"; }
+"$BUILD/runahead-table" show "$T" | grep -q "/p8: 2 entries; objective model" || fail "no p8 group from the model"
+"$BUILD/runahead-table" validate "$T" >/dev/null || fail "the table does not validate after the model search"
+
+# Clear errors.
+one_line() {
+    pattern=$1; shift
+    "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
+    n=$(grep -c "rank [0-9]*:" "$TMP/err")
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && grep -Eq -- "$pattern" "$TMP/err" \
+        || { fail "wanted one line /$pattern/ (rc $rc, $n lines): $*"; cat "$TMP/err" >&2; }
+}
+one_line "no partition table for model .* the file has" \
+    run 3 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$M" --prompt-ids-file "$TMP/p192" --partition "table:$T" --output ids
+one_line "run runahead-tune --calibrate first" \
+    "$BUILD/runahead-tune" --model "$M" --objective model --ranks 4 --contexts 512 --out "$TMP/empty.h5"
+one_line "exceeds the model's context of 2048" \
+    run 2 $MPIEXEC_FLAGS "$BUILD/runahead-tune" --model "$M" --contexts 4096 --out "$TMP/x.h5"
+one_line "measuring needs mpirun -np 4" \
+    run 2 $MPIEXEC_FLAGS "$BUILD/runahead-tune" --model "$M" --contexts 512 --ranks 4 --out "$TMP/x.h5"
+one_line "needs at least 2 ranks" "$BUILD/runahead-tune" --model "$M" --contexts 512 --out "$TMP/x.h5"
+finish
