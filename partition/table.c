@@ -977,7 +977,7 @@ static int file_rewrite(const char *path, const char *model_id, const char *hw_t
     }
     /* The copy's old group goes; HDF5 reuses its space for the new one within this session. */
     if (h5_exists(fid, gp, H5I_GROUP) == 1 && H5Ldelete(fid, gp, H5P_DEFAULT) < 0) {
-        rc = h5_fail(tmp, "(deleting the old group)");
+        rc = h5_fail(tmp, "the file (deleting the old group)");
         goto cleanup;
     }
     if ((rc = writer(fid, tmp, ctx)) != RA_OK)
@@ -985,7 +985,7 @@ static int file_rewrite(const char *path, const char *model_id, const char *hw_t
     herr_t e = H5Fclose(fid);
     fid = -1;
     if (e < 0) {
-        rc = h5_fail(tmp, "(closing)");
+        rc = h5_fail(tmp, "the file (closing it)");
         goto cleanup;
     }
     snprintf(dir, sizeof dir, "%s", path);

@@ -1,0 +1,518 @@
+/* Partition lookup tables: write/merge/read round trips, interpolation against hand-computed
+ * splits, cost-model profiles, and malformed files crafted with the HDF5 API. */
+#include "status.h"
+#include "table.h"
+#include "test.h"
+
+#include <hdf5.h>
+#include <math.h>
+#include <sys/stat.h>
+
+static char dir[4096];
+
+static const char *file(const char *name)
+{
+    static char path[4][4200];
+    static int slot;
+    char *p = path[slot++ & 3];
+    snprintf(p, sizeof path[0], "%s/%s", dir, name);
+    return p;
+}
+
+static int same_ints(const int *a, const int *b, int n)
+{
+    return memcmp(a, b, sizeof(int) * (size_t)n) == 0;
+}
+
+static int same_double(double a, double b)
+{
+    return (isnan(a) && isnan(b)) || a == b;
+}
+
+/* A p-rank group of n entries whose entry i has ratios[i] and the bounds they round to. */
+static void make_group(struct ra_table_group *g, const char *m, const char *hw, int p, int n, const int *contexts,
+                       const double *ratios)
+{
+    CHECK_OK(ra_table_group_init(g, m, hw, p, n));
+    for (int i = 0; i < n; i++) {
+        g->context_lengths[i] = contexts[i];
+        memcpy(g->ratios + i * p, ratios + i * p, sizeof(double) * (size_t)p);
+        CHECK_OK(ra_table_ratios_to_bounds(ratios + i * p, p, contexts[i], g->boundaries + i * (p + 1)));
+        g->ttft_kvr_s[i] = 0.1 * (i + 1);
+        g->ttft_even_s[i] = 0.2 * (i + 1);
+        g->ttft_tsp_s[i] = i == 0 ? NAN : 0.3 * (i + 1);
+    }
+}
+
+static int same_group(const struct ra_table_group *a, const struct ra_table_group *b)
+{
+    int ok = a->p == b->p && a->n == b->n && !strcmp(a->model_id, b->model_id) && !strcmp(a->hw_tag, b->hw_tag);
+    ok = ok && same_ints(a->context_lengths, b->context_lengths, a->n) &&
+         same_ints(a->boundaries, b->boundaries, a->n * (a->p + 1));
+    for (int i = 0; ok && i < a->n * a->p; i++)
+        ok = a->ratios[i] == b->ratios[i];
+    for (int i = 0; ok && i < a->n; i++)
+        ok = same_double(a->ttft_kvr_s[i], b->ttft_kvr_s[i]) && same_double(a->ttft_even_s[i], b->ttft_even_s[i]) &&
+             same_double(a->ttft_tsp_s[i], b->ttft_tsp_s[i]);
+    return ok && !strcmp(a->objective, b->objective) && a->min_stride == b->min_stride && a->repeats == b->repeats &&
+           !strcmp(a->date, b->date) && !strcmp(a->version, b->version);
+}
+
+/* The example of the brief: (0.55, 0.45) at 2048 tokens, (0.65, 0.35) at 8192. */
+static void make_p2(struct ra_table_group *g, const char *m, const char *hw)
+{
+    make_group(g, m, hw, 2, 2, (const int[]){ 2048, 8192 }, (const double[]){ 0.55, 0.45, 0.65, 0.35 });
+    g->min_stride = 16;
+    g->repeats = 3;
+}
+
+static int read_back(const char *path, const struct ra_table_group *want)
+{
+    struct ra_table_group g;
+    int rc = ra_table_read(path, want->model_id, want->hw_tag, want->p, &g);
+    if (rc != RA_OK) {
+        fprintf(stderr, "read %s/%s/p%d: %s\n", want->model_id, want->hw_tag, want->p, ra_error_message());
+        return 0;
+    }
+    int ok = same_group(&g, want);
+    ra_table_group_free(&g);
+    return ok;
+}
+
+static void test_round_trip(void)
+{
+    const char *path = file("t.h5");
+    struct ra_table_group a, b, c, d, add, repl, got;
+    unlink(path);
+    make_p2(&a, "mA", "hw1");
+    make_group(&b, "mA", "hw1", 4, 1, (const int[]){ 3000 }, (const double[]){ 0.35, 0.25, 0.21, 0.19 });
+    make_p2(&c, "mB", "hw2");
+    make_p2(&d, "mA", "hw2");
+    snprintf(d.objective, sizeof d.objective, "model");
+    CHECK_OK(ra_table_merge(path, &a));
+    CHECK_OK(ra_table_merge(path, &b));
+    CHECK_OK(ra_table_merge(path, &c));
+    CHECK_OK(ra_table_merge(path, &d));
+    CHECK(read_back(path, &a) && read_back(path, &b) && read_back(path, &c) && read_back(path, &d));
+    CHECK(b.boundaries[1] == 1050 && b.boundaries[2] == 1800 && b.boundaries[3] == 2430);
+
+    /* New context lengths join the old ones, in order. */
+    make_group(&add, "mA", "hw1", 2, 2, (const int[]){ 16384, 4096 }, (const double[]){ 0.7, 0.3, 0.6, 0.4 });
+    CHECK_OK(ra_table_merge(path, &add));
+    CHECK_OK(ra_table_read(path, "mA", "hw1", 2, &got));
+    CHECK(got.n == 4 && same_ints(got.context_lengths, (const int[]){ 2048, 4096, 8192, 16384 }, 4));
+    CHECK(got.n == 4 && got.ratios[2] == 0.6 && got.ratios[4] == 0.65 && got.ratios[6] == 0.7);
+    CHECK(got.n == 4 && got.boundaries[4] == 2458 && isnan(got.ttft_tsp_s[0]) && got.ttft_kvr_s[2] == 0.2);
+    ra_table_group_free(&got);
+
+    /* An existing context length is replaced; the attributes become the new search's. */
+    make_group(&repl, "mA", "hw1", 2, 1, (const int[]){ 4096 }, (const double[]){ 0.5, 0.5 });
+    snprintf(repl.objective, sizeof repl.objective, "model");
+    repl.repeats = 7;
+    CHECK_OK(ra_table_merge(path, &repl));
+    CHECK_OK(ra_table_read(path, "mA", "hw1", 2, &got));
+    CHECK(got.n == 4 && got.context_lengths[1] == 4096 && got.ratios[2] == 0.5 && got.boundaries[4] == 2048);
+    CHECK(got.n == 4 && got.ratios[0] == 0.55 && got.context_lengths[3] == 16384);
+    CHECK(!strcmp(got.objective, "model") && got.repeats == 7);
+    ra_table_group_free(&got);
+    CHECK(read_back(path, &b) && read_back(path, &c) && read_back(path, &d));
+
+    char list[512];
+    CHECK_OK(ra_table_list(path, list, sizeof list));
+    CHECK(!strcmp(list, "mA/hw1/p2, mA/hw1/p4, mA/hw2/p2, mB/hw2/p2"));
+    CHECK(ra_table_list(path, list, 20) == RA_OK && !strcmp(list, "mA/hw1/p2, ..."));
+
+    int rc = ra_table_read(path, "mA", "hw1", 3, &got);
+    CHECK(rc == RA_EINVAL && strstr(ra_error_message(), "/mA/hw1/p3") &&
+          strstr(ra_error_message(), "the file has: mA/hw1/p2, mA/hw1/p4"));
+    rc = ra_table_read(path, "mC", "hw1", 2, &got);
+    CHECK(rc == RA_EINVAL && strstr(ra_error_message(), "model mC"));
+    rc = ra_table_read(file("absent.h5"), "mA", "hw1", 2, &got);
+    CHECK(rc == RA_EIO && strstr(ra_error_message(), "absent.h5: cannot open"));
+
+    int n = -1;
+    CHECK_OK(ra_table_validate(path, stderr, &n));
+    CHECK(n == 0);
+    ra_table_group_free(&a), ra_table_group_free(&b), ra_table_group_free(&c), ra_table_group_free(&d);
+    ra_table_group_free(&add), ra_table_group_free(&repl);
+
+    /* Invalid input is refused and leaves the file alone. */
+    make_p2(&a, "mA", "hw1");
+    a.boundaries[1] = 3000;
+    rc = ra_table_merge(path, &a);
+    CHECK(rc == RA_EINVAL && strstr(ra_error_message(), "not strictly increasing"));
+    a.boundaries[1] = 1126;
+    a.context_lengths[1] = 2048;
+    rc = ra_table_merge(path, &a);
+    CHECK(rc == RA_EINVAL && strstr(ra_error_message(), "context length 2048 twice"));
+    ra_table_group_free(&a);
+    CHECK(ra_table_group_init(&a, "m/x", "hw", 2, 1) == RA_EINVAL);
+    CHECK(ra_table_group_init(&a, "m", "", 2, 1) == RA_EINVAL);
+    CHECK_OK(ra_table_validate(path, NULL, &n));
+}
+
+static void test_entry_set(void)
+{
+    struct ra_table_group g;
+    CHECK_OK(ra_table_group_init(&g, "m", "hw", 3, 1));
+    CHECK_OK(ra_table_entry_set(&g, 0, (const int[]){ 0, 10, 30, 40 }, 1.0, 2.0, NAN));
+    CHECK(g.context_lengths[0] == 40 && g.ratios[0] == 0.25 && g.ratios[1] == 0.5 && g.ratios[2] == 0.25);
+    CHECK(ra_table_entry_set(&g, 0, (const int[]){ 0, 10, 10, 40 }, 1, 1, 1) == RA_EINVAL);
+    CHECK(ra_table_entry_set(&g, 1, (const int[]){ 0, 10, 20, 40 }, 1, 1, 1) == RA_EINVAL);
+    CHECK(!strcmp(g.objective, "measure") && g.min_stride == 1 && strlen(g.date) == 20 && g.version[0]);
+    ra_table_group_free(&g);
+}
+
+static void check_interp(const struct ra_table_group *g, int context, const int *want, int want_ex)
+{
+    int b[8], ex = -1;
+    int rc = ra_table_interpolate(g, context, b, &ex);
+    CHECK_OK(rc);
+    if (rc == RA_OK && (!same_ints(b, want, g->p + 1) || ex != want_ex)) {
+        fprintf(stderr, "context %d: got", context);
+        for (int r = 0; r <= g->p; r++)
+            fprintf(stderr, " %d", b[r]);
+        fprintf(stderr, " extrapolated %d\n", ex);
+        test_failures++;
+    }
+}
+
+static void test_interpolate(void)
+{
+    struct ra_table_group g;
+    double v[4];
+    int ex, b[8];
+    make_p2(&g, "m", "hw");
+    /* 4096: 0.55 + 0.10 * 2048/6144 = 0.583333...; 0.583333 * 4096 = 2389.33 */
+    CHECK_OK(ra_table_ratios_at(&g, 4096, v, &ex));
+    CHECK(fabs(v[0] - (0.55 + 0.1 / 3)) < 1e-12 && fabs(v[0] + v[1] - 1) < 1e-12 && ex == 0);
+    check_interp(&g, 4096, (const int[]){ 0, 2389, 4096 }, 0);
+    check_interp(&g, 5120, (const int[]){ 0, 3072, 5120 }, 0);           /* halfway: 0.60 */
+    check_interp(&g, 2048, (const int[]){ 0, 1126, 2048 }, 0);           /* an entry: 1126.4 stored */
+    check_interp(&g, 8192, (const int[]){ 0, 5325, 8192 }, 0);           /* 5324.8 */
+    check_interp(&g, 1024, (const int[]){ 0, 563, 1024 }, 1);            /* nearest: 0.55 * 1024 = 563.2 */
+    check_interp(&g, 16384, (const int[]){ 0, 10650, 16384 }, 1);        /* 0.65 * 16384 = 10649.6 */
+    check_interp(&g, 2, (const int[]){ 0, 1, 2 }, 1);                    /* 1.1 */
+    CHECK(ra_table_interpolate(&g, 1, b, &ex) == RA_EINVAL && strstr(ra_error_message(), "fewer than the 2 ranks"));
+    CHECK(ra_table_interpolate(&g, 0, b, NULL) == RA_EINVAL);
+    ra_table_group_free(&g);
+
+    /* p = 4: (0.4,0.3,0.2,0.1) at 1000 and even at 3000; 2000 is halfway: (0.325,0.275,0.225,0.175) */
+    make_group(&g, "m", "hw", 4, 2, (const int[]){ 1000, 3000 },
+               (const double[]){ 0.4, 0.3, 0.2, 0.1, 0.25, 0.25, 0.25, 0.25 });
+    check_interp(&g, 1000, (const int[]){ 0, 400, 700, 900, 1000 }, 0);
+    check_interp(&g, 2000, (const int[]){ 0, 650, 1200, 1650, 2000 }, 0);
+    check_interp(&g, 1500, (const int[]){ 0, 544, 975, 1294, 1500 }, 0); /* t = 1/4: 543.75, 975, 1293.75 */
+    check_interp(&g, 4, (const int[]){ 0, 1, 2, 3, 4 }, 1);              /* 1.6, 2.8, 3.6 round to 2, 3, 4: pushed down */
+    check_interp(&g, 5, (const int[]){ 0, 2, 3, 4, 5 }, 1);              /* 2, 3.5, 4.5 round to 2, 4, 5: pushed down */
+    ra_table_group_free(&g);
+
+    /* Rounding that would empty slices is nudged to one token each. */
+    CHECK_OK(ra_table_ratios_to_bounds((const double[]){ 0.97, 0.01, 0.01, 0.01 }, 4, 4, b));
+    CHECK(same_ints(b, (const int[]){ 0, 1, 2, 3, 4 }, 5));
+    CHECK_OK(ra_table_ratios_to_bounds((const double[]){ 0.1, 0.1, 0.1, 0.7 }, 4, 5, b));
+    CHECK(same_ints(b, (const int[]){ 0, 1, 2, 3, 5 }, 5)); /* 0.5, 1.0, 1.5 -> 1, 1, 2 -> 1, 2, 3 */
+    CHECK_OK(ra_table_ratios_to_bounds((const double[]){ 0.001, 0.001, 0.998 }, 3, 3, b));
+    CHECK(same_ints(b, (const int[]){ 0, 1, 2, 3 }, 4));
+    CHECK_OK(ra_table_ratios_to_bounds((const double[]){ 1.0 }, 1, 7, b));
+    CHECK(same_ints(b, (const int[]){ 0, 7 }, 2));
+
+    /* A one-entry table: its ratios everywhere, flagged away from its context. */
+    make_group(&g, "m", "hw", 2, 1, (const int[]){ 100 }, (const double[]){ 0.6, 0.4 });
+    check_interp(&g, 100, (const int[]){ 0, 60, 100 }, 0);
+    check_interp(&g, 50, (const int[]){ 0, 30, 50 }, 1);
+    ra_table_group_free(&g);
+    CHECK_OK(ra_table_group_init(&g, "m", "hw", 2, 0));
+    CHECK(ra_table_interpolate(&g, 10, b, &ex) == RA_EINVAL && strstr(ra_error_message(), "no entries"));
+    ra_table_group_free(&g);
+}
+
+static void test_profile(void)
+{
+    const char *path = file("t.h5");
+    const char *names[] = { "p2p_latency_s", "gemm_flops", "attn_flops" };
+    const double values[] = { 2e-6, 5e10, 3e10 };
+    char got[8][64];
+    double v[8];
+    int n = 0;
+    CHECK_OK(ra_table_profile_write(path, "mA", "hw1", names, values, 3));
+    CHECK_OK(ra_table_profile_read(path, "mA", "hw1", got, v, 8, &n));
+    CHECK(n == 3 && !strcmp(got[0], "attn_flops") && v[0] == 3e10 && !strcmp(got[1], "gemm_flops") &&
+          v[1] == 5e10 && !strcmp(got[2], "p2p_latency_s") && v[2] == 2e-6);
+    CHECK(ra_table_profile_read(path, "mA", "hw1", got, v, 2, &n) == RA_ERANGE);
+    /* Rewriting replaces the profile and keeps the tables. */
+    CHECK_OK(ra_table_profile_write(path, "mA", "hw1", names + 1, values + 1, 1));
+    CHECK_OK(ra_table_profile_read(path, "mA", "hw1", got, v, 8, &n));
+    CHECK(n == 1 && !strcmp(got[0], "gemm_flops") && v[0] == 5e10);
+    int rc = ra_table_profile_read(path, "mB", "hw1", got, v, 8, &n);
+    CHECK(rc == RA_EINVAL && strstr(ra_error_message(), "no cost-model profile for model mB"));
+    const char *dup[] = { "a", "a" };
+    CHECK(ra_table_profile_write(path, "mA", "hw1", dup, values, 2) == RA_EINVAL);
+    struct ra_table_group g;
+    CHECK_OK(ra_table_read(path, "mA", "hw1", 4, &g));
+    ra_table_group_free(&g);
+    CHECK_OK(ra_table_validate(path, NULL, &n));
+    char list[512];
+    CHECK(ra_table_list(path, list, sizeof list) == RA_OK && strstr(list, "mA/hw1/profile"));
+}
+
+/* ------------------------------------------------------------------ malformed files */
+
+/* A valid two-table file (mA/hw1/p2 with 2048 and 8192, mB/hw1/p2) at `name`. */
+static const char *good_file(const char *name)
+{
+    const char *path = file(name);
+    struct ra_table_group g;
+    unlink(path);
+    make_p2(&g, "mA", "hw1");
+    CHECK_OK(ra_table_merge(path, &g));
+    snprintf(g.model_id, sizeof g.model_id, "mB");
+    CHECK_OK(ra_table_merge(path, &g));
+    ra_table_group_free(&g);
+    return path;
+}
+
+static hid_t open_rw(const char *path)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(f >= 0);
+    return f;
+}
+
+static void write_ds(hid_t f, const char *name, hid_t type, int rank, const hsize_t *dims, const void *data)
+{
+    H5Ldelete(f, name, H5P_DEFAULT); /* may be absent */
+    hid_t sp = H5Screate_simple(rank, dims, NULL);
+    hid_t d = H5Dcreate2(f, name, type == H5T_NATIVE_INT ? H5T_STD_I32LE : H5T_IEEE_F64LE, sp, H5P_DEFAULT,
+                         H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(d >= 0 && H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0);
+    H5Dclose(d);
+    H5Sclose(sp);
+}
+
+static void write_attr_int(hid_t obj, const char *name, int v)
+{
+    H5Adelete(obj, name);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(obj, name, H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(a >= 0 && H5Awrite(a, H5T_NATIVE_INT, &v) >= 0);
+    H5Aclose(a);
+    H5Sclose(sp);
+}
+
+/* A fixed-length string, as h5py writes numpy byte strings. */
+static void write_attr_fixed_str(hid_t f, const char *obj, const char *name, const char *s)
+{
+    hid_t o = H5Oopen(f, obj, H5P_DEFAULT);
+    H5Adelete(o, name);
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+    H5Tset_size(t, strlen(s));
+    H5Tset_strpad(t, H5T_STR_NULLPAD);
+    hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(a >= 0 && H5Awrite(a, t, s) >= 0);
+    H5Aclose(a), H5Sclose(sp), H5Tclose(t), H5Oclose(o);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f)
+        fputs(text, f), fclose(f);
+}
+
+static void copy_truncated(const char *from, const char *to, long keep)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    CHECK(in && out);
+    for (long i = 0; in && out && i < keep; i++) {
+        int c = fgetc(in);
+        if (c == EOF)
+            break;
+        fputc(c, out);
+    }
+    if (in)
+        fclose(in);
+    if (out)
+        fclose(out);
+}
+
+/* read (of mA/hw1/p2) and validate must both fail with `msg`; validate finds n problems. */
+static void expect_bad(const char *path, const char *msg, int n_want)
+{
+    struct ra_table_group g;
+    int rc = ra_table_read(path, "mA", "hw1", 2, &g);
+    if (rc == RA_OK || !strstr(ra_error_message(), msg) || !strstr(ra_error_message(), path)) {
+        fprintf(stderr, "%s: read: rc %d, message '%s', want '%s'\n", path, rc, ra_error_message(), msg);
+        test_failures++;
+    }
+    if (rc == RA_OK)
+        ra_table_group_free(&g);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    int n = -1;
+    rc = ra_table_validate(path, out, &n);
+    fclose(out);
+    int lines = 0;
+    for (size_t i = 0; i < len; i++)
+        lines += text[i] == '\n';
+    if (rc == RA_OK || !strstr(text, msg) || n != n_want || lines != n) {
+        fprintf(stderr, "%s: validate: rc %d, %d problems (want %d), %d lines:\n%s", path, rc, n, n_want, lines, text);
+        test_failures++;
+    }
+    free(text);
+}
+
+static void test_malformed(void)
+{
+    const char *path;
+    hid_t f;
+    hsize_t d2[2] = { 2, 2 }, d1[1] = { 2 };
+
+    path = good_file("missing.h5");
+    f = open_rw(path);
+    H5Ldelete(f, "/mA/hw1/p2/ttft_tsp_s", H5P_DEFAULT);
+    H5Fclose(f);
+    expect_bad(path, "/mA/hw1/p2/ttft_tsp_s: dataset is missing", 1);
+
+    path = good_file("shape.h5");
+    f = open_rw(path);
+    write_ds(f, "/mA/hw1/p2/boundaries", H5T_NATIVE_INT, 2, d2, (const int[]){ 0, 2048, 0, 8192 });
+    H5Fclose(f);
+    expect_bad(path, "/mA/hw1/p2/boundaries: shape [2][2], want [2][3]", 1);
+
+    path = good_file("rank.h5");
+    f = open_rw(path);
+    write_ds(f, "/mA/hw1/p2/ratios", H5T_NATIVE_DOUBLE, 1, d1, (const double[]){ 0.5, 0.5 });
+    H5Fclose(f);
+    expect_bad(path, "/mA/hw1/p2/ratios: has 1 dimensions, want 2", 1);
+
+    path = good_file("class.h5");
+    f = open_rw(path);
+    write_ds(f, "/mA/hw1/p2/ratios", H5T_NATIVE_INT, 2, d2, (const int[]){ 1, 0, 1, 0 });
+    H5Fclose(f);
+    expect_bad(path, "/mA/hw1/p2/ratios: values are of class integer, want float", 1);
+
+    path = good_file("monotonic.h5");
+    f = open_rw(path);
+    hsize_t b2[2] = { 2, 3 };
+    write_ds(f, "/mA/hw1/p2/boundaries", H5T_NATIVE_INT, 2, b2, (const int[]){ 0, 1126, 2048, 0, 9000, 8192 });
+    H5Fclose(f);
+    expect_bad(path, "boundaries: entry 1 (context 8192) is 0,9000,8192, not strictly increasing", 1);
+
+    path = good_file("sum.h5");
+    f = open_rw(path);
+    write_ds(f, "/mA/hw1/p2/ratios", H5T_NATIVE_DOUBLE, 2, d2, (const double[]){ 0.5, 0.4, 0.65, 0.35 });
+    H5Fclose(f);
+    expect_bad(path, "ratios: entry 0 (context 2048): ratios sum to 0.9, not 1", 1);
+
+    path = good_file("consistent.h5");
+    f = open_rw(path);
+    write_ds(f, "/mA/hw1/p2/ratios", H5T_NATIVE_DOUBLE, 2, d2, (const double[]){ 0.5, 0.5, 0.65, 0.35 });
+    H5Fclose(f);
+    expect_bad(path, "ratios put boundary 1 at 1024.0, boundaries say 1126", 1);
+
+    path = good_file("order.h5");
+    f = open_rw(path);
+    write_ds(f, "/mA/hw1/p2/context_lengths", H5T_NATIVE_INT, 1, d1, (const int[]){ 8192, 2048 });
+    H5Fclose(f);
+    expect_bad(path, "context_lengths: entry 1 (2048) is not greater than entry 0 (8192)", 3); /* + both bounds rows */
+
+    path = good_file("objective.h5");
+    f = open_rw(path);
+    write_attr_fixed_str(f, "/mA/hw1/p2", "objective", "random");
+    H5Fclose(f);
+    expect_bad(path, "attribute objective is 'random'", 1);
+
+    path = good_file("schema99.h5");
+    f = open_rw(path);
+    write_attr_int(f, "schema_version", 99);
+    H5Fclose(f);
+    expect_bad(path, "schema_version is 99; this runahead reads version 1", 1);
+
+    path = good_file("noschema.h5");
+    f = open_rw(path);
+    H5Adelete(f, "schema_version");
+    H5Fclose(f);
+    expect_bad(path, "attribute schema_version is missing", 1);
+
+    path = file("text.h5");
+    write_text(path, "context,ratio\n2048,0.55\n");
+    expect_bad(path, "not an HDF5 file", 1);
+
+    path = good_file("good.h5");
+    const char *cut = file("truncated.h5");
+    copy_truncated(path, cut, 1200);
+    expect_bad(cut, "truncated or corrupt", 1);
+
+    /* Several problems in several groups: every one reported, each once. */
+    path = good_file("many.h5");
+    f = open_rw(path);
+    H5Ldelete(f, "/mA/hw1/p2/ttft_kvr_s", H5P_DEFAULT);
+    write_ds(f, "/mB/hw1/p2/ratios", H5T_NATIVE_DOUBLE, 2, d2, (const double[]){ 0.55, 0.45, 0.65, 0.30 });
+    hid_t g = H5Gcreate2(f, "/mB/hw1/p0", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Gclose(g);
+    H5Fclose(f);
+    expect_bad(path, "/mA/hw1/p2/ttft_kvr_s: dataset is missing", 3);
+
+    /* Merging into a malformed file is refused and changes nothing. */
+    struct ra_table_group t;
+    struct stat st0, st1;
+    make_p2(&t, "mC", "hw1");
+    stat(path, &st0);
+    int rc = ra_table_merge(path, &t);
+    stat(path, &st1);
+    CHECK(rc == RA_EFORMAT && strstr(ra_error_message(), "3 problems; not changing the file"));
+    CHECK(st0.st_ino == st1.st_ino && st0.st_size == st1.st_size);
+    rc = ra_table_merge(file("text.h5"), &t);
+    CHECK(rc == RA_EFORMAT && strstr(ra_error_message(), "not an HDF5 file"));
+    ra_table_group_free(&t);
+
+    /* Fixed-length strings (as h5py may write them) are read like variable-length ones. */
+    path = good_file("fixedstr.h5");
+    f = open_rw(path);
+    write_attr_fixed_str(f, "/mA/hw1/p2", "objective", "model");
+    write_attr_fixed_str(f, "/mA/hw1/p2", "date", "2026-01-02");
+    H5Fclose(f);
+    CHECK_OK(ra_table_read(path, "mA", "hw1", 2, &t));
+    CHECK(!strcmp(t.objective, "model") && !strcmp(t.date, "2026-01-02"));
+    ra_table_group_free(&t);
+    int n;
+    CHECK_OK(ra_table_validate(path, NULL, &n));
+}
+
+static void test_ids(void)
+{
+    struct ra_config c = { .dim = 768, .hidden_dim = 2048, .n_layers = 12, .n_heads = 12, .n_kv_heads = 12,
+                           .vocab_size = 32000, .seq_len = 16384, .head_dim = 64, .rope_theta = 10000.0f,
+                           .norm_eps = 1e-5f };
+    char a[128], b[128], hw[256];
+    ra_table_model_id(&c, a, sizeof a);
+    CHECK(!strncmp(a, "llama-d768-l12-h12-kv12-f2048-v32000-", 37) && strlen(a) == 45);
+    ra_table_model_id(&c, b, sizeof b);
+    CHECK(!strcmp(a, b));
+    c.rope_theta = 500000.0f;
+    ra_table_model_id(&c, b, sizeof b);
+    CHECK(strcmp(a, b) != 0 && !strncmp(a, b, 37));
+    printf("model id: %s\n", a);
+    ra_table_default_hw_tag(hw, sizeof hw);
+    printf("hardware tag: %s\n", hw);
+    CHECK(hw[0] && !strpbrk(hw, " /()") && hw[strlen(hw) - 1] == 'c');
+}
+
+int main(void)
+{
+    const char *d = test_tmpdir("test_table");
+    if (!d)
+        return 1;
+    snprintf(dir, sizeof dir, "%s", d);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* the crafted edits delete what may be absent */
+    test_round_trip();
+    test_entry_set();
+    test_interpolate();
+    test_profile();
+    test_malformed();
+    test_ids();
+    return test_result("test_table");
+}
