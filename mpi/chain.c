@@ -8,6 +8,7 @@
  *   direct  each rank sends its own rows to every later rank
  * All three move the same bytes; they differ in message count and latency. */
 #include "exchange.h"
+#include "netem.h"
 #include "ra_mpi.h"
 
 /* A message carries K or V (kind) of one layer, for the rows of one rank's
@@ -49,6 +50,8 @@ static int relay_forward(struct ra_exchange *x, struct ra_kvcache *kv, int l, in
             break;
         for (int i = 0; i < done && !last; i++) {
             const int s = idx[i] / 2, kind = idx[i] % 2;
+            if (x->netem && (rc = ra_netem_forwarding(x, idx[i])) != RA_OK)
+                goto out;
             rc = ra_exchange_post_send(x, rows_of(kv, l, kind, x->bounds[s]), x->bounds[s + 1] - x->bounds[s],
                                        x->rank + 1, tag_of(x, l, s, kind));
             if (rc != RA_OK)
@@ -93,6 +96,8 @@ static int chain_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, in
         rc = relay_forward(x, kv, l, 1);
     else
         MPI_CHECK(MPI_Waitall(x->n_recv, x->recv, MPI_STATUSES_IGNORE));
+    if (rc == RA_OK && x->netem)
+        rc = ra_netem_wait_recvs(x);
     t->wait_end = MPI_Wtime() - x->t0;
     x->stats.t_wait += t->wait_end - t->wait_begin;
     if (rc != RA_OK || r == p - 1)

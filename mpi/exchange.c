@@ -1,4 +1,5 @@
 #include "exchange.h"
+#include "netem.h"
 #include "ra_mpi.h"
 
 #include <stdlib.h>
@@ -79,6 +80,7 @@ void ra_exchange_free(struct ra_exchange *x)
     free(x->recv_forwarded);
     free(x->send);
     free(x->stats.layers);
+    ra_netem_free(x->netem);
     memset(x, 0, sizeof *x);
     x->row = MPI_DATATYPE_NULL;
 }
@@ -91,6 +93,8 @@ void ra_exchange_begin(struct ra_exchange *x)
     x->stats.layers = layers;
     x->n_send = x->n_recv = 0;
     x->t0 = MPI_Wtime();
+    if (x->netem)
+        ra_netem_begin(x);
 }
 
 int ra_exchange_finish(struct ra_exchange *x)
@@ -98,6 +102,8 @@ int ra_exchange_finish(struct ra_exchange *x)
     int rc = RA_OK;
     const double t = MPI_Wtime();
     MPI_CHECK(MPI_Waitall(x->n_send, x->send, MPI_STATUSES_IGNORE));
+    if (x->netem && (rc = ra_netem_finish(x)) != RA_OK)
+        goto out;
     x->stats.t_wait += MPI_Wtime() - t;
     x->n_send = 0;
 out:
@@ -116,6 +122,8 @@ int ra_exchange_post_send(struct ra_exchange *x, const float *buf, int rows, int
     if (x->n_send == x->max_send)
         return ra_error_set(RA_ECOMM, "rank %d: too many pending sends", x->rank);
     MPI_CHECK(MPI_Isend(buf, rows, x->row, dest, tag, x->comm, &x->send[x->n_send]));
+    if (x->netem && (rc = ra_netem_post_send(x, rows, dest, tag)) != RA_OK)
+        goto out;
     x->n_send++;
     x->stats.bytes_sent += (long long)rows * (long long)x->row_bytes;
     x->stats.msgs_sent++;
@@ -127,6 +135,8 @@ int ra_exchange_post_recv(struct ra_exchange *x, float *buf, int rows, int sourc
 {
     int rc = RA_OK;
     MPI_CHECK(MPI_Irecv(buf, rows, x->row, source, tag, x->comm, &x->recv[x->n_recv]));
+    if (x->netem && (rc = ra_netem_post_recv(x, source, tag)) != RA_OK)
+        goto out;
     x->recv_forwarded[x->n_recv] = 0;
     x->n_recv++;
     x->stats.bytes_recv += (long long)rows * (long long)x->row_bytes;

@@ -33,6 +33,8 @@ struct ra_rank_stats {
 
 #define RA_MAX_RANKS 1024
 
+struct ra_netem; /* netem.h: an emulated link, or NULL */
+
 struct ra_exchange {
     MPI_Comm comm;
     int rank, size;
@@ -50,6 +52,7 @@ struct ra_exchange {
     double t0;
     struct ra_rank_stats stats;
     struct ra_kv_exchange hooks;
+    struct ra_netem *netem; /* NULL unless --link-gbps: then every message also waits for the emulated link */
 };
 
 int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method, enum ra_route route,

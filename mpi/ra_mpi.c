@@ -1,6 +1,7 @@
 #include "ra_mpi.h"
 
 #include <stdio.h>
+#include <unistd.h>
 
 int ra_mpi_error(int mpi_rc, const char *call, const char *file, int line)
 {
@@ -39,4 +40,17 @@ int ra_mpi_agree(int status, MPI_Comm comm, int *failed_rank)
     if (failed_rank)
         *failed_rank = out[0] != RA_OK ? out[1] : -1;
     return out[0];
+}
+
+int ra_mpi_threads_per_rank(void)
+{
+    MPI_Comm node;
+    int local = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, &local);
+        MPI_Comm_free(&node);
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = (int)(cores > 0 ? cores : 1) / local;
+    return n > 0 ? n : 1;
 }

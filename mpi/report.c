@@ -1,5 +1,6 @@
 #include "report.h"
 #include "config.h"
+#include "netem.h"
 #include "status.h"
 
 #include <jansson.h>
@@ -88,6 +89,15 @@ int ra_report_write(const char *path, const struct ra_run_info *run, const struc
     json_object_set_new(root, "method", json_string(ra_method_name(run->method)));
     json_object_set_new(root, "route", run->method == RA_METHOD_KVR ? json_string(ra_route_name(run->route)) : json_null());
     json_object_set_new(root, "transport", json_string(run->transport));
+    if (run->link) { /* absent unless emulated: every TTFT of this record includes emulated transfers */
+        const struct ra_netem_config *k = run->link;
+        json_object_set_new(root, "link", json_pack("{s:b, s:f, s:f}", "emulated", 1, "gbps", k->link_gbps,
+                                                    "latency_us", k->latency_us));
+        if (k->noise_gbps > 0)
+            json_object_set_new(root, "noise", json_pack("{s:b, s:f, s:f, s:I, s:s}", "emulated", 1, "gbps",
+                k->noise_gbps, "slot_ms", k->noise_slot_ms, "seed", (json_int_t)k->noise_seed,
+                "pattern", "one random adjacent pair per slot, bidirectional, max-min fair share"));
+    }
     json_object_set_new(root, "partition", json_pack("{s:s, s:o}", "spec", run->partition_spec, "bounds", bounds));
     json_object_set_new(root, "context_length", json_integer(run->n_prompt));
     json_object_set_new(root, "repeat", json_integer(run->repeat));
@@ -146,6 +156,11 @@ void ra_report_print(FILE *f, const struct ra_run_info *run, const struct ra_all
     fprintf(f, ": %d ranks x %d threads, %d prompt tokens, TTFT median %.4f s (min %.4f, max %.4f, %d runs)\n",
             run->ranks, run->threads, run->n_prompt, ra_median(run->ttft, run->repeat),
             min_of(run->ttft, run->repeat), max_of(run->ttft, run->repeat), run->repeat);
+    if (run->link) {
+        char what[256];
+        ra_netem_describe(run->link, what, sizeof what);
+        fprintf(f, "  (%s: the TTFTs include emulated transfer times)\n", what);
+    }
     fprintf(f, "%6s %15s %10s %10s %10s %12s %12s\n", "rank", "slice", "total_s", "compute_s", "wait_s", "sent_MB", "recv_MB");
     for (int r = 0; r < all->size; r++) {
         char slice[32];

@@ -6,6 +6,8 @@
 
 #include "prefill.h"
 
+struct ra_netem_config;
+
 struct ra_run_info {
     const char *model_path, *partition_spec;
     const struct ra_config *config;
@@ -18,6 +20,7 @@ struct ra_run_info {
     int n_generated;
     double t_decode;
     const char *transport;          /* "mpi" */
+    const struct ra_netem_config *link; /* an emulated link (netem.h), or NULL */
 };
 
 double ra_median(const double *v, int n);

@@ -6,6 +6,8 @@
  * Rank 0 reads and tokenizes the prompt and broadcasts the ids; every rank
  * maps the model; the last rank produces the first token and decodes. */
 #include "config.h"
+#include "args.h"
+#include "netem.h"
 #include "partition.h"
 #include "prefill.h"
 #include "ra_mpi.h"
@@ -34,6 +36,8 @@ struct options {
     enum ra_route route;
     const char *partition, *report, *trace, *hw_tag;
     int repeat;
+    int expect_ranks;              /* 0, or the world size the launcher must have started */
+    struct ra_netem_config netem;  /* an emulated link; link_gbps 0 = none */
 };
 
 /* What one run produced, for the output stage. */
@@ -80,6 +84,15 @@ static void usage(FILE *f)
 "      --hw-tag TAG          hardware tag to look up in the table (default: CPU model and cores)\n"
 "      --repeat N            run the prompt N times, report median/min/max TTFT (default 1)\n"
 "  -T, --threads N           CPU threads per rank (default: the node's cores / its ranks)\n"
+"      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
+"                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
+"Emulated network (every report says so; the KV rows still move through MPI):\n"
+"      --link-gbps G         each message also waits for a link of G GB/s (1e9 bytes/s)\n"
+"      --link-latency-us U   ... and U microseconds of latency per message (default 0)\n"
+"      --noise-gbps N        a noise sidecar: N GB/s of bidirectional traffic on one random\n"
+"                            adjacent pair of ranks at a time, sharing that link (needs --link-gbps)\n"
+"      --noise-slot-ms MS    how long one pair stays noisy (default 5)\n"
+"      --noise-seed S        seed of the noisy pairs (default 1)\n"
 "Output:\n"
 "  -o, --output KIND         text | ids | json (default: text with a tokenizer, else ids)\n"
 "      --report FILE.json    one JSON record: config, partition, TTFTs, per-rank figures\n"
@@ -92,31 +105,15 @@ static void usage(FILE *f)
 "the output; timings and the per-rank summary go to stderr.\n");
 }
 
-static int parse_int(const char *s, const char *flag, int lo, int hi, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi)
-        return ra_error_set(RA_EINVAL, "%s: '%s' is not an integer in %d..%d", flag, s, lo, hi);
-    *out = (int)v;
-    return RA_OK;
-}
 
-static int parse_float(const char *s, const char *flag, float *out)
-{
-    char *end;
-    float v = strtof(s, &end);
-    if (!*s || *end)
-        return ra_error_set(RA_EINVAL, "%s: '%s' is not a number", flag, s);
-    *out = v;
-    return RA_OK;
-}
+
 
 /* Returns RA_OK, a negative status, or 1 when the program should exit 0 (help). */
 static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
-           OPT_REPORT, OPT_TRACE, OPT_HW_TAG };
+           OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
+           OPT_NOISE_SLOT, OPT_NOISE_SEED };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -137,6 +134,12 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "trace", required_argument, NULL, OPT_TRACE },
         { "hw-tag", required_argument, NULL, OPT_HW_TAG },
         { "threads", required_argument, NULL, 'T' },
+        { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
+        { "link-gbps", required_argument, NULL, OPT_LINK_GBPS },
+        { "link-latency-us", required_argument, NULL, OPT_LINK_LATENCY },
+        { "noise-gbps", required_argument, NULL, OPT_NOISE_GBPS },
+        { "noise-slot-ms", required_argument, NULL, OPT_NOISE_SLOT },
+        { "noise-seed", required_argument, NULL, OPT_NOISE_SEED },
         { "output", required_argument, NULL, 'o' },
         { "tokenize-only", no_argument, NULL, OPT_TOKENIZE_ONLY },
         { "help", no_argument, NULL, 'h' },
@@ -145,7 +148,8 @@ static int parse_options(int argc, char **argv, struct options *o)
     };
     int c, rc = RA_OK;
     *o = (struct options){ .generate = 64, .temperature = 0.0f, .top_p = 0.9f, .seed = 1, .partition = "even",
-                           .repeat = 1, .method = world > 1 ? RA_METHOD_KVR : RA_METHOD_SINGLE };
+                           .repeat = 1, .method = world > 1 ? RA_METHOD_KVR : RA_METHOD_SINGLE,
+                           .netem = { .noise_slot_ms = 5, .noise_seed = 1 } };
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:z:p:f:i:I:n:t:s:T:o:hV", longopts, NULL)) != -1) {
         switch (c) {
@@ -155,9 +159,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         case 'f': o->prompt_file = optarg; break;
         case 'i': o->prompt_ids = optarg; break;
         case 'I': o->prompt_ids_file = optarg; break;
-        case 'n': rc = parse_int(optarg, "--generate", 0, 1 << 24, &o->generate); break;
-        case 't': rc = parse_float(optarg, "--temperature", &o->temperature); break;
-        case OPT_TOP_P: rc = parse_float(optarg, "--top-p", &o->top_p); break;
+        case 'n': rc = ra_arg_int(optarg, "--generate", 0, 1 << 24, &o->generate); break;
+        case 't': rc = ra_arg_float(optarg, "--temperature", &o->temperature); break;
+        case OPT_TOP_P: rc = ra_arg_float(optarg, "--top-p", &o->top_p); break;
         case 's': {
             char *end;
             o->seed = strtoull(optarg, &end, 10);
@@ -169,11 +173,23 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_METHOD: rc = ra_method_parse(optarg, &o->method); break;
         case OPT_ROUTE: rc = ra_route_parse(optarg, &o->route); break;
         case OPT_PARTITION: o->partition = optarg; break;
-        case OPT_REPEAT: rc = parse_int(optarg, "--repeat", 1, 100000, &o->repeat); break;
+        case OPT_REPEAT: rc = ra_arg_int(optarg, "--repeat", 1, 100000, &o->repeat); break;
         case OPT_REPORT: o->report = optarg; break;
         case OPT_TRACE: o->trace = optarg; break;
         case OPT_HW_TAG: o->hw_tag = optarg; break;
-        case 'T': rc = parse_int(optarg, "--threads", 1, 1024, &o->threads); break;
+        case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
+        case OPT_EXPECT_RANKS: rc = ra_arg_int(optarg, "--expect-ranks", 1, RA_MAX_RANKS, &o->expect_ranks); break;
+        case OPT_LINK_GBPS: rc = ra_arg_double(optarg, "--link-gbps", &o->netem.link_gbps); break;
+        case OPT_LINK_LATENCY: rc = ra_arg_double(optarg, "--link-latency-us", &o->netem.latency_us); break;
+        case OPT_NOISE_GBPS: rc = ra_arg_double(optarg, "--noise-gbps", &o->netem.noise_gbps); break;
+        case OPT_NOISE_SLOT: rc = ra_arg_double(optarg, "--noise-slot-ms", &o->netem.noise_slot_ms); break;
+        case OPT_NOISE_SEED: {
+            char *end;
+            o->netem.noise_seed = strtoull(optarg, &end, 10);
+            if (!*optarg || *end)
+                rc = ra_error_set(RA_EINVAL, "--noise-seed: '%s' is not a non-negative integer", optarg);
+            break;
+        }
         case 'o':
             if (!strcmp(optarg, "text")) o->output = OUTPUT_TEXT;
             else if (!strcmp(optarg, "ids")) o->output = OUTPUT_IDS;
@@ -204,7 +220,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         return ra_error_set(RA_EINVAL, "--temperature %g must be >= 0", o->temperature);
     if (!(o->top_p > 0 && o->top_p <= 1))
         return ra_error_set(RA_EINVAL, "--top-p %g must be in (0, 1]", o->top_p);
-    return RA_OK;
+    return ra_netem_config_check(&o->netem);
 }
 
 /* The tokenizer path: --tokenizer, or tokenizer.bin beside (or inside) the model. */
@@ -270,18 +286,6 @@ static int agree(int rc)
     return agreed;
 }
 
-static int threads_per_rank(void)
-{
-    MPI_Comm node;
-    int local = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-        MPI_Comm_size(node, &local);
-        MPI_Comm_free(&node);
-    }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = (int)(cores > 0 ? cores : 1) / local;
-    return t > 0 ? t : 1;
-}
 
 /* Rank 0 reads and tokenizes the prompt; every rank gets the ids. */
 static int share_prompt(const struct options *o, const struct ra_tokenizer *tok, struct result *r)
@@ -419,6 +423,7 @@ static int write_reports(const struct options *o, struct ra_exchange *x, const s
         .config = &m->config, .method = o->method, .route = o->route, .bounds = bounds, .ranks = world,
         .threads = m->backend->n_threads, .n_prompt = r->n_prompt, .repeat = o->repeat, .ttft = r->ttft,
         .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = "mpi",
+        .link = o->netem.link_gbps > 0 ? &o->netem : NULL,
     };
     ra_report_print(stderr, &info, &all);
     if (r->n_generated > 1)
@@ -452,6 +457,12 @@ static int run(int argc, char **argv)
         failed_rank = 0;
         return rc > 0 ? RA_OK : rc;
     }
+    if (o.expect_ranks && o.expect_ranks != world) { /* same on every rank: rank 0 speaks */
+        failed_rank = 0;
+        return ra_error_set(RA_EINVAL, "started as %d MPI rank%s, but --expect-ranks %d: the launcher did not join "
+                            "the ranks into one MPI job (under Slurm use srun --mpi=pmix; Open MPI without PMIx "
+                            "starts separate one-rank copies)", world, world == 1 ? "" : "s", o.expect_ranks);
+    }
     if (world > RA_MAX_RANKS)
         rc = ra_error_set(RA_EINVAL, "%d ranks exceed the limit of %d", world, RA_MAX_RANKS);
     else if (find_tokenizer(&o, tok_path, sizeof tok_path)) {
@@ -478,7 +489,7 @@ static int run(int argc, char **argv)
     if (rc == RA_OK)
         rc = check_fit(&o, &m, tok, tok_path, &r, bounds);
     if (rc == RA_OK)
-        rc = ra_backend_cpu_init(&be, o.threads ? o.threads : threads_per_rank());
+        rc = ra_backend_cpu_init(&be, o.threads ? o.threads : ra_mpi_threads_per_rank());
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_config_kv_dim(&m.config));
@@ -491,6 +502,9 @@ static int run(int argc, char **argv)
     if (rc == RA_OK && (!logits || !r.ttft || !r.generated))
         rc = ra_error_set(RA_ENOMEM, "out of memory");
     if ((rc = agree(rc)) != RA_OK)
+        goto out;
+    /* Collective (it duplicates the communicator), so only once every rank is ready. */
+    if ((rc = agree(ra_netem_attach(&x, &o.netem))) != RA_OK)
         goto out;
 
     for (int i = 0; i < o.repeat; i++) {

@@ -2,6 +2,7 @@
  * layer's local K,V rows are written, an all-gather of every rank's rows into
  * every rank's cache; then the same causal attention as KV-Runahead. */
 #include "exchange.h"
+#include "netem.h"
 #include "ra_mpi.h"
 
 static int tsp_layer_begin(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
@@ -23,6 +24,8 @@ static int tsp_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, int 
     t->wait_begin = t->send = MPI_Wtime() - x->t0;
     MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, kv->k[l], counts, displs, x->row, x->comm));
     MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, kv->v[l], counts, displs, x->row, x->comm));
+    if (x->netem && (rc = ra_netem_allgather(x, t->wait_begin, counts)) != RA_OK)
+        goto out;
     t->wait_end = MPI_Wtime() - x->t0;
     x->stats.t_wait += t->wait_end - t->wait_begin;
     /* Logical traffic: our rows to every other rank, every other rank's rows to us (K and V). */

@@ -3,6 +3,7 @@
  * A serial program: it links the MPI-built HDF5 but never calls MPI, so it runs without mpirun.
  * Errors: one line "runahead-table: ..." and exit 1; usage errors exit 2. */
 #include "config.h"
+#include "args.h"
 #include "model.h"
 #include "status.h"
 #include "table.h"
@@ -25,6 +26,7 @@ static void usage(FILE *fp)
             "usage: " PROG " show FILE\n"
             "       " PROG " lookup FILE --model M --ranks P --context N [--hw-tag T]\n"
             "       " PROG " validate FILE\n"
+            "       " PROG " merge OUT IN [IN ...]\n"
             "\n"
             "Partition lookup tables (HDF5: /<model-id>/<hardware-tag>/p<P>/, see DESIGN.md).\n"
             "\n"
@@ -34,6 +36,9 @@ static void usage(FILE *fp)
             "             between the two nearest; outside the table the nearest entry (said on stderr).\n"
             "             Prints lines 'bounds:...' and 'ratios:...' usable as --partition specs\n"
             "  validate   checks the whole file and prints every problem; exit 1 if any\n"
+            "  merge      merges every table and cost-model profile of each IN into OUT (created if\n"
+            "             absent), as runahead-tune merges: entries at a context length OUT has are\n"
+            "             replaced. Not safe against two writers of OUT at once: run it under flock\n"
             "\n"
             "  --model M      a model path (its config gives the id) or a literal model id\n"
             "  --ranks P      rank count\n"
@@ -42,22 +47,9 @@ static void usage(FILE *fp)
             "  --help, --version\n");
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, PROG ": ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see --help)\n");
-    va_end(ap);
-    return 2;
-}
+#define usage_error(...) ra_arg_usage_error(PROG, __VA_ARGS__)
 
-static int fail(void)
-{
-    fprintf(stderr, PROG ": %s\n", ra_error_message());
-    return 1;
-}
+#define fail() ra_arg_fail(PROG)
 
 static int parse_int(const char *s, const char *flag, int min, int *v)
 {
@@ -317,6 +309,76 @@ static int cmd_write_example(int argc, char **argv)
     return write_example(argv[optind], model, hw);
 }
 
+/* ------------------------------------------------------------------ merge */
+
+/* Tables written by separate runahead-tune runs (e.g. the tasks of a
+ * jobs/tune.sbatch array) merged into one, each IN validated first. */
+struct merge_ctx {
+    const char *in, *out;
+    int groups, profiles, entries;
+};
+
+static int merge_table(struct merge_ctx *m, const char *model, const char *hw, int p)
+{
+    struct ra_table_group g = { 0 };
+    int rc = ra_table_read(m->in, model, hw, p, &g);
+    if (rc == RA_OK && g.n > 0) {
+        rc = ra_table_merge(m->out, &g);
+        m->entries += g.n;
+    }
+    if (rc == RA_OK)
+        m->groups++;
+    ra_table_group_free(&g);
+    return rc;
+}
+
+static int merge_profile(struct merge_ctx *m, const char *model, const char *hw)
+{
+    static char names[RA_TABLE_MAX_PROFILE][64];
+    double values[RA_TABLE_MAX_PROFILE];
+    const char *ptr[RA_TABLE_MAX_PROFILE];
+    int n = 0;
+    int rc = ra_table_profile_read(m->in, model, hw, names, values, RA_TABLE_MAX_PROFILE, &n);
+    for (int i = 0; i < n; i++)
+        ptr[i] = names[i];
+    if (rc == RA_OK && n > 0)
+        rc = ra_table_profile_write(m->out, model, hw, ptr, values, n);
+    if (rc == RA_OK)
+        m->profiles++;
+    return rc;
+}
+
+static int merge_one(const char *model, const char *hw, const char *leaf, void *ctx)
+{
+    struct merge_ctx *m = ctx;
+    char *end;
+    if (!strcmp(leaf, "profile"))
+        return merge_profile(m, model, hw);
+    long p = leaf[0] == 'p' ? strtol(leaf + 1, &end, 10) : 0;
+    if (p < 1 || *end)
+        return ra_error_set(RA_EFORMAT, "%s: /%s/%s/%s is neither p<P> nor profile", m->in, model, hw, leaf);
+    return merge_table(m, model, hw, (int)p);
+}
+
+static int cmd_merge(int argc, char **argv)
+{
+    if (argc < 3)
+        return usage_error("merge needs OUT and at least one IN");
+    for (int i = 2; i < argc; i++) {
+        struct merge_ctx m = { .in = argv[i], .out = argv[1] };
+        if (!strcmp(m.in, m.out))
+            return usage_error("merge: %s is both the output and an input", m.in);
+        int rc = ra_table_validate(m.in, NULL, NULL);
+        if (rc == RA_OK)
+            rc = ra_table_each(m.in, merge_one, &m);
+        if (rc != RA_OK)
+            return fail();
+        fprintf(stderr, PROG ": %s: %d table%s (%d entries) and %d profile%s merged into %s\n", m.in, m.groups,
+                m.groups == 1 ? "" : "s", m.entries, m.profiles, m.profiles == 1 ? "" : "s", m.out);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
@@ -335,6 +397,8 @@ int main(int argc, char **argv)
     opterr = 0; /* our usage_error says it in one line */
     if (!strcmp(cmd, "lookup"))
         return cmd_lookup(argc - 1, argv + 1);
+    if (!strcmp(cmd, "merge"))
+        return cmd_merge(argc - 1, argv + 1);
     if (!strcmp(cmd, "write-example"))
         return cmd_write_example(argc - 1, argv + 1);
     if (strcmp(cmd, "show") && strcmp(cmd, "validate"))

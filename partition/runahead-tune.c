@@ -11,6 +11,7 @@
  * the earlier ones. Each finished context length is merged into the table at
  * once, so an interrupted sweep keeps what it found. */
 #include "config.h"
+#include "args.h"
 #include "costmodel.h"
 #include "partition.h"
 #include "prefill.h"
@@ -85,32 +86,7 @@ static void usage(FILE *f)
 "Progress goes to stderr: trials done and planned, best TTFT so far, elapsed time.\n");
 }
 
-static int parse_int(const char *s, const char *flag, int lo, int hi, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi)
-        return ra_error_set(RA_EINVAL, "%s: '%s' is not an integer in %d..%d", flag, s, lo, hi);
-    *out = (int)v;
-    return RA_OK;
-}
 
-static int parse_contexts(const char *s, struct options *o)
-{
-    char *copy = strdup(s), *save = NULL;
-    int rc = RA_OK;
-    o->n_contexts = 0;
-    for (char *t = strtok_r(copy, ",", &save); t && rc == RA_OK; t = strtok_r(NULL, ",", &save)) {
-        if (o->n_contexts == MAX_CONTEXTS)
-            rc = ra_error_set(RA_EINVAL, "--contexts: more than %d lengths", MAX_CONTEXTS);
-        else
-            rc = parse_int(t, "--contexts", 1, 1 << 24, &o->contexts[o->n_contexts++]);
-    }
-    free(copy);
-    if (rc == RA_OK && o->n_contexts == 0)
-        rc = ra_error_set(RA_EINVAL, "--contexts: no lengths given");
-    return rc;
-}
 
 static int cmp_int(const void *a, const void *b)
 {
@@ -139,7 +115,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     while ((c = getopt_long(argc, argv, ":m:c:o:r:T:s:hV", longopts, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
-        case 'c': rc = parse_contexts(optarg, o); break;
+        case 'c': rc = ra_arg_int_list(optarg, "--contexts", 1, 1 << 24, o->contexts, MAX_CONTEXTS, &o->n_contexts); break;
         case 'o': o->out = optarg; break;
         case OPT_HW: o->hw_tag = optarg; break;
         case OPT_OBJECTIVE:
@@ -147,15 +123,15 @@ static int parse_options(int argc, char **argv, struct options *o)
             else if (strcmp(optarg, "measure") != 0)
                 rc = ra_error_set(RA_EINVAL, "--objective: '%s' is not measure or model", optarg);
             break;
-        case OPT_RANKS: rc = parse_int(optarg, "--ranks", 1, 64, &o->ranks); break;
+        case OPT_RANKS: rc = ra_arg_int(optarg, "--ranks", 1, 64, &o->ranks); break;
         case OPT_CALIBRATE: o->calibrate = 1; break;
-        case 'r': rc = parse_int(optarg, "--repeats", 1, 1000, &o->repeats); break;
-        case OPT_MIN_STRIDE: rc = parse_int(optarg, "--min-stride", 1, 1 << 20, &o->min_stride); break;
-        case OPT_POINTS: rc = parse_int(optarg, "--points", 3, 33, &o->points); break;
+        case 'r': rc = ra_arg_int(optarg, "--repeats", 1, 1000, &o->repeats); break;
+        case OPT_MIN_STRIDE: rc = ra_arg_int(optarg, "--min-stride", 1, 1 << 20, &o->min_stride); break;
+        case OPT_POINTS: rc = ra_arg_int(optarg, "--points", 3, 33, &o->points); break;
         case OPT_NO_BASE: o->baselines = 0; break;
         case OPT_EVAL: o->evaluate = optarg; break;
-        case 'T': rc = parse_int(optarg, "--threads", 1, 1024, &o->threads); break;
-        case 's': rc = parse_int(optarg, "--seed", 0, 1 << 30, &seed); break;
+        case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
+        case 's': rc = ra_arg_int(optarg, "--seed", 0, 1 << 30, &seed); break;
         case 'h': if (rank == 0) usage(stdout); return 1;
         case 'V': if (rank == 0) printf("runahead-tune %s\n", PACKAGE_VERSION); return 1;
         case ':': return ra_error_set(RA_EINVAL, "%s needs a value (see --help)", argv[optind - 1]);
@@ -541,18 +517,6 @@ static int calibrate(struct tune *t)
     return rc;
 }
 
-static int threads_per_rank(void)
-{
-    MPI_Comm node;
-    int local = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-        MPI_Comm_size(node, &local);
-        MPI_Comm_free(&node);
-    }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = (int)(cores > 0 ? cores : 1) / local;
-    return n > 0 ? n : 1;
-}
 
 static int setup(struct tune *t)
 {
@@ -572,7 +536,7 @@ static int setup(struct tune *t)
         snprintf(t->hw_tag, sizeof t->hw_tag, "%s", o->hw_tag);
     else
         ra_table_default_hw_tag(t->hw_tag, sizeof t->hw_tag);
-    if ((rc = ra_backend_cpu_init(&t->be, o->threads ? o->threads : threads_per_rank())) != RA_OK ||
+    if ((rc = ra_backend_cpu_init(&t->be, o->threads ? o->threads : ra_mpi_threads_per_rank())) != RA_OK ||
         (rc = ra_model_attach(&t->m, t->be)) != RA_OK ||
         (rc = ra_kvcache_init(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), longest)) != RA_OK)
         return rc;

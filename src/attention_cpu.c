@@ -1,10 +1,33 @@
 /* Causal attention on the CPU, block by block with an online softmax.
  *
- * Work is split into (query head, block of BQ queries) items. Each item walks
- * the key blocks [0, BK), [BK, 2BK), ... up to its last query's position and
- * stops there, so the masked upper triangle is never computed: attention work
+ * Work is split into (query head, block of queries) items. Each item walks the
+ * key blocks [0, BK), [BK, 2BK), ... up to its last query's position and stops
+ * there, so the masked upper triangle is never computed: attention work
  * follows the lower triangle. Key blocks sit at absolute positions, so a
- * query's result does not depend on how the prompt was split into spans. */
+ * query's result does not depend on how the prompt was split into spans.
+ *
+ * Layout: an item keeps its queries transposed, Qt[d][r], and everything per
+ * query in the same orientation: scores St[j][r] (key j, query r), the output
+ * accumulator Ot[d][r], and the softmax state m[r], l[r]. Then both products
+ * are one micro-kernel shape, acc[a][r] += x(a, k) * Y[k][r], with a scalar
+ * broadcast of K or V read straight from the cache (no transposed copy of the
+ * cache is ever made) and vectors running over the item's queries:
+ *
+ *   S = Q·Kᵀ: a = key j, k = d, x = K[kb+j][d], Y = Qt     -> St[j][r]
+ *   O += P·V: a = d,     k = j, x = V[kb+j][d], Y = St (P) -> Ot[d][r]
+ *
+ * and the online softmax (column max, exp, column sum, the rescale of Ot that
+ * the P·V kernel applies as it loads Ot) is vertical, lane by lane. Scores are
+ * kept in log2 units (Q is prescaled by log2(e)/sqrt(head_dim)), so the
+ * softmax needs 2^x, which is cheaper than e^x. Every query's arithmetic is
+ * the same sequence of fp32 operations whatever the other queries of its item
+ * are and however wide the item is, so results are also independent of how
+ * queries are grouped into items.
+ *
+ * Three builds of the same algorithm: AVX-512F (items of up to 4 x 16
+ * queries), AVX2+FMA (2 x 8), and portable C (16, inner loops over the
+ * queries so that a compiler can vectorise them). -march=native picks the
+ * best the host has; --disable-native gives the portable build on x86-64. */
 #include "attention_cpu.h"
 #include "status.h"
 
@@ -12,103 +35,370 @@
 #include <math.h>
 #include <string.h>
 
-#define BQ 32
-#define BK 64
+#if defined(__AVX512F__) && !defined(RA_ATTN_PORTABLE)
+#include <immintrin.h>
+#define ATTN_SIMD 512
+#define VL 16
+#define NV 4 /* vectors of queries per item (prefill) */
+/* micro-kernel rows for items of 1, 2, 4 vectors: about 24 accumulators of 32 registers */
+#define NA_FOR(nv) ((nv) == 4 ? 6 : 12)
+typedef __m512 vf;
+typedef __mmask16 vmask;
+#define vload _mm512_load_ps
+#define vloadu _mm512_loadu_ps
+#define vstore _mm512_store_ps
+#define vset1 _mm512_set1_ps
+#define vzero _mm512_setzero_ps
+#define vadd _mm512_add_ps
+#define vsub _mm512_sub_ps
+#define vmul _mm512_mul_ps
+#define vmax _mm512_max_ps
+#define vfma _mm512_fmadd_ps
+#define vle(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ)
+#define vselect(mask, yes, no) _mm512_mask_blend_ps(mask, no, yes)
+#define vpow2bits(t) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23))
+#define vlanes() _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#elif defined(__AVX2__) && defined(__FMA__) && !defined(RA_ATTN_PORTABLE)
+#include <immintrin.h>
+#define ATTN_SIMD 256
+#define VL 8
+#define NV 2 /* vectors of queries per item (prefill) */
+/* micro-kernel rows for items of 1, 2 vectors: 12 accumulators + loads of 16 registers */
+#define NA_FOR(nv) ((nv) == 2 ? 6 : 12)
+typedef __m256 vf;
+typedef __m256 vmask;
+#define vload _mm256_load_ps
+#define vloadu _mm256_loadu_ps
+#define vstore _mm256_store_ps
+#define vset1 _mm256_set1_ps
+#define vzero _mm256_setzero_ps
+#define vadd _mm256_add_ps
+#define vsub _mm256_sub_ps
+#define vmul _mm256_mul_ps
+#define vmax _mm256_max_ps
+#define vfma _mm256_fmadd_ps
+#define vle(a, b) _mm256_cmp_ps(a, b, _CMP_LE_OQ)
+#define vselect(mask, yes, no) _mm256_blendv_ps(no, yes, mask)
+#define vpow2bits(t) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23))
+#define vlanes() _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7)
+#else
+#define ATTN_SIMD 0
+#define VL 8
+#define NV 2
+#define NA_MAX 4
+#endif
 
-/* exp(x) for x <= 0 (softmax arguments), ~2 ulp, branch-free so it vectorises:
- * x = k ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^k by bits. */
-static inline float exp_neg(float x)
+/* Queries per item: 64 with AVX-512, 16 otherwise. Spans shorter than that
+ * (decode is a span of 1) use items of fewer vectors, down to one: the
+ * arithmetic of a query does not depend on the width of its item. */
+#define BQ (NV * VL)
+#define BK 64         /* keys per block, blocks at absolute positions */
+
+/* Prefetches rows [r0, r0+rows) of kc floats, `stride` apart, into L1. */
+static inline void prefetch_rows(const float *x, size_t stride, int r0, int rows, int kc)
 {
-    x = x < -87.0f ? -87.0f : x;
-    float k = __builtin_roundf(x * 1.44269504088896341f);
-    float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
-    float p = 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    union { float f; int i; } scale = { .i = ((int)k + 127) << 23 };
-    return p * scale.f;
+    for (int i = r0; i < r0 + rows; i++)
+        for (int l = 0; l < kc; l += 64 / (int)sizeof(float))
+            __builtin_prefetch(x + i * stride + l, 0, 3);
 }
 
-/* One item: queries [q0, q0+nq) of head h (positions start+q0...). */
-static void attend_block(float *out, const float *q, const float *k_cache, const float *v_cache,
-                         int start, int q0, int nq, int h, const struct ra_attention_shape *s)
-{
-    const int hd = s->head_dim, kvh = h / (s->n_heads / s->n_kv_heads);
-    const float scale = 1.0f / sqrtf((float)hd);
-    float kt[RA_ATTN_MAX_HEAD_DIM * BK] __attribute__((aligned(64)));
-    float acc[BQ * RA_ATTN_MAX_HEAD_DIM] __attribute__((aligned(64)));
-    float qs[BQ * RA_ATTN_MAX_HEAD_DIM] __attribute__((aligned(64)));
-    float sc[BQ][BK] __attribute__((aligned(64)));
-    float mx[BQ], sum[BQ];
+/* Per item scratch, on the stack of the thread running it. */
+struct item {
+    float qt[RA_ATTN_MAX_HEAD_DIM * BQ] __attribute__((aligned(64))); /* scaled queries, [d][r] */
+    float ot[RA_ATTN_MAX_HEAD_DIM * BQ] __attribute__((aligned(64))); /* output accumulator, [d][r] */
+    float st[BK * BQ] __attribute__((aligned(64)));                   /* scores, then P, [j][r] */
+    float m[BQ] __attribute__((aligned(64)));                         /* running max */
+    float l[BQ] __attribute__((aligned(64)));                         /* running sum */
+    float alpha[BQ] __attribute__((aligned(64)));                     /* this block's rescale of ot */
+};
 
+#if ATTN_SIMD
+/* 2^x for x <= 0 (softmax arguments: scores are kept in log2 units), ~1 ulp:
+ * t = x + 1.5*2^23 + 127 rounds k = round(x) into t's low mantissa bits, so
+ * t's bits shifted left by 23 are the float 2^k; r = x - k is exact and in
+ * [-1/2, 1/2], where 2^r is its degree-6 Taylor polynomial. */
+static inline vf vexp2_neg(vf x)
+{
+    x = vmax(x, vset1(-126.0f));
+    const vf t = vadd(x, vset1(12583039.0f)); /* 1.5*2^23 + 127 */
+    const vf r = vsub(x, vsub(t, vset1(12583039.0f)));
+    vf p = vset1(1.5403530393381606e-4f);
+    p = vfma(p, r, vset1(1.3333558146428443e-3f));
+    p = vfma(p, r, vset1(9.6181291076284772e-3f));
+    p = vfma(p, r, vset1(5.5504108664821580e-2f));
+    p = vfma(p, r, vset1(2.4022650695910071e-1f));
+    p = vfma(p, r, vset1(6.9314718055994531e-1f));
+    p = vfma(p, r, vset1(1.0f));
+    return vmul(p, vpow2bits(t));
+}
+
+/* The micro-kernel: for a < NA, c[a][:] = (cs ? c[a][:] * cs[:] : 0) + sum_{k < kc}
+ * x[a*sa + k*sk] * y[k][:], rows of c and y W vectors (W*VL floats) apart. NA
+ * and W are constants at every call, so the accumulators live in registers. */
+static inline __attribute__((always_inline)) void micro(const int NA, const int W, float *c, const float *cs,
+                                                        const float *x, size_t sa, size_t sk, const float *y, int kc)
+{
+    vf acc[12][NV];
+#pragma GCC unroll 16
+    for (int a = 0; a < NA; a++)
+#pragma GCC unroll 4
+        for (int v = 0; v < W; v++)
+            acc[a][v] = cs ? vmul(vload(c + (a * W + v) * VL), vload(cs + v * VL)) : vzero();
+    for (int k = 0; k < kc; k++) {
+        vf yv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < W; v++)
+            yv[v] = vload(y + ((size_t)k * W + v) * VL);
+        const float *xk = x + (size_t)k * sk;
+#pragma GCC unroll 16
+        for (int a = 0; a < NA; a++) {
+            const vf b = vset1(xk[a * sa]);
+#pragma GCC unroll 4
+            for (int v = 0; v < W; v++)
+                acc[a][v] = vfma(b, yv[v], acc[a][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int a = 0; a < NA; a++)
+#pragma GCC unroll 4
+        for (int v = 0; v < W; v++)
+            vstore(c + (a * W + v) * VL, acc[a][v]);
+}
+
+/* Rows [0, na) of c in tiles of NA_FOR(W) rows, the remainder with a smaller
+ * constant tile. When pf is set (the S step: x rows are keys, sk == 1), each
+ * tile first prefetches the next tile's rows of x and its own rows of pf (the
+ * V block the P·V step reads next): the K/V block comes from L2 or L3, and the
+ * hardware prefetchers do not follow a dozen rows read in parallel. */
+static inline __attribute__((always_inline)) void micro_rows_w(const int W, int na, float *c, const float *cs,
+                                                               const float *x, size_t sa, size_t sk, const float *y,
+                                                               int kc, const float *pf)
+{
+    const int NA = NA_FOR(W);
+    int a = 0;
+    for (; a + NA <= na; a += NA) {
+        if (pf) {
+            prefetch_rows(x, sa, a + NA, NA, kc);
+            prefetch_rows(pf, sa, a, NA, kc);
+        }
+        micro(NA, W, c + (size_t)a * W * VL, cs, x + a * sa, sa, sk, y, kc);
+    }
+    if (pf)
+        prefetch_rows(pf, sa, a, na - a, kc);
+    float *ca = c + (size_t)a * W * VL;
+    const float *xa = x + a * sa;
+    switch (na - a) {
+#define TAIL(n) case n: if (n < NA) micro(n, W, ca, cs, xa, sa, sk, y, kc); break;
+    TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10) TAIL(11)
+#undef TAIL
+    default: break;
+    }
+}
+
+static void micro_rows(int w, int na, float *c, const float *cs, const float *x, size_t sa, size_t sk, const float *y,
+                       int kc, const float *pf)
+{
+    switch (w) {
+    case 1: micro_rows_w(1, na, c, cs, x, sa, sk, y, kc, pf); break;
+#if NV >= 2
+    case 2: micro_rows_w(2, na, c, cs, x, sa, sk, y, kc, pf); break;
+#endif
+#if NV >= 4
+    case 4: micro_rows_w(4, na, c, cs, x, sa, sk, y, kc, pf); break;
+#endif
+    default: break;
+    }
+}
+
+/* Online softmax over keys [kb, kb+nk) for the item's queries at positions
+ * pos0 + r: St becomes P (zero where masked), m and l advance, and alpha is
+ * the factor Ot must be rescaled by. j outer, v inner: W independent max and
+ * sum chains instead of one. */
+static inline __attribute__((always_inline)) void softmax_w(const int W, struct item *it, int kb, int nk, int pos0)
+{
+    const int full = kb + nk - 1 <= pos0; /* every query sees every key of the block */
+    vf pos[NV], m_old[NV], mx[NV], sum[NV];
+    for (int v = 0; v < W; v++) {
+        pos[v] = vadd(vset1((float)(pos0 + v * VL)), vlanes());
+        m_old[v] = mx[v] = vload(it->m + v * VL);
+        sum[v] = vzero();
+    }
+    if (full) {
+        for (int j = 0; j < nk; j++)
+            for (int v = 0; v < W; v++)
+                mx[v] = vmax(mx[v], vload(it->st + (j * W + v) * VL));
+        for (int j = 0; j < nk; j++)
+            for (int v = 0; v < W; v++) {
+                float *s = it->st + (j * W + v) * VL;
+                const vf p = vexp2_neg(vsub(vload(s), mx[v]));
+                vstore(s, p);
+                sum[v] = vadd(sum[v], p);
+            }
+    } else {
+        for (int j = 0; j < nk; j++) {
+            const vf key = vset1((float)(kb + j));
+            for (int v = 0; v < W; v++)
+                mx[v] = vmax(mx[v], vselect(vle(key, pos[v]), vload(it->st + (j * W + v) * VL), vset1(-FLT_MAX)));
+        }
+        for (int j = 0; j < nk; j++) {
+            const vf key = vset1((float)(kb + j));
+            for (int v = 0; v < W; v++) {
+                float *s = it->st + (j * W + v) * VL;
+                const vf p = vselect(vle(key, pos[v]), vexp2_neg(vsub(vload(s), mx[v])), vzero());
+                vstore(s, p);
+                sum[v] = vadd(sum[v], p);
+            }
+        }
+    }
+    for (int v = 0; v < W; v++) {
+        const vf alpha = vexp2_neg(vsub(m_old[v], mx[v]));
+        vstore(it->l + v * VL, vadd(vmul(vload(it->l + v * VL), alpha), sum[v]));
+        vstore(it->m + v * VL, mx[v]);
+        vstore(it->alpha + v * VL, alpha);
+    }
+}
+
+static void softmax_block(int w, struct item *it, int kb, int nk, int pos0)
+{
+    switch (w) {
+    case 1: softmax_w(1, it, kb, nk, pos0); break;
+#if NV >= 2
+    case 2: softmax_w(2, it, kb, nk, pos0); break;
+#endif
+#if NV >= 4
+    case 4: softmax_w(4, it, kb, nk, pos0); break;
+#endif
+    default: break;
+    }
+}
+
+#else /* portable C */
+
+/* 2^x for x <= 0, as vexp2_neg. */
+static inline float exp2_neg(float x)
+{
+    x = x < -126.0f ? -126.0f : x;
+    const float t = x + 12583039.0f;
+    const float r = x - (t - 12583039.0f);
+    float p = 1.5403530393381606e-4f;
+    p = p * r + 1.3333558146428443e-3f;
+    p = p * r + 9.6181291076284772e-3f;
+    p = p * r + 5.5504108664821580e-2f;
+    p = p * r + 2.4022650695910071e-1f;
+    p = p * r + 6.9314718055994531e-1f;
+    p = p * r + 1.0f;
+    uint32_t bits;
+    memcpy(&bits, &t, sizeof bits);
+    bits <<= 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* Rows of c in tiles of NA_MAX rows, written so that a compiler keeps the
+ * tile in vector registers and vectorises over the BQ queries. */
+static inline void micro_tile(const int NA, float *c, const float *cs, const float *x, size_t sa, size_t sk,
+                              const float *y, int kc)
+{
+    float acc[NA_MAX][BQ];
+    for (int a = 0; a < NA; a++)
+        for (int r = 0; r < BQ; r++)
+            acc[a][r] = cs ? c[a * BQ + r] * cs[r] : 0.0f;
+    for (int k = 0; k < kc; k++) {
+        const float *yk = y + (size_t)k * BQ;
+        for (int a = 0; a < NA; a++) {
+            const float b = x[a * sa + k * sk];
+#pragma omp simd
+            for (int r = 0; r < BQ; r++)
+                acc[a][r] += b * yk[r];
+        }
+    }
+    for (int a = 0; a < NA; a++)
+        for (int r = 0; r < BQ; r++)
+            c[a * BQ + r] = acc[a][r];
+}
+
+static void micro_rows(int w, int na, float *c, const float *cs, const float *x, size_t sa, size_t sk, const float *y,
+                       int kc, const float *pf)
+{
+    (void)w, (void)pf; /* items are always NV vectors wide */
+    int a = 0;
+    for (; a + NA_MAX <= na; a += NA_MAX)
+        micro_tile(NA_MAX, c + (size_t)a * BQ, cs, x + a * sa, sa, sk, y, kc);
+    for (; a < na; a++)
+        micro_tile(1, c + (size_t)a * BQ, cs, x + a * sa, sa, sk, y, kc);
+}
+
+static void softmax_block(int w, struct item *it, int kb, int nk, int pos0)
+{
+    (void)w;
+    float mx[BQ], sum[BQ];
+    for (int r = 0; r < BQ; r++) {
+        mx[r] = it->m[r];
+        sum[r] = 0;
+    }
+    for (int j = 0; j < nk; j++) {
+        const float *s = it->st + j * BQ;
+#pragma omp simd
+        for (int r = 0; r < BQ; r++) {
+            const float v = kb + j <= pos0 + r ? s[r] : -FLT_MAX;
+            mx[r] = v > mx[r] ? v : mx[r];
+        }
+    }
+    for (int j = 0; j < nk; j++) {
+        float *s = it->st + j * BQ;
+#pragma omp simd
+        for (int r = 0; r < BQ; r++) {
+            const float p = exp2_neg(s[r] - mx[r]);
+            s[r] = kb + j <= pos0 + r ? p : 0.0f;
+            sum[r] += s[r];
+        }
+    }
+    for (int r = 0; r < BQ; r++) {
+        it->alpha[r] = exp2_neg(it->m[r] - mx[r]);
+        it->l[r] = it->l[r] * it->alpha[r] + sum[r];
+        it->m[r] = mx[r];
+    }
+}
+#endif
+
+/* One item: queries [q0, q0+nq) of head h (positions start+q0...), in w
+ * vectors of VL lanes; all rows of the item's arrays are w*VL floats. */
+static void attend_block(float *out, const float *q, const float *k_cache, const float *v_cache,
+                         int start, int q0, int nq, int h, int w, const struct ra_attention_shape *s)
+{
+    struct item it;
+    const int hd = s->head_dim, kvh = h / (s->n_heads / s->n_kv_heads), ld = w * VL;
+    const float scale = 1.4426950408889634f / sqrtf((float)hd); /* scores in log2 units */
+    const size_t kvs = (size_t)s->kv_stride;
+    const float *kh = k_cache + (size_t)kvh * hd, *vh = v_cache + (size_t)kvh * hd;
+
+    memset(it.qt, 0, sizeof(float) * (size_t)hd * ld);
     for (int r = 0; r < nq; r++) {
         const float *qr = q + (size_t)(q0 + r) * s->q_stride + (size_t)h * hd;
         for (int d = 0; d < hd; d++)
-            qs[r * hd + d] = qr[d] * scale;
-        mx[r] = -FLT_MAX;
-        sum[r] = 0;
+            it.qt[d * ld + r] = qr[d] * scale;
     }
-    memset(acc, 0, sizeof(float) * (size_t)nq * hd);
+    for (int r = 0; r < ld; r++) {
+        it.m[r] = -FLT_MAX;
+        it.l[r] = 0;
+    }
+    memset(it.ot, 0, sizeof(float) * (size_t)hd * ld);
 
-    const int last = start + q0 + nq - 1; /* position of the item's last query */
+    const int pos0 = start + q0, last = pos0 + nq - 1; /* positions of the item's first and last query */
     for (int kb = 0; kb <= last; kb += BK) {
         const int nk = last - kb + 1 < BK ? last - kb + 1 : BK;
-        /* K block transposed, so scores vectorise over keys. */
-        for (int j = 0; j < nk; j++) {
-            const float *kr = k_cache + (size_t)(kb + j) * s->kv_stride + (size_t)kvh * hd;
-            for (int d = 0; d < hd; d++)
-                kt[d * BK + j] = kr[d];
-        }
-        for (int j = nk; j < BK; j++)
-            for (int d = 0; d < hd; d++)
-                kt[d * BK + j] = 0;
-
-        for (int r = 0; r < nq; r++) {
-            const int pos = start + q0 + r;
-            if (pos < kb)
-                continue; /* this query sees nothing of the block */
-            float srow[BK] __attribute__((aligned(64))) = { 0 };
-            const float *qr = qs + r * hd;
-            for (int d = 0; d < hd; d++) {
-                const float qv = qr[d];
-                const float *kd = kt + d * BK;
-                for (int j = 0; j < BK; j++)
-                    srow[j] += qv * kd[j];
-            }
-            const int visible = pos - kb + 1 < nk ? pos - kb + 1 : nk;
-            float m = mx[r];
-            for (int j = 0; j < visible; j++)
-                m = srow[j] > m ? srow[j] : m;
-            const float rescale = exp_neg(mx[r] - m);
-            float l = 0;
-            for (int j = 0; j < BK; j++) {
-                float e = exp_neg(srow[j] - m);
-                sc[r][j] = j < visible ? e : 0.0f;
-                l += sc[r][j];
-            }
-            sum[r] = sum[r] * rescale + l;
-            mx[r] = m;
-            float *ar = acc + r * hd;
-            if (rescale != 1.0f)
-                for (int d = 0; d < hd; d++)
-                    ar[d] *= rescale;
-            for (int j = 0; j < visible; j++) {
-                const float p = sc[r][j];
-                const float *vr = v_cache + (size_t)(kb + j) * s->kv_stride + (size_t)kvh * hd;
-                for (int d = 0; d < hd; d++)
-                    ar[d] += p * vr[d];
-            }
-        }
+        /* St[j][r] = K[kb+j] · Q[r] */
+        micro_rows(w, nk, it.st, NULL, kh + (size_t)kb * kvs, kvs, 1, it.qt, hd, vh + (size_t)kb * kvs);
+        softmax_block(w, &it, kb, nk, pos0);
+        /* Ot[d][r] = Ot[d][r] alpha[r] + sum_j V[kb+j][d] P[j][r] */
+        micro_rows(w, hd, it.ot, it.alpha, vh + (size_t)kb * kvs, 1, kvs, it.st, nk, NULL);
     }
     for (int r = 0; r < nq; r++) {
         float *o = out + (size_t)(q0 + r) * s->q_stride + (size_t)h * hd;
-        const float inv = 1.0f / sum[r];
+        const float inv = 1.0f / it.l[r];
         for (int d = 0; d < hd; d++)
-            o[d] = acc[r * hd + d] * inv;
+            o[d] = it.ot[d * ld + r] * inv;
     }
 }
 
@@ -118,14 +408,21 @@ int ra_attention_cpu(float *out, const float *q, const float *k_cache, const flo
     if (s->head_dim > RA_ATTN_MAX_HEAD_DIM || s->n_heads % s->n_kv_heads != 0)
         return ra_error_set(RA_EUNSUPPORTED, "attention: head dimension %d exceeds %d or heads %d/%d do not group",
                             s->head_dim, RA_ATTN_MAX_HEAD_DIM, s->n_heads, s->n_kv_heads);
-    const int qblocks = (n + BQ - 1) / BQ;
+    int w = NV; /* item width in vectors: the fewest that hold the span, at most NV */
+#if ATTN_SIMD
+    while (w > 1 && (w / 2) * VL >= n)
+        w /= 2;
+#endif
+    const int bq = w * VL, qblocks = (n + bq - 1) / bq;
     const int items = qblocks * s->n_heads;
-    /* Later query blocks see more keys: hand them out first, dynamically. */
-#pragma omp parallel for schedule(dynamic, 1)
+    /* Head by head, so that a thread's consecutive items reuse the head's K and
+     * V from its cache; within a head, later query blocks see more keys: hand
+     * them out first, dynamically, so the last items are the cheapest. */
+#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
     for (int it = 0; it < items; it++) {
-        const int qb = qblocks - 1 - it / s->n_heads, h = it % s->n_heads;
-        const int q0 = qb * BQ, nq = n - q0 < BQ ? n - q0 : BQ;
-        attend_block(out, q, k_cache, v_cache, start, q0, nq, h, s);
+        const int h = it / qblocks, qb = qblocks - 1 - it % qblocks;
+        const int q0 = qb * bq, nq = n - q0 < bq ? n - q0 : bq;
+        attend_block(out, q, k_cache, v_cache, start, q0, nq, h, w, s);
     }
     return RA_OK;
 }

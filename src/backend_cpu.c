@@ -4,8 +4,15 @@
  * Why one threading runtime: OpenBLAS's pthreads spin for a while after each
  * call, and on a machine with as many threads as cores they then fight the
  * OpenMP threads of the next kernel. So OpenBLAS runs single-threaded and each
- * OpenMP thread multiplies its own block of output columns. Weights stored as
- * f16/bf16 are widened block by block into a per-thread scratch. */
+ * OpenMP thread multiplies its own block of output columns (on bench-small at
+ * 2 threads this runs one layer's GEMMs at 99% of OpenBLAS's own threading).
+ * Weights stored as f16/bf16 are widened block by block into a per-thread
+ * scratch. A single token (decode, a prompt's classifier) goes to sgemv, which
+ * streams the weights once instead of packing them first.
+ *
+ * The small ops are written to vectorise (swiglu with an inline exp instead of
+ * expf) and RoPE keeps the cos/sin table of the current span, so at 512+
+ * tokens they stay a few percent of a forward pass. */
 #include "backend.h"
 #include "attention_cpu.h"
 #include "half.h"
@@ -28,6 +35,12 @@ struct cpu_backend {
     struct ra_backend base;
     float *scratch[64]; /* per thread, WIDEN_ROWS x max cols */
     size_t scratch_floats;
+    /* RoPE's cos/sin of the last span, [n][head_dim/2] each: every layer's q
+     * and k rotate the same positions, so the table is computed once a span. */
+    float *rope_cos, *rope_sin;
+    size_t rope_floats;
+    int rope_pos0, rope_n, rope_head_dim;
+    float rope_theta;
 };
 
 static int thread_id(void)
@@ -44,6 +57,8 @@ static void cpu_destroy(struct ra_backend *be)
     struct cpu_backend *cb = (struct cpu_backend *)be;
     for (int i = 0; i < 64; i++)
         free(cb->scratch[i]);
+    free(cb->rope_cos);
+    free(cb->rope_sin);
     free(cb);
 }
 
@@ -104,22 +119,31 @@ static int ensure_scratch(struct cpu_backend *cb, int64_t cols)
     return RA_OK;
 }
 
+/* y[:n, :rows] = x · wᵀ for w [rows][k] row-major. One token (decode, the
+ * classifier of a prompt's last token) is a matrix-vector product: sgemm would
+ * first pack all of w, which for the classifier is most of the work. */
+static void gemm(float *y, int ldy, const float *x, int ldx, const float *w, int rows, int k, int n)
+{
+    if (n == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, k, 1.0f, w, k, x, 1, 0.0f, y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, k, 1.0f, x, ldx, w, k, 0.0f, y, ldy);
+}
+
 /* y[:, r0:r1] = x · w[r0:r1]ᵀ for one thread's block of output columns. */
 static void matmul_block(struct cpu_backend *cb, float *y, int ldy, const float *x, int ldx,
                          const struct ra_tensor *w, int n, int64_t r0, int64_t r1)
 {
     const int64_t k = w->cols;
     if (w->dtype == RA_DTYPE_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)(r1 - r0), (int)k, 1.0f, x, ldx,
-                    (const float *)w->data + r0 * k, (int)k, 0.0f, y + r0, ldy);
+        gemm(y + r0, ldy, x, ldx, (const float *)w->data + r0 * k, (int)(r1 - r0), (int)k, n);
         return;
     }
     float *buf = cb->scratch[thread_id()];
     for (int64_t r = r0; r < r1; r += WIDEN_ROWS) {
         const int64_t rows = r1 - r < WIDEN_ROWS ? r1 - r : WIDEN_ROWS;
         widen(buf, w, r * k, rows * k);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)rows, (int)k, 1.0f, x, ldx,
-                    buf, (int)k, 0.0f, y + r, ldy);
+        gemm(y + r, ldy, x, ldx, buf, (int)rows, (int)k, n);
     }
 }
 
@@ -155,9 +179,11 @@ static int cpu_rmsnorm(struct ra_backend *be, float *y, const float *x, const st
         const float *xi = x + (size_t)i * dim;
         float *yi = y + (size_t)i * dim;
         float ss = 0;
+#pragma omp simd reduction(+ : ss)
         for (int j = 0; j < dim; j++)
             ss += xi[j] * xi[j];
         const float inv = 1.0f / sqrtf(ss / dim + eps);
+#pragma omp simd
         for (int j = 0; j < dim; j++)
             yi[j] = wf[j] * (inv * xi[j]);
     }
@@ -166,20 +192,45 @@ static int cpu_rmsnorm(struct ra_backend *be, float *y, const float *x, const st
 
 static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta)
 {
+    struct cpu_backend *cb = (struct cpu_backend *)be;
     const int half = head_dim / 2;
-    float freq[half];
-    for (int j = 0; j < half; j++) /* as llama2.c computes it, so the golden tokens match */
-        freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+    if (cb->rope_pos0 != pos0 || cb->rope_n != n || cb->rope_head_dim != head_dim || cb->rope_theta != theta ||
+        !cb->rope_cos) {
+        const size_t need = (size_t)n * half;
+        if (need > cb->rope_floats) {
+            free(cb->rope_cos);
+            free(cb->rope_sin);
+            cb->rope_cos = malloc(need * sizeof(float));
+            cb->rope_sin = malloc(need * sizeof(float));
+            cb->rope_floats = 0;
+            cb->rope_n = -1;
+            if (!cb->rope_cos || !cb->rope_sin)
+                return ra_error_set(RA_ENOMEM, "cpu backend: cannot allocate the RoPE table for %d positions", n);
+            cb->rope_floats = need;
+        }
+        float freq[half];
+        for (int j = 0; j < half; j++) /* as llama2.c computes it, so the golden tokens match */
+            freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+        float *cs = cb->rope_cos, *sn = cb->rope_sin;
+#pragma omp parallel for schedule(static) if (n > 64)
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < half; j++) {
+                const float a = (float)(pos0 + i) * freq[j];
+                cs[(size_t)i * half + j] = cosf(a);
+                sn[(size_t)i * half + j] = sinf(a);
+            }
+        cb->rope_pos0 = pos0;
+        cb->rope_n = n;
+        cb->rope_head_dim = head_dim;
+        cb->rope_theta = theta;
+    }
+    const float *cs = cb->rope_cos, *sn = cb->rope_sin;
 #pragma omp parallel for schedule(static) if (n > 16)
     for (int i = 0; i < n; i++) {
-        float c[half], s[half];
-        for (int j = 0; j < half; j++) {
-            const float a = (float)(pos0 + i) * freq[j];
-            c[j] = cosf(a);
-            s[j] = sinf(a);
-        }
+        const float *c = cs + (size_t)i * half, *s = sn + (size_t)i * half;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (size_t)i * ld + (size_t)h * head_dim;
+#pragma omp simd
             for (int j = 0; j < half; j++) {
                 const float a = v[2 * j], b = v[2 * j + 1];
                 v[2 * j] = a * c[j] - b * s[j];
@@ -196,19 +247,43 @@ static int cpu_attention(struct ra_backend *be, float *out, const float *q, cons
     return ra_attention_cpu(out, q, k_cache, v_cache, start, n, s);
 }
 
+/* exp(x), ~2 ulp, by float arithmetic only so that loops around it vectorise:
+ * x = k ln2 + r with |r| <= ln2/2 (round-to-nearest by the 1.5*2^23 trick),
+ * exp(r) by its degree-6 Taylor polynomial, 2^k by building the exponent. The
+ * clamp to [-87, 88] keeps 2^k a normal float; silu only meets the ends with
+ * |g| > 87, where it is g or 0 to far below fp32 resolution of its use. */
+static inline float exp_clamped(float x)
+{
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - k * 0.693145751953125f;
+    r = r - k * 1.428606765330187e-06f;
+    float p = 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const int32_t e = ((int32_t)k + 127) << 23;
+    float scale;
+    memcpy(&scale, &e, sizeof scale);
+    return p * scale;
+}
+
 static int cpu_swiglu(struct ra_backend *be, float *gate, const float *up, size_t count)
 {
-#pragma omp parallel for schedule(static) if (count > 65536)
+#pragma omp parallel for simd schedule(static) if (count > 65536)
     for (size_t i = 0; i < count; i++) {
         const float g = gate[i];
-        gate[i] = g * (1.0f / (1.0f + expf(-g))) * up[i]; /* llama2.c's order */
+        gate[i] = g * (1.0f / (1.0f + exp_clamped(-g))) * up[i]; /* llama2.c's order */
     }
     return RA_OK;
 }
 
 static int cpu_add(struct ra_backend *be, float *x, const float *y, size_t count)
 {
-#pragma omp parallel for schedule(static) if (count > 65536)
+#pragma omp parallel for simd schedule(static) if (count > 65536)
     for (size_t i = 0; i < count; i++)
         x[i] += y[i];
     return RA_OK;

@@ -8,6 +8,7 @@
  * LlamaForCausalLM. Large shapes are streamed tensor by tensor through a
  * bounded buffer: llama2-7b in f32 is 27 GB and never sits in memory. */
 #include "config.h"
+#include "args.h"
 #include "half.h"
 #include "model.h"
 #include "safetensors.h"
@@ -97,22 +98,9 @@ static void usage(FILE *fp)
 }
 
 /* Bad flags: one line and exit code 2. */
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, PROG ": ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see --help)\n");
-    va_end(ap);
-    return 2;
-}
+#define usage_error(...) ra_arg_usage_error(PROG, __VA_ARGS__)
 
-static int fail(void)
-{
-    fprintf(stderr, PROG ": %s\n", ra_error_message());
-    return 1;
-}
+#define fail() ra_arg_fail(PROG)
 
 /* ------------------------------------------------------------------ random weights */
 

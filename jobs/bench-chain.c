@@ -1,0 +1,993 @@
+/* bench-chain: KV-Runahead against TSP against a single process, TTFT.
+ *
+ * Run through the jobs/bench-chain wrapper, which makes two launches of this
+ * binary inside one invocation:
+ *
+ *   mpirun -np 1 --bind-to none bench-chain-bin --single --single-out F ...
+ *       the single-process baselines: one rank, 1 and 2 threads, the prompt
+ *       as one span [0, C) through ra_prefill_run (no exchange), per context;
+ *       writes the medians to F.
+ *   mpirun -np 2 --bind-to core bench-chain-bin --single-in F ...
+ *       per context, in rounds (every configuration once per round, so slow
+ *       drifts of the clock hit all of them alike): TSP (even), KVR-E (even,
+ *       route chain) and KVR with each explicit rank-0 share (route chain).
+ *       KVR-S is the share with the best median. Then the no-communication
+ *       bound of that split: after a barrier each rank runs its slice as one
+ *       span with no exchange hooks (the rows before its slice are whatever
+ *       the cache holds: the compute is the same), the bound being the slower
+ *       rank. Prints the table, with the F figures beside its own.
+ *
+ * Every figure is the median of --repeat runs; contexts run longest first, so
+ * the KV cache and the activations are allocated once and the cold first
+ * round is the one the median drops. Progress goes to stderr, the table to
+ * stdout, and --report-dir DIR appends one JSON line per measured run to
+ * DIR/bench-chain.jsonl. */
+#include "config.h"
+#include "partition.h"
+#include "prefill.h"
+#include "ra_mpi.h"
+#include "runahead.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define MAX_LIST 32
+
+/* notes/performance-targets.md, "KV-Runahead against TSP": bench-small, 2 ranks. */
+static const struct { int context; double split, tsp_over_kvr; } expected[] = {
+    { 2048, 0.545, 1.09 }, { 4096, 0.575, 1.15 }, { 8192, 0.612, 1.24 }, { 16384, 0.646, 1.32 },
+};
+
+struct options {
+    const char *model, *report_dir, *single_out, *single_in;
+    int contexts[MAX_LIST], n_contexts;
+    double splits[MAX_LIST];
+    int n_splits;
+    int single_threads[MAX_LIST], n_single_threads;
+    int repeat, threads, single, retries;
+    double min_cpu, quiet_wait;
+    unsigned long long seed;
+};
+
+static int rank, world;
+static double t_start;    /* for elapsed times in the progress lines */
+static char run_id[64];   /* groups the JSON lines of one invocation */
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Rank 0's count of runs: kept, re-run because disturbed, kept although disturbed. */
+static int n_kept, n_rerun, n_kept_disturbed;
+static double worst_cpu = 1;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: bench-chain [--contexts LIST] [--repeat N] [--splits LIST] [--model DIR]\n"
+"                   [--report-dir DIR]\n"
+"\n"
+"KV-Runahead against the TSP all-gather baseline and a single process: TTFT of\n"
+"bench-small on 2 ranks (one thread each) for TSP, KVR-E (even split) and KVR-S\n"
+"(the best of the explicit rank-0 shares in --splits), the single process with 1\n"
+"and 2 threads, and the no-communication bound (the KVR-S slices computed\n"
+"concurrently with no exchange). Prints the TTFTs and the ratios, beside the\n"
+"expected TSP/KVR-S of notes/performance-targets.md.\n"
+"\n"
+"  --contexts LIST    prompt lengths (default 2048,4096,8192)\n"
+"  --repeat N         median of N runs of everything (default 3)\n"
+"  --splits LIST      rank-0 shares tried for KVR-S (default 0.5,0.55,0.575,0.6,0.625,0.65)\n"
+"  --model DIR        model (default ${RA_BENCH_DIR:-$HOME/.cache/runahead}/bench-small,\n"
+"                     written by runahead-synth if missing)\n"
+"  --report-dir DIR   append one JSON line per measured run to DIR/bench-chain.jsonl\n"
+"  --min-cpu F        a run is disturbed when a rank got less than F of its cores'\n"
+"                     time (CPU time / wall time / threads; default 0.9): another\n"
+"                     process ran on them\n"
+"  --retries N        re-run a disturbed run up to N times (default 2); the table\n"
+"                     counts the disturbed runs it had to keep\n"
+"  --quiet-wait S     before each run, sample the machine for 0.4 s with every rank\n"
+"                     asleep, and while other processes keep more than 10%% of the\n"
+"                     cores busy wait for them, at most S seconds per run\n"
+"                     (default 600; 0: do not wait)\n"
+"  --help\n"
+"\n"
+"The wrapper jobs/bench-chain launches this binary twice; options for the binary\n"
+"only (jobs/bench-chain-bin):\n"
+"  --single           one rank: the single-process baselines only\n"
+"  --single-threads LIST  thread counts of --single (default 1,2)\n"
+"  --single-out FILE  --single: write the medians to FILE\n"
+"  --single-in FILE   2 ranks: read FILE and print its figures in the table\n"
+"  --threads N        threads per rank of the 2-rank runs (default 1)\n"
+"  --seed S           seed of the random prompt ids (default 42)\n");
+}
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "bench-chain: rank %d: ", rank);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+static int parse_ints(const char *s, int *out, int max, const char *what)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v <= 0 || v > 1 << 24 || (*end && *end != ',') || n == max)
+            return -1;
+        out[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    (void)what;
+    return n ? n : -1;
+}
+
+static int parse_doubles(const char *s, double *out, int max)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || errno || !(v > 0 && v < 1) || (*end && *end != ',') || n == max)
+            return -1;
+        out[n++] = v;
+        p = *end ? end + 1 : end;
+    }
+    return n ? n : -1;
+}
+
+/* Returns 0 to go on, 1 after --help; bad options end the program. */
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    enum { O_CONTEXTS = 256, O_REPEAT, O_SPLITS, O_MODEL, O_REPORT_DIR, O_SINGLE, O_SINGLE_THREADS,
+           O_SINGLE_OUT, O_SINGLE_IN, O_THREADS, O_SEED, O_RETRIES, O_MIN_CPU, O_QUIET_WAIT, O_HELP };
+    static const struct option longopts[] = {
+        { "contexts", required_argument, NULL, O_CONTEXTS },
+        { "repeat", required_argument, NULL, O_REPEAT },
+        { "splits", required_argument, NULL, O_SPLITS },
+        { "model", required_argument, NULL, O_MODEL },
+        { "report-dir", required_argument, NULL, O_REPORT_DIR },
+        { "single", no_argument, NULL, O_SINGLE },
+        { "single-threads", required_argument, NULL, O_SINGLE_THREADS },
+        { "single-out", required_argument, NULL, O_SINGLE_OUT },
+        { "single-in", required_argument, NULL, O_SINGLE_IN },
+        { "threads", required_argument, NULL, O_THREADS },
+        { "seed", required_argument, NULL, O_SEED },
+        { "retries", required_argument, NULL, O_RETRIES },
+        { "min-cpu", required_argument, NULL, O_MIN_CPU },
+        { "quiet-wait", required_argument, NULL, O_QUIET_WAIT },
+        { "help", no_argument, NULL, O_HELP },
+        { NULL, 0, NULL, 0 },
+    };
+    memset(o, 0, sizeof *o);
+    o->n_contexts = parse_ints("2048,4096,8192", o->contexts, MAX_LIST, "");
+    o->n_splits = parse_doubles("0.5,0.55,0.575,0.6,0.625,0.65", o->splits, MAX_LIST);
+    o->n_single_threads = parse_ints("1,2", o->single_threads, MAX_LIST, "");
+    o->repeat = 3;
+    o->retries = 2;
+    o->min_cpu = 0.9;
+    o->quiet_wait = 600;
+    o->threads = 1;
+    o->seed = 42;
+    opterr = 0;
+    int c, n;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_CONTEXTS:
+            if ((n = parse_ints(optarg, o->contexts, MAX_LIST, "contexts")) < 0)
+                fail("--contexts '%s': need positive integers, comma-separated, at most %d", optarg, MAX_LIST);
+            o->n_contexts = n;
+            break;
+        case O_SPLITS:
+            if ((n = parse_doubles(optarg, o->splits, MAX_LIST)) < 0)
+                fail("--splits '%s': need shares in (0,1), comma-separated, at most %d", optarg, MAX_LIST);
+            o->n_splits = n;
+            break;
+        case O_SINGLE_THREADS:
+            if ((n = parse_ints(optarg, o->single_threads, MAX_LIST, "single-threads")) < 0)
+                fail("--single-threads '%s': need positive integers, comma-separated", optarg);
+            o->n_single_threads = n;
+            break;
+        case O_REPEAT:
+        case O_THREADS: {
+            int v[1];
+            if (parse_ints(optarg, v, 1, "") != 1 || v[0] > 1000)
+                fail("%s '%s': need an integer in 1..1000", c == O_REPEAT ? "--repeat" : "--threads", optarg);
+            *(c == O_REPEAT ? &o->repeat : &o->threads) = v[0];
+            break;
+        }
+        case O_SEED: {
+            char *end;
+            o->seed = strtoull(optarg, &end, 10);
+            if (!*optarg || *end)
+                fail("--seed '%s': need a non-negative integer", optarg);
+            break;
+        }
+        case O_RETRIES: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (!*optarg || *end || v < 0 || v > 100)
+                fail("--retries '%s': need an integer in 0..100", optarg);
+            o->retries = (int)v;
+            break;
+        }
+        case O_MIN_CPU: {
+            char *end;
+            o->min_cpu = strtod(optarg, &end);
+            if (!*optarg || *end || !(o->min_cpu >= 0 && o->min_cpu <= 1))
+                fail("--min-cpu '%s': need a fraction in [0,1]", optarg);
+            break;
+        }
+        case O_QUIET_WAIT: {
+            char *end;
+            o->quiet_wait = strtod(optarg, &end);
+            if (!*optarg || *end || !(o->quiet_wait >= 0))
+                fail("--quiet-wait '%s': need seconds >= 0", optarg);
+            break;
+        }
+        case O_MODEL: o->model = optarg; break;
+        case O_REPORT_DIR: o->report_dir = optarg; break;
+        case O_SINGLE: o->single = 1; break;
+        case O_SINGLE_OUT: o->single_out = optarg; break;
+        case O_SINGLE_IN: o->single_in = optarg; break;
+        case 'h':
+        case O_HELP:
+            if (rank == 0)
+                usage(stdout);
+            return 1;
+        default:
+            fail("unknown option or missing value: '%s' (see --help)", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        fail("unexpected argument '%s' (see --help)", argv[optind]);
+    if (!o->model)
+        fail("no model: give --model DIR (the jobs/bench-chain wrapper does)");
+    if (o->single && world != 1)
+        fail("--single runs on one rank, but %d were started", world);
+    if (!o->single && world != 2)
+        fail("the KVR/TSP comparison runs on 2 ranks (mpirun -np 2), not %d; --single for one rank", world);
+    return 0;
+}
+
+/* splitmix64: the prompt is the same for every method and every launch. */
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static int32_t *random_prompt(int n, int vocab, unsigned long long seed)
+{
+    int32_t *t = malloc(sizeof *t * (size_t)n);
+    uint64_t s = seed;
+    if (!t)
+        fail("out of memory for %d prompt ids", n);
+    t[0] = 1; /* BOS */
+    for (int i = 1; i < n; i++)
+        t[i] = 3 + (int32_t)(splitmix64(&s) % (uint64_t)(vocab - 3));
+    return t;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n)
+{
+    double s[1024];
+    memcpy(s, v, sizeof(double) * (size_t)n);
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+/* Index of the run whose TTFT is the median (the lower middle for even n). */
+static int median_index(const double *v, int n)
+{
+    double s[1024];
+    memcpy(s, v, sizeof(double) * (size_t)n);
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    const double m = s[(n - 1) / 2];
+    for (int i = 0; i < n; i++)
+        if (v[i] == m)
+            return i;
+    return 0;
+}
+
+static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void progress(const char *fmt, ...)
+{
+    if (rank != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "bench-chain [%7.1f s] ", wall_now() - t_start);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------------ the JSON lines */
+
+static FILE *report;
+
+static void report_open(const struct options *o)
+{
+    if (!o->report_dir || rank != 0)
+        return;
+    char path[4096];
+    if (mkdir(o->report_dir, 0777) != 0 && errno != EEXIST)
+        fail("--report-dir %s: %s", o->report_dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/bench-chain.jsonl", o->report_dir);
+    if (!(report = fopen(path, "a")))
+        fail("%s: %s", path, strerror(errno));
+}
+
+/* One measured run. per_rank: [ranks][3] = total, wait, wait in layer 0 (NULL for single). */
+static void report_run(const struct options *o, const struct ra_config *c, const char *label, const char *method,
+                       const char *route, const char *spec, const int *bounds, int ranks, int threads, int context,
+                       int rep, double ttft, const double *per_rank, double cpu, int attempt, int kept)
+{
+    if (!report)
+        return;
+    fprintf(report, "{\"bench\":\"bench-chain\",\"run_id\":\"%s\",\"runahead_version\":\"%s\",\"model\":\"%s\","
+                    "\"model_shape\":{\"dim\":%d,\"hidden_dim\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,"
+                    "\"vocab\":%d},\"label\":\"%s\",\"method\":\"%s\",\"route\":%s%s%s,\"partition\":\"%s\","
+                    "\"bounds\":[",
+            run_id, PACKAGE_VERSION, o->model, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
+            c->vocab_size, label, method, route ? "\"" : "", route ? route : "null", route ? "\"" : "", spec);
+    for (int r = 0; r <= ranks; r++)
+        fprintf(report, r ? ",%d" : "%d", bounds[r]);
+    fprintf(report, "],\"ranks\":%d,\"threads_per_rank\":%d,\"context_length\":%d,\"seed\":%llu,\"repeat_index\":%d,"
+                    "\"attempt\":%d,\"ttft_s\":%.6f,\"min_cpu_share\":%.4f,\"disturbed\":%s,\"kept\":%s",
+            ranks, threads, context, o->seed, rep, attempt, ttft, cpu, cpu < o->min_cpu ? "true" : "false",
+            kept ? "true" : "false");
+    if (per_rank) {
+        fprintf(report, ",\"per_rank\":[");
+        for (int r = 0; r < ranks; r++)
+            fprintf(report, "%s{\"rank\":%d,\"total_s\":%.6f,\"wait_s\":%.6f,\"wait_layer0_s\":%.6f}", r ? "," : "", r,
+                    per_rank[3 * r], per_rank[3 * r + 1], per_rank[3 * r + 2]);
+        fprintf(report, "]");
+    }
+    fprintf(report, "}\n");
+    fflush(report);
+}
+
+/* Busy and total jiffies of all cores, from /proc/stat. */
+static int cpu_jiffies(double *busy, double *total)
+{
+    unsigned long long v[8] = { 0 };
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return -1;
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                   &v[7]);
+    fclose(f);
+    if (n < 4)
+        return -1;
+    *busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);
+    *total = *busy + (double)(v[3] + v[4]);
+    return 0;
+}
+
+static double waited_quiet; /* seconds spent waiting for other processes (rank 0) */
+
+/* Every rank sleeps (no MPI call spins meanwhile) while rank 0 samples how busy the
+ * cores are; while more than 10% busy, other processes run: wait for them, up to
+ * --quiet-wait seconds. Collective. */
+static void wait_quiet(const struct options *o)
+{
+    if (o->quiet_wait <= 0)
+        return;
+    const double t0 = wall_now();
+    double last_note = t0;
+    for (;;) {
+        double b0 = 0, n0 = 0, b1 = 0, n1 = 0, busy = 0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0 && cpu_jiffies(&b0, &n0) != 0)
+            b0 = n0 = 0;
+        struct timespec nap = { 0, 400000000 };
+        nanosleep(&nap, NULL);
+        if (rank == 0 && cpu_jiffies(&b1, &n1) == 0 && n1 > n0)
+            busy = (b1 - b0) / (n1 - n0);
+        MPI_Bcast(&busy, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        const double now = wall_now();
+        if (busy <= 0.10 || now - t0 > o->quiet_wait)
+            break;
+        if (now - last_note > 15 || last_note == t0) {
+            progress("  waiting for other processes: the cores are %.0f%% busy (%.0f s so far)", 100 * busy, now - t0);
+            last_note = now;
+        }
+    }
+    waited_quiet += wall_now() - t0;
+}
+
+/* After a run: 1 to keep it, 0 to re-run it (rank 0 counts; every rank gets the same cpu). */
+static int keep_run(const struct options *o, double cpu, int attempt)
+{
+    const int disturbed = cpu < o->min_cpu;
+    if (disturbed && attempt < o->retries) {
+        n_rerun++;
+        progress("  disturbed: a rank got %.0f%% of its cores' time, re-running", 100 * cpu);
+        return 0;
+    }
+    n_kept++;
+    if (disturbed) {
+        n_kept_disturbed++;
+        progress("  disturbed: a rank got %.0f%% of its cores' time, kept after %d re-runs", 100 * cpu, attempt);
+    }
+    worst_cpu = cpu < worst_cpu ? cpu : worst_cpu;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ shared set-up */
+
+struct bench {
+    struct ra_model model;
+    struct ra_backend *be;
+    struct ra_kvcache kv;
+    int32_t *prompt;
+    float *logits;
+    int max_context;
+};
+
+static void bench_init(struct bench *b, const struct options *o, int threads, int with_kv)
+{
+    int rc = ra_model_load(&b->model, o->model);
+    if (rc != RA_OK)
+        fail("%s", ra_error_message());
+    const struct ra_config *c = &b->model.config;
+    b->max_context = 0;
+    for (int i = 0; i < o->n_contexts; i++)
+        b->max_context = o->contexts[i] > b->max_context ? o->contexts[i] : b->max_context;
+    if (b->max_context > c->seq_len)
+        fail("context %d exceeds the model's %d tokens", b->max_context, c->seq_len);
+    if ((rc = ra_backend_cpu_init(&b->be, threads)) != RA_OK || (rc = ra_model_attach(&b->model, b->be)) != RA_OK)
+        fail("%s", ra_error_message());
+    if (with_kv &&
+        (rc = ra_kvcache_init(&b->kv, b->be, c->n_layers, ra_config_kv_dim(c), b->max_context)) != RA_OK)
+        fail("%s", ra_error_message());
+    b->prompt = random_prompt(b->max_context, c->vocab_size, o->seed);
+    if (!(b->logits = malloc(sizeof(float) * (size_t)c->vocab_size)))
+        fail("out of memory");
+}
+
+static void bench_free(struct bench *b)
+{
+    if (b->kv.k)
+        ra_kvcache_free(&b->kv);
+    ra_model_free(&b->model);
+    ra_backend_free(b->be);
+    free(b->prompt);
+    free(b->logits);
+}
+
+/* Contexts longest first: buffers sized once, the cold round dropped by the median. */
+static void order_contexts(const struct options *o, int *order)
+{
+    for (int i = 0; i < o->n_contexts; i++)
+        order[i] = o->contexts[i];
+    for (int i = 1; i < o->n_contexts; i++)
+        for (int j = i; j > 0 && order[j] > order[j - 1]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+}
+
+/* ------------------------------------------------------------------ single process (--single) */
+
+static int run_single(const struct options *o)
+{
+    const int nt = o->n_single_threads;
+    struct bench b[MAX_LIST];
+    memset(b, 0, sizeof b);
+    /* One model struct per thread count (the mapping is shared), so each keeps its
+     * own activations; one KV cache for all of them. */
+    for (int t = 0; t < nt; t++)
+        bench_init(&b[t], o, o->single_threads[t], t == 0);
+    FILE *out = NULL;
+    if (o->single_out && !(out = fopen(o->single_out, "w")))
+        fail("%s: %s", o->single_out, strerror(errno));
+    if (out)
+        fprintf(out, "# bench-chain single-process medians: threads context median_s min_s max_s runs\n");
+    const struct ra_config *c = &b[0].model.config;
+    int order[MAX_LIST];
+    order_contexts(o, order);
+    double *ttft = calloc((size_t)nt * (size_t)o->repeat, sizeof *ttft);
+    if (!ttft)
+        fail("out of memory");
+    for (int ci = 0; ci < o->n_contexts; ci++) {
+        const int C = order[ci];
+        int bounds[2] = { 0, C };
+        for (int rep = 0; rep < o->repeat; rep++)
+            for (int t = 0; t < nt; t++)
+                for (int attempt = 0;; attempt++) {
+                    struct ra_exchange x = { .row = MPI_DATATYPE_NULL };
+                    double *v = &ttft[t * o->repeat + rep];
+                    wait_quiet(o);
+#ifdef _OPENMP
+                    /* The CPU backend's GEMMs use be->n_threads, but its other kernels
+                     * (attention, norms, RoPE, SwiGLU) follow the process-wide OpenMP
+                     * setting, which the last ra_backend_cpu_init set: set it per run. */
+                    omp_set_num_threads(o->single_threads[t]);
+#endif
+                    const double w0 = wall_now(), c0 = cpu_now();
+                    int rc = ra_exchange_init(&x, MPI_COMM_WORLD, RA_METHOD_SINGLE, RA_ROUTE_CHAIN, bounds,
+                                              c->n_layers, ra_config_kv_dim(c));
+                    if (rc == RA_OK)
+                        rc = ra_prefill_run(&b[t].model, &x, &b[0].kv, b[t].prompt, b[t].logits, v);
+                    if (rc != RA_OK)
+                        fail("single, %d threads, %d tokens: %s", o->single_threads[t], C, ra_error_message());
+                    const double cpu = (cpu_now() - c0) / ((wall_now() - w0) * o->single_threads[t]);
+                    ra_exchange_free(&x);
+                    progress("context %d, round %d/%d: single-%dt  TTFT %.3f s  cpu %.0f%%", C, rep + 1, o->repeat,
+                             o->single_threads[t], *v, 100 * cpu);
+                    char label[32];
+                    snprintf(label, sizeof label, "single-%dt", o->single_threads[t]);
+                    const int keep = keep_run(o, cpu, attempt);
+                    report_run(o, c, label, "single", NULL, "even", bounds, 1, o->single_threads[t], C, rep, *v, NULL,
+                               cpu, attempt, keep);
+                    if (keep)
+                        break;
+                }
+        for (int t = 0; t < nt; t++) {
+            const double *v = &ttft[t * o->repeat];
+            double lo = v[0], hi = v[0];
+            for (int i = 1; i < o->repeat; i++) {
+                lo = v[i] < lo ? v[i] : lo;
+                hi = v[i] > hi ? v[i] : hi;
+            }
+            if (out)
+                fprintf(out, "%d %d %.6f %.6f %.6f %d\n", o->single_threads[t], C, median(v, o->repeat), lo, hi,
+                        o->repeat);
+            else
+                printf("single %d threads, %d tokens: TTFT median %.4f s (min %.4f, max %.4f)\n",
+                       o->single_threads[t], C, median(v, o->repeat), lo, hi);
+        }
+        if (out)
+            fflush(out);
+    }
+    if (out)
+        fprintf(out, "runs %d %d %d %.4f %.1f\n", n_kept, n_rerun, n_kept_disturbed, worst_cpu, waited_quiet);
+    if (out && fclose(out) != 0)
+        fail("%s: %s", o->single_out, strerror(errno));
+    free(ttft);
+    for (int t = 0; t < nt; t++)
+        bench_free(&b[t]);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ 2 ranks */
+
+/* One configuration of the comparison and its runs. */
+struct config {
+    char label[32], spec[64];
+    enum ra_method method;
+    double share;             /* rank-0 share (KVR splits), 0 otherwise */
+    int bounds[3];
+    double ttft[1024];        /* per repeat */
+    double per_rank[1024][6]; /* per repeat: [rank][total, wait, wait in layer 0] */
+    double med;
+};
+
+/* One prompt pass with the exchange; rank 0 gets the TTFT and every rank's stats. */
+static double measure_chain(struct bench *b, struct config *cfg, double *per_rank, double *cpu)
+{
+    const struct ra_config *c = &b->model.config;
+    struct ra_exchange x = { .row = MPI_DATATYPE_NULL };
+    double ttft = 0;
+    int rc = ra_exchange_init(&x, MPI_COMM_WORLD, cfg->method, RA_ROUTE_CHAIN, cfg->bounds, c->n_layers,
+                              ra_config_kv_dim(c));
+    const double w0 = wall_now(), c0 = cpu_now();
+    if (rc == RA_OK)
+        rc = ra_prefill_run(&b->model, &x, &b->kv, b->prompt, b->logits, &ttft);
+    if (rc != RA_OK)
+        fail("%s: %s", cfg->label, ra_error_message());
+    const double share = (cpu_now() - c0) / ((wall_now() - w0) * b->be->n_threads);
+    const struct ra_layer_times *l0 = &x.stats.layers[0];
+    double mine[5] = { rank == world - 1 ? ttft : 0, x.stats.t_total, x.stats.t_wait, l0->wait_end - l0->wait_begin,
+                       share };
+    double all[5 * 2];
+    MPI_Gather(mine, 5, MPI_DOUBLE, all, 5, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    ra_exchange_free(&x);
+    if (rank == 0) {
+        ttft = all[5 * (world - 1)];
+        *cpu = 1;
+        for (int r = 0; r < world; r++) {
+            for (int k = 0; k < 3; k++)
+                per_rank[3 * r + k] = all[5 * r + 1 + k];
+            *cpu = all[5 * r + 4] < *cpu ? all[5 * r + 4] : *cpu;
+        }
+    }
+    MPI_Bcast(cpu, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return ttft;
+}
+
+/* The no-communication bound: every rank its slice, no hooks, concurrently. */
+static double measure_bound(struct bench *b, const int *bounds, double *per_rank, double *cpu)
+{
+    const int start = bounds[rank], n = bounds[rank + 1] - start, last = rank == world - 1;
+    int rc = RA_OK;
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime(), c0 = cpu_now();
+    rc = ra_forward_span(&b->model, b->prompt + start, start, n, &b->kv, NULL, last ? b->logits : NULL);
+    const double t = MPI_Wtime() - t0;
+    const double share = (cpu_now() - c0) / (t * b->be->n_threads);
+    if (rc != RA_OK)
+        fail("bound: %s", ra_error_message());
+    double mine[4] = { t, 0, 0, share }, all[4 * 2], worst = 0;
+    MPI_Gather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        *cpu = 1;
+        for (int r = 0; r < world; r++) {
+            memcpy(per_rank + 3 * r, all + 4 * r, sizeof(double) * 3);
+            worst = all[4 * r] > worst ? all[4 * r] : worst;
+            *cpu = all[4 * r + 3] < *cpu ? all[4 * r + 3] : *cpu;
+        }
+    }
+    MPI_Bcast(cpu, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return worst;
+}
+
+struct single_fig {
+    int threads, context;
+    double med;
+};
+
+/* The single phase's counts of runs (kept, re-run, kept disturbed, worst cpu share). */
+static int single_runs[3] = { -1, 0, 0 };
+static double single_worst_cpu = 1, single_waited;
+
+static int read_single(const char *path, struct single_fig *f, int max)
+{
+    FILE *in = fopen(path, "r");
+    char line[256];
+    int n = 0;
+    if (!in) {
+        if (rank == 0)
+            fprintf(stderr, "bench-chain: %s: %s (single-process columns left empty)\n", path, strerror(errno));
+        return 0;
+    }
+    while (n < max && fgets(line, sizeof line, in))
+        if (!strncmp(line, "runs ", 5))
+            sscanf(line + 5, "%d %d %d %lf %lf", &single_runs[0], &single_runs[1], &single_runs[2], &single_worst_cpu,
+                   &single_waited);
+        else if (line[0] != '#' && sscanf(line, "%d %d %lf", &f[n].threads, &f[n].context, &f[n].med) == 3)
+            n++;
+    fclose(in);
+    return n;
+}
+
+static double single_of(const struct single_fig *f, int n, int threads, int context)
+{
+    for (int i = 0; i < n; i++)
+        if (f[i].threads == threads && f[i].context == context)
+            return f[i].med;
+    return NAN;
+}
+
+static double expected_ratio(int context)
+{
+    for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
+        if (expected[i].context == context)
+            return expected[i].tsp_over_kvr;
+    return NAN;
+}
+
+/* Results of one context, kept for the table. */
+struct context_result {
+    int context;
+    double single1, single2, tsp, kvr_e, kvr_s, bound, share;
+    int bounds[3];
+    double wait[2], total[2], fill; /* KVR-S median run: per-rank wait/total, rank 1's layer-0 wait */
+    double bound_rank[2];           /* median compute time of each rank's slice alone */
+    double split_med[MAX_LIST];
+};
+
+static void fmt_time(char *buf, size_t len, double v)
+{
+    if (isnan(v))
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, "%.3f", v);
+}
+
+static void fmt_ratio(char *buf, size_t len, double a, double b)
+{
+    if (isnan(a) || isnan(b) || b <= 0)
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, "%.2fx", a / b);
+}
+
+static void print_table(const struct options *o, const struct bench *b, const struct context_result *res, int n)
+{
+    const struct ra_config *c = &b->model.config;
+    char host[256] = "unknown", date[64], cpu[256] = "unknown CPU";
+    gethostname(host, sizeof host);
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+                char *s = strchr(line, ':') + 1;
+                s += strspn(s, " \t");
+                s[strcspn(s, "\n")] = 0;
+                snprintf(cpu, sizeof cpu, "%s", s);
+                break;
+            }
+        fclose(f);
+    }
+    char a[9][32];
+    printf("# runahead bench-chain: KV-Runahead vs TSP vs single process, TTFT\n");
+    printf("# model:    %s\n", o->model);
+    printf("#           dim %d, hidden %d, %d layers, %d heads (%d kv), vocab %d, %s weights\n", c->dim,
+           c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
+           ra_dtype_name(b->model.weights.layers[0].wq.dtype));
+    printf("# ranks:    %d x %d thread%s (mpirun --bind-to core); single: 1 rank, 1 and 2 threads\n", world,
+           o->threads, o->threads == 1 ? "" : "s");
+    printf("# repeats:  median of %d, prompt: random ids (seed %llu), KVR route chain\n", o->repeat, o->seed);
+    printf("# machine:  %s, %ld cores, %s\n", host, sysconf(_SC_NPROCESSORS_ONLN), cpu);
+    printf("# date:     %s, runahead %s\n", date, PACKAGE_VERSION);
+    printf("# runs:     a run is disturbed when a rank gets < %.0f%% of its cores (CPU/wall time): re-run up to %d times\n",
+           100 * o->min_cpu, o->retries);
+    if (single_runs[0] >= 0)
+        printf("#           single: %d kept, %d re-run, %d kept disturbed, worst kept cpu %.0f%%, waited %.0f s for quiet\n",
+               single_runs[0], single_runs[1], single_runs[2], 100 * single_worst_cpu, single_waited);
+    printf("#           2 ranks: %d kept, %d re-run, %d kept disturbed, worst kept cpu %.0f%%, waited %.0f s for quiet\n",
+           n_kept, n_rerun, n_kept_disturbed, 100 * worst_cpu, waited_quiet);
+    printf("#\n# TTFT [s]; KVR-S is the best of the splits below, the bound is its slices computed\n"
+           "# concurrently with no communication\n");
+    printf("# %7s %10s %10s %9s %9s %9s %7s %9s\n", "context", "single-1t", "single-2t", "TSP", "KVR-E", "KVR-S",
+           "(split)", "bound");
+    for (int i = 0; i < n; i++) {
+        const struct context_result *r = &res[i];
+        fmt_time(a[0], 32, r->single1);
+        fmt_time(a[1], 32, r->single2);
+        fmt_time(a[2], 32, r->tsp);
+        fmt_time(a[3], 32, r->kvr_e);
+        fmt_time(a[4], 32, r->kvr_s);
+        fmt_time(a[5], 32, r->bound);
+        printf("  %7d %10s %10s %9s %9s %9s %7.3f %9s\n", r->context, a[0], a[1], a[2], a[3], a[4], r->share, a[5]);
+    }
+    printf("#\n# speed-ups of KVR-S (x > 1: KVR-S is faster), and its distance to the bound\n");
+    printf("# %7s %10s %9s %12s %16s %16s %12s\n", "context", "TSP/KVR-S", "expected", "KVR-E/KVR-S",
+           "single-2t/KVR-S", "single-1t/KVR-S", "KVR-S/bound");
+    for (int i = 0; i < n; i++) {
+        const struct context_result *r = &res[i];
+        const double e = expected_ratio(r->context);
+        fmt_ratio(a[0], 32, r->tsp, r->kvr_s);
+        if (isnan(e))
+            snprintf(a[1], 32, "-");
+        else
+            snprintf(a[1], 32, "%.2fx", e);
+        fmt_ratio(a[2], 32, r->kvr_e, r->kvr_s);
+        fmt_ratio(a[3], 32, r->single2, r->kvr_s);
+        fmt_ratio(a[4], 32, r->single1, r->kvr_s);
+        fmt_ratio(a[5], 32, r->kvr_s, r->bound);
+        printf("  %7d %10s %9s %12s %16s %16s %12s\n", r->context, a[0], a[1], a[2], a[3], a[4], a[5]);
+    }
+    printf("#\n# KVR-S, where the time goes [s] (its median run): each rank's compute in the chain\n"
+           "# (total - wait), its slice's compute alone (bound runs, median), and its waits: rank 0\n"
+           "# waits only at the end, for its last sends to drain; rank 1 waits for K,V (fill = layer 0)\n");
+    printf("# %7s %15s %10s %9s %9s %10s %9s %9s %9s\n", "context", "bounds", "r0 compute", "r0 alone", "r0 drain",
+           "r1 compute", "r1 alone", "r1 wait", "r1 fill");
+    for (int i = 0; i < n; i++) {
+        const struct context_result *r = &res[i];
+        char bnd[32];
+        snprintf(bnd, sizeof bnd, "%d,%d,%d", r->bounds[0], r->bounds[1], r->bounds[2]);
+        printf("  %7d %15s %10.3f %9.3f %9.3f %10.3f %9.3f %9.3f %9.3f\n", r->context, bnd, r->total[0] - r->wait[0],
+               r->bound_rank[0], r->wait[0], r->total[1] - r->wait[1], r->bound_rank[1], r->wait[1], r->fill);
+    }
+    printf("#\n# KVR TTFT [s] by rank-0 share (median; * = KVR-S)\n# %7s", "context");
+    for (int s = 0; s < o->n_splits; s++)
+        printf(" %8.3f", o->splits[s]);
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        printf("  %7d", res[i].context);
+        for (int s = 0; s < o->n_splits; s++)
+            printf(" %7.3f%s", res[i].split_med[s], o->splits[s] == res[i].share ? "*" : " ");
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+static int run_chain(const struct options *o)
+{
+    struct bench b = { 0 };
+    bench_init(&b, o, o->threads, 1);
+    const struct ra_config *c = &b.model.config;
+    struct single_fig singles[4 * MAX_LIST];
+    int n_singles = 0;
+    if (o->single_in && rank == 0)
+        n_singles = read_single(o->single_in, singles, 4 * MAX_LIST);
+
+    const int n_cfg = 2 + o->n_splits;
+    struct config *cfg = calloc((size_t)n_cfg + 1, sizeof *cfg); /* + the bound */
+    struct context_result res[MAX_LIST];
+    int order[MAX_LIST];
+    if (!cfg)
+        fail("out of memory");
+    order_contexts(o, order);
+    for (int ci = 0; ci < o->n_contexts; ci++) {
+        const int C = order[ci];
+        struct context_result *r = &res[ci];
+        memset(r, 0, sizeof *r);
+        r->context = C;
+        /* The configurations of this context. */
+        for (int k = 0; k < n_cfg; k++) {
+            struct config *g = &cfg[k];
+            memset(g, 0, sizeof *g);
+            if (k == 0) {
+                snprintf(g->label, sizeof g->label, "TSP");
+                snprintf(g->spec, sizeof g->spec, "even");
+                g->method = RA_METHOD_TSP;
+            } else if (k == 1) {
+                snprintf(g->label, sizeof g->label, "KVR-E");
+                snprintf(g->spec, sizeof g->spec, "even");
+                g->method = RA_METHOD_KVR;
+            } else {
+                g->share = o->splits[k - 2];
+                snprintf(g->label, sizeof g->label, "KVR %.3f", g->share);
+                snprintf(g->spec, sizeof g->spec, "ratios:%.9g,%.9g", g->share, 1.0 - g->share);
+                g->method = RA_METHOD_KVR;
+            }
+            if (ra_partition_parse(g->spec, C, world, g->bounds) != RA_OK)
+                fail("%s", ra_error_message());
+        }
+        /* Rounds: every configuration once per round. */
+        for (int rep = 0; rep < o->repeat; rep++)
+            for (int k = 0; k < n_cfg; k++)
+                for (int attempt = 0;; attempt++) {
+                    struct config *g = &cfg[k];
+                    double cpu;
+                    wait_quiet(o);
+                    g->ttft[rep] = measure_chain(&b, g, g->per_rank[rep], &cpu);
+                    progress("context %d, round %d/%d: %-9s [%d,%d,%d]  TTFT %.3f s  wait r0 %.3f r1 %.3f  cpu %.0f%%",
+                             C, rep + 1, o->repeat, g->label, g->bounds[0], g->bounds[1], g->bounds[2], g->ttft[rep],
+                             g->per_rank[rep][1], g->per_rank[rep][4], 100 * cpu);
+                    const int keep = keep_run(o, cpu, attempt);
+                    if (rank == 0)
+                        report_run(o, c, g->label, ra_method_name(g->method),
+                                   g->method == RA_METHOD_KVR ? "chain" : NULL, g->spec, g->bounds, world, o->threads,
+                                   C, rep, g->ttft[rep], g->per_rank[rep], cpu, attempt, keep);
+                    if (keep)
+                        break;
+                }
+        /* KVR-S: the best median of the splits (rank 0 decides, everyone follows). */
+        int best = 2;
+        if (rank == 0)
+            for (int k = 2; k < n_cfg; k++) {
+                cfg[k].med = median(cfg[k].ttft, o->repeat);
+                r->split_med[k - 2] = cfg[k].med;
+                if (cfg[k].med < cfg[best].med)
+                    best = k;
+            }
+        MPI_Bcast(&best, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        /* The bound of the KVR-S split. */
+        struct config *bd = &cfg[n_cfg];
+        memset(bd, 0, sizeof *bd);
+        snprintf(bd->label, sizeof bd->label, "bound");
+        memcpy(bd->spec, cfg[best].spec, sizeof bd->spec);
+        memcpy(bd->bounds, cfg[best].bounds, sizeof bd->bounds);
+        for (int rep = 0; rep < o->repeat; rep++)
+            for (int attempt = 0;; attempt++) {
+                double cpu;
+                wait_quiet(o);
+                bd->ttft[rep] = measure_bound(&b, bd->bounds, bd->per_rank[rep], &cpu);
+                progress("context %d, round %d/%d: %-9s [%d,%d,%d]  max %.3f s  (r0 %.3f, r1 %.3f)  cpu %.0f%%", C,
+                         rep + 1, o->repeat, bd->label, bd->bounds[0], bd->bounds[1], bd->bounds[2], bd->ttft[rep],
+                         bd->per_rank[rep][0], bd->per_rank[rep][3], 100 * cpu);
+                const int keep = keep_run(o, cpu, attempt);
+                if (rank == 0)
+                    report_run(o, c, "bound", "none", NULL, bd->spec, bd->bounds, world, o->threads, C, rep,
+                               bd->ttft[rep], bd->per_rank[rep], cpu, attempt, keep);
+                if (keep)
+                    break;
+            }
+        if (rank == 0) {
+            const struct config *s = &cfg[best];
+            const int mi = median_index(s->ttft, o->repeat);
+            r->tsp = median(cfg[0].ttft, o->repeat);
+            r->kvr_e = median(cfg[1].ttft, o->repeat);
+            r->kvr_s = s->med;
+            r->share = s->share;
+            memcpy(r->bounds, s->bounds, sizeof r->bounds);
+            for (int k = 0; k < 2; k++) {
+                r->total[k] = s->per_rank[mi][3 * k];
+                r->wait[k] = s->per_rank[mi][3 * k + 1];
+            }
+            r->fill = s->per_rank[mi][3 + 2];
+            r->bound = median(bd->ttft, o->repeat);
+            for (int k = 0; k < 2; k++) {
+                double v[1024];
+                for (int rep = 0; rep < o->repeat; rep++)
+                    v[rep] = bd->per_rank[rep][3 * k];
+                r->bound_rank[k] = median(v, o->repeat);
+            }
+            r->single1 = single_of(singles, n_singles, 1, C);
+            r->single2 = single_of(singles, n_singles, 2, C);
+            progress("context %d: TSP %.3f  KVR-E %.3f  KVR-S %.3f (share %.3f)  bound %.3f  TSP/KVR-S %.2fx", C,
+                     r->tsp, r->kvr_e, r->kvr_s, r->share, r->bound, r->tsp / r->kvr_s);
+        }
+    }
+    if (rank == 0) {
+        /* The table in ascending context order. */
+        struct context_result sorted[MAX_LIST];
+        for (int i = 0; i < o->n_contexts; i++)
+            sorted[o->n_contexts - 1 - i] = res[i];
+        print_table(o, &b, sorted, o->n_contexts);
+    }
+    free(cfg);
+    bench_free(&b);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    if (ra_mpi_init(&argc, &argv, &rank, &world) != RA_OK) {
+        fprintf(stderr, "bench-chain: %s\n", ra_error_message());
+        return 1;
+    }
+    const char *t0 = getenv("BENCH_CHAIN_T0");
+    t_start = t0 && *t0 ? strtod(t0, NULL) : wall_now();
+    const char *id = getenv("BENCH_CHAIN_RUN_ID");
+    snprintf(run_id, sizeof run_id, "%s", id && *id ? id : "");
+    if (!*run_id) {
+        time_t now = time(NULL);
+        strftime(run_id, sizeof run_id, "%Y%m%dT%H%M%SZ", gmtime(&now));
+    }
+    if (parse_options(argc, argv, &o) == 0) {
+        if (o.repeat > 1024)
+            fail("--repeat %d: at most 1024", o.repeat);
+        report_open(&o);
+        if (o.single)
+            run_single(&o);
+        else
+            run_chain(&o);
+        if (report)
+            fclose(report);
+    }
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,73 @@
+/* An emulated link between ranks (--link-gbps, --link-latency-us) and an
+ * emulated noise sidecar on it (--noise-gbps).
+ *
+ * Every message still moves through MPI at the machine's own speed; the
+ * emulation only makes the receiver wait longer, until the moment the message
+ * would have arrived over the emulated link:
+ *
+ *   start   = max(sender's post time, the time that link finished its previous message)
+ *   arrival = end of transmitting `bytes` from `start` + latency
+ *
+ * Each directed pair of ranks is one full-duplex link; messages on it are
+ * serialised. The sender does that bookkeeping and sends the arrival time as a
+ * companion message (one double, same tag, on a duplicated communicator, so it
+ * never mixes with the KV rows and is not counted in the bytes moved). Times
+ * are seconds since the pass's start barrier on each rank, so ranks on
+ * different nodes need no common clock.
+ *
+ * TSP's all-gather is emulated as a ring all-gather (p-1 steps, each moving
+ * the largest block over every ring link at once) that starts when the last
+ * rank arrives (an MPI_Allreduce of the arrival times).
+ *
+ * Noise (the paper's noisy sidecar, Fig. 11) is emulated too: time is cut into
+ * slots; in each slot one random adjacent pair (r, r+1) carries bidirectional
+ * sidecar traffic of `noise_gbps`, which shares that pair's links max-min
+ * fairly (the message keeps link - min(noise, link/2)). Every rank derives the
+ * same pair from (seed, pass, slot), so no sidecar process is needed and runs
+ * are reproducible. Real sidecar traffic on one node would contend for cores
+ * and memory bandwidth, not for a link, and so would measure the wrong thing.
+ *
+ * With no emulation flags the exchange has no netem at all (NULL) and runs
+ * exactly as before. */
+#ifndef RA_NETEM_H
+#define RA_NETEM_H
+
+#include <stdio.h>
+
+#include "exchange.h"
+
+struct ra_netem_config {
+    double link_gbps;    /* GB/s (1e9 bytes/s) per direction; 0 = no emulation */
+    double latency_us;   /* per message */
+    double noise_gbps;   /* sidecar traffic per direction on the noisy pair; 0 = quiet */
+    double noise_slot_ms;/* how long one pair stays noisy */
+    unsigned long long noise_seed;
+};
+
+/* Checks the flags' values (noise needs a link). */
+int ra_netem_config_check(const struct ra_netem_config *c);
+
+/* Collective over x->comm: gives x an emulated link (x->netem) when c asks for
+ * one, else leaves x->netem NULL. Freed by ra_exchange_free. */
+int ra_netem_attach(struct ra_exchange *x, const struct ra_netem_config *c);
+void ra_netem_free(struct ra_netem *n);
+
+/* The hooks, called only when x->netem is set. */
+void ra_netem_begin(struct ra_exchange *x);
+int ra_netem_post_send(struct ra_exchange *x, int rows, int dest, int tag);
+int ra_netem_post_recv(struct ra_exchange *x, int source, int tag);
+/* Relay: the next send forwards receive `idx`, so it cannot leave before that arrived. */
+int ra_netem_forwarding(struct ra_exchange *x, int idx);
+/* After this layer's receives completed: wait until the last one has arrived over the link. */
+int ra_netem_wait_recvs(struct ra_exchange *x);
+/* After TSP's real all-gathers of `rows[r]` rows per rank (K and V): wait for the emulated ring. */
+int ra_netem_allgather(struct ra_exchange *x, double t_enter, const int *rows);
+int ra_netem_finish(struct ra_exchange *x);
+
+/* Emulated transfer time of `bytes` on a quiet link (for tests and summaries). */
+double ra_netem_transfer_s(const struct ra_netem_config *c, double bytes);
+
+/* "emulated link 10 GB/s, 5 us latency; emulated noise ..." for the stderr summary. */
+void ra_netem_describe(const struct ra_netem_config *c, char *buf, size_t len);
+
+#endif

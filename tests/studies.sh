@@ -1,0 +1,78 @@
+#!/bin/sh
+# jobs/run-prefill, jobs/scaling-study and jobs/network-study in a tiny
+# configuration through mpirun: the CSV, the JSON lines, the Table-1-shaped
+# table and the plots exist and hold the expected rows; a second start resumes
+# without rerunning; the noise study reports every method's overhead. The plots
+# are checked where gnuplot is installed (jobs/setup installs gnuplot-nox).
+. "$(dirname "$0")/lib.sh"
+export RA_BUILD_DIR=$BUILD
+J=$SRC/jobs
+"$BUILD/runahead-synth" --preset tiny --out "$TMP/tiny" >/dev/null 2>&1 || { fail "runahead-synth"; finish; }
+
+# run-prefill: one prompt, results in one directory, the world size checked.
+out=$("$J/run-prefill" --model "$TMP/tiny" --context 200 --ranks 2 --method kvr --repeat 2 --oversubscribe \
+      --out "$TMP/prefill" --trace 2>"$TMP/err") || { fail "run-prefill: $(tail -1 "$TMP/err")"; }
+[ "$(echo "$out" | wc -w)" -eq 16 ] || fail "run-prefill: expected 16 generated ids, got '$out'"
+for f in report.json trace.json output.txt run.log command.txt prompt.ids; do
+    [ -s "$TMP/prefill/$f" ] || fail "run-prefill: no $f"
+done
+"$J/run-prefill" --model "$TMP/tiny" --context 200 --ranks 4 --out "$TMP/p4" >"$TMP/out" 2>"$TMP/err" &&
+    fail "run-prefill: 4 ranks on $(nproc) cores without --oversubscribe succeeded"
+grep -q "pass --oversubscribe" "$TMP/err" || [ "$(nproc)" -ge 4 ] || fail "run-prefill: no hint about --oversubscribe"
+expect_error "run-prefill: no prompt" "$J/run-prefill" --model "$TMP/tiny"
+expect_error "run-prefill: unknown option '--bogus'" "$J/run-prefill" --bogus
+
+# The scaling study: 2 contexts x (single + TSP, KVR-E, KVR-S, KVR-P on 2 ranks).
+S="$J/scaling-study --model $TMP/tiny --contexts 128,256 --ranks 2 --repeat 2 --oversubscribe --out $TMP/scaling"
+$S >"$TMP/table.txt" 2>"$TMP/err" || { fail "scaling-study: $(tail -3 "$TMP/err")"; finish; }
+grep -q "\[10/10\] kvr-p p=2 C=256" "$TMP/err" || fail "scaling-study: no progress line for run 10 of 10"
+python3 - "$TMP/scaling" "$TMP/table.txt" <<'PY' || fail "scaling-study: outputs"
+import csv, json, os, sys
+d, table = sys.argv[1], open(sys.argv[2]).read()
+rows = list(csv.DictReader(open(os.path.join(d, "summary.csv"))))
+got = sorted((r["method"], int(r["ranks"]), int(r["context"])) for r in rows)
+want = sorted([("single", 1, c) for c in (128, 256)] +
+              [(m, 2, c) for m in ("tsp", "kvr-e", "kvr-s", "kvr-p") for c in (128, 256)])
+assert got == want, got
+assert all(float(r["ttft_median_s"]) > 0 for r in rows)
+lines = [json.loads(l) for l in open(os.path.join(d, "runs.jsonl"))]
+assert len(lines) == 10 and all("label" in l and "ttft_s" in l for l in lines)
+# KVR-S ran the searched split; KVR-P one interpolated from the other context's search.
+kvrs = [l for l in lines if l["label"] == "kvr-s"]
+assert all(l["partition"]["spec"].startswith("table:") for l in kvrs)
+for want_row in ("TSP", "KVR-E", "KVR-S", "KVR-P", "speedup", "2 ranks"):
+    assert want_row in table, want_row
+body = [l.split() for l in table.splitlines() if l.split() and l.split()[0] in ("128", "256")]
+assert len(body) == 2 and all(len(b) == 8 and b[-1].endswith("x") for b in body), body
+import shutil
+for name in ("ttft-context", "speedup", "ttft-ranks", "bytes") if shutil.which("gnuplot") else ():
+    png = open(os.path.join(d, "plots", name + ".png"), "rb").read()
+    svg = open(os.path.join(d, "plots", name + ".svg")).read()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000, name
+    assert "<svg" in svg, name
+PY
+# A second start finds every run done.
+$S >/dev/null 2>"$TMP/err2" || fail "scaling-study resume: $(tail -1 "$TMP/err2")"
+[ "$(grep -c "done before" "$TMP/err2")" -eq 10 ] || fail "scaling-study resume: reran finished runs"
+
+# The network study: TTFT overhead of each method under emulated noise (Fig. 11c), and Table 3.
+"$J/network-study" --model "$TMP/tiny" --contexts 128,256 --ranks 2 --link-gbps 0.05 --repeat 2 --oversubscribe \
+    --slow-links 0.02 --slow-ranks 2 --out "$TMP/network" >"$TMP/net.txt" 2>"$TMP/err" ||
+    { fail "network-study: $(tail -3 "$TMP/err")"; finish; }
+python3 - "$TMP/network" "$TMP/net.txt" <<'PY' || { fail "network-study: outputs"; cat "$TMP/net.txt" >&2; }
+import csv, json, os, sys
+d, txt = sys.argv[1], open(sys.argv[2]).read()
+rows = list(csv.DictReader(open(os.path.join(d, "noise.csv"))))
+assert sorted((r["method"], r["context"]) for r in rows) == sorted((m, c) for m in ("tsp", "kvr-e", "kvr-s") for c in ("128", "256")), rows
+assert all(r["overhead_pct"] not in ("", "None") for r in rows)
+assert "mean overhead: TSP" in txt and "Table 3" in txt and "0.02 GB/s" in txt
+for l in open(os.path.join(d, "noisy", "runs.jsonl")):
+    r = json.loads(l)
+    assert r["link"]["emulated"] and r["noise"]["emulated"], "a noisy run not labelled"
+for l in open(os.path.join(d, "quiet", "runs.jsonl")):
+    r = json.loads(l)
+    assert r["link"]["emulated"] and "noise" not in r
+import shutil
+assert not shutil.which("gnuplot") or os.path.getsize(os.path.join(d, "plots", "noise-overhead.png")) > 3000
+PY
+finish
