@@ -5,8 +5,11 @@
  * prints prompt tokens per second, the achieved GFLOP/s of the linear layers
  * and of attention (FLOPs from ra_forward_flops, time from the forward pass's
  * own per-op stats), and the linear rate as a fraction of plain OpenBLAS
- * cblas_sgemm on the same shapes (M = tokens; q/k/v/o, gate/up, down),
- * measured in the same run with openblas_set_num_threads(threads).
+ * cblas_sgemm on the same shapes (M = tokens; q/k/v/o, gate/up, down of every
+ * layer, in the model's order), measured in the same run, one sample before
+ * each model run, with openblas_set_num_threads(threads). Each rate is the
+ * best of its --repeat samples: on a shared machine the quiet moments are the
+ * ones worth comparing.
  *
  * It then checks that attention scales with the causal lower triangle:
  * attention time at 8192 against 4096 tokens (4x expected), and the time of
@@ -169,19 +172,55 @@ static double prefill(struct ra_model *m, struct ra_kvcache *kv, const int32_t *
     return total;
 }
 
-/* Best of `repeat` prefills by total wall time; that run's accounting. */
-static double best_prefill(struct ra_model *m, struct ra_kvcache *kv, const int32_t *tokens, const int *b, int spans,
-                           int repeat, struct ra_forward_stats *best, float *logits)
+/* Plain OpenBLAS on the forward pass's linear shapes with M = n rows: every
+ * layer's q, k, v, o, gate, up, down in that order, for all layers, as one
+ * timed sample (seconds returned); the sample's length and order match the
+ * model's linear work, so both meet the machine in the same state. */
+struct gemm_bufs {
+    float *a, *w, *c;
+};
+
+static double sgemm_forward_time(const struct ra_config *cfg, int n, int threads, struct gemm_bufs *g)
 {
-    struct ra_forward_stats st[4] = { { 0 } };
-    double wall[4], best_t = INFINITY;
+    const int d = cfg->dim, kv = ra_config_kv_dim(cfg), h = cfg->hidden_dim;
+    const struct { int k, out; } shapes[] = { { d, d }, { d, kv }, { d, kv }, { d, d }, { d, h }, { d, h }, { h, d } };
+    openblas_set_num_threads(threads);
+    double t0 = now();
+    for (int l = 0; l < cfg->n_layers; l++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const int k = shapes[i].k, out = shapes[i].out;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, k, 1.0f, g->a, k, g->w, k, 0.0f, g->c, out);
+        }
+    double t = now() - t0;
+    openblas_set_num_threads(1); /* what the CPU backend expects */
+    return t;
+}
+
+/* Best of `repeat` prefills of one span by wall time: returns that time and
+ * fills *best with that run's accounting, except that t_linear and
+ * t_attention are each the least of any run (each rate is then a best of
+ * `repeat`). Each run is preceded by a sample of the sgemm reference
+ * (sgemm_forward_time), whose best goes to *sgemm_best. */
+static double best_prefill(struct ra_model *m, struct ra_kvcache *kv, const int32_t *tokens, int n, int repeat,
+                           struct ra_forward_stats *best, float *logits, int threads, struct gemm_bufs *g,
+                           double *sgemm_best)
+{
+    const int b[2] = { 0, n };
+    struct ra_forward_stats st;
+    double wall, best_t = INFINITY, lin = INFINITY, att = INFINITY;
+    *sgemm_best = INFINITY;
     for (int r = 0; r < repeat; r++) {
-        double t = prefill(m, kv, tokens, b, spans, st, wall, logits);
+        *sgemm_best = fmin(*sgemm_best, sgemm_forward_time(&m->config, n, threads, g));
+        double t = prefill(m, kv, tokens, b, 1, &st, &wall, logits);
+        lin = fmin(lin, st.t_linear);
+        att = fmin(att, st.t_attention);
         if (t < best_t) {
             best_t = t;
-            memcpy(best, st, sizeof st[0] * (size_t)spans);
+            *best = st;
         }
     }
+    best->t_linear = lin;
+    best->t_attention = att;
     return best_t;
 }
 
@@ -201,42 +240,6 @@ static void best_spans(struct ra_model *m, struct ra_kvcache *kv, const int32_t 
             attn_best[i] = fmin(attn_best[i], st[i].t_attention);
         }
     }
-}
-
-/* Plain OpenBLAS on one layer's linear shapes with M = n rows: returns GFLOP/s
- * of the whole layer (each shape best of 2*repeat+1 calls after a warm-up,
- * times summed). The calls are short, so more of them cost little and make the
- * reference less sensitive to other load on the machine. */
-struct gemm_bufs {
-    float *a, *w, *c;
-};
-
-static double sgemm_layer_rate(const struct ra_config *cfg, int n, int threads, int repeat, struct gemm_bufs *g)
-{
-    const int d = cfg->dim, kv = ra_config_kv_dim(cfg), h = cfg->hidden_dim;
-    const struct { int k, out, count; } shapes[] = {
-        { d, d, 2 },  /* wq, wo */
-        { d, kv, 2 }, /* wk, wv */
-        { d, h, 2 },  /* w_gate, w_up */
-        { h, d, 1 },  /* w_down */
-    };
-    openblas_set_num_threads(threads);
-    double time = 0, flop = 0;
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        const int k = shapes[s].k, out = shapes[s].out;
-        double best = INFINITY;
-        for (int r = 0; r < 2 * repeat + 2; r++) { /* the first call warms up */
-            double t0 = now();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, k, 1.0f, g->a, k, g->w, k, 0.0f, g->c, out);
-            double t = now() - t0;
-            if (r > 0 && t < best)
-                best = t;
-        }
-        time += shapes[s].count * best;
-        flop += shapes[s].count * 2.0 * n * (double)k * out;
-    }
-    openblas_set_num_threads(1); /* what the CPU backend expects */
-    return flop / time * 1e-9;
 }
 
 struct row {
@@ -334,7 +337,8 @@ int main(int argc, char **argv)
            att1 * 1e-6);
     printf("# timing  : best of %d; FLOPs from ra_forward_flops (no lm-head), times from the forward pass's stats\n",
            repeat);
-    printf("#           sgemm = plain OpenBLAS cblas_sgemm on the same shapes (M = tokens), openblas threads = T\n");
+    printf("#           sgemm = plain OpenBLAS cblas_sgemm on the same shapes (M = tokens; all layers' q k v o gate up\n");
+    printf("#           down in order, one sample per model run, best of as many), openblas threads = T\n");
     printf("#           llama.cpp = notes/performance-targets.md (measured on another machine: compare as a guide)\n");
     printf("#\n");
     fflush(stdout);
@@ -387,21 +391,23 @@ int main(int argc, char **argv)
         if ((rc = ra_kvcache_init(&kv, be, cfg->n_layers, ra_config_kv_dim(cfg), max_n)) != RA_OK)
             die("KV cache", rc);
 
-        /* Warm-up: faults in the mapped weights and sizes the workspace. */
+        /* Warm-up: faults in the mapped weights, sizes the workspace, starts
+         * OpenBLAS's threads. */
         {
             int b[2] = { 0, max_n < 256 ? max_n : 256 };
             struct ra_forward_stats st = { 0 };
             double w;
             prefill(&m, &kv, tokens, b, 1, &st, &w, logits);
+            sgemm_forward_time(cfg, b[1], th, &g);
         }
         double attn8k = 0;
         int have8k = 0;
         for (int ni = 0; ni < n_tokens; ni++) {
             const int n = tokens_list[ni];
-            int b[2] = { 0, n };
             struct ra_forward_stats st = { 0 };
-            double wall = best_prefill(&m, &kv, tokens, b, 1, repeat, &st, logits);
-            double sg = sgemm_layer_rate(cfg, n, th, repeat, &g);
+            double sgemm_t;
+            double wall = best_prefill(&m, &kv, tokens, n, repeat, &st, logits, th, &g, &sgemm_t);
+            double sg = st.flop_linear / sgemm_t * 1e-9; /* the same FLOPs */
             struct row *r = &rows[n_rows++];
             double acc = st.t_linear + st.t_attention + st.t_other;
             *r = (struct row){ th, n, wall, n / wall, st.flop_linear / st.t_linear * 1e-9,

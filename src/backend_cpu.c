@@ -154,10 +154,26 @@ static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, 
     if (w->dtype != RA_DTYPE_F32 && ensure_scratch(cb, w->cols) != RA_OK)
         return RA_ENOMEM;
     const int nt = be->n_threads;
-    /* Column blocks are multiples of 16 so every thread's sgemm stays on full tiles. */
+    /* Blocks are multiples of 16 so every thread's sgemm stays on full tiles. */
     const int64_t rows = w->rows, per = ((rows + nt - 1) / nt + 15) / 16 * 16;
-    if (nt == 1 || rows < 64) {
+    if (nt == 1 || (rows < 64 && n < 64)) {
         matmul_block(cb, y, ldy, x, ldx, w, n, 0, rows);
+        return RA_OK;
+    }
+    if (w->dtype == RA_DTYPE_F32 && n >= rows) {
+        /* More tokens than output columns: split the tokens. Each thread's
+         * sgemm packs all of the operand that is not split, so split the
+         * larger one: packing the weights twice costs less than packing the
+         * activations twice (a forward pass's GEMMs at 2048-8192 tokens, 2
+         * threads: 5-7% faster than splitting the columns). */
+        const int tper = ((n + nt - 1) / nt + 15) / 16 * 16;
+#pragma omp parallel num_threads(nt)
+        {
+            const int m0 = thread_id() * tper, m1 = m0 + tper < n ? m0 + tper : n;
+            if (m0 < m1)
+                gemm(y + (size_t)m0 * ldy, ldy, x + (size_t)m0 * ldx, ldx, (const float *)w->data, (int)rows,
+                     (int)w->cols, m1 - m0);
+        }
         return RA_OK;
     }
 #pragma omp parallel num_threads(nt)
