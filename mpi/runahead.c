@@ -162,13 +162,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case 'n': rc = ra_arg_int(optarg, "--generate", 0, 1 << 24, &o->generate); break;
         case 't': rc = ra_arg_float(optarg, "--temperature", &o->temperature); break;
         case OPT_TOP_P: rc = ra_arg_float(optarg, "--top-p", &o->top_p); break;
-        case 's': {
-            char *end;
-            o->seed = strtoull(optarg, &end, 10);
-            if (!*optarg || *end)
-                rc = ra_error_set(RA_EINVAL, "--seed: '%s' is not a non-negative integer", optarg);
-            break;
-        }
+        case 's': rc = ra_arg_u64(optarg, "--seed", &o->seed); break;
         case OPT_IGNORE_EOS: o->ignore_eos = 1; break;
         case OPT_METHOD: rc = ra_method_parse(optarg, &o->method); break;
         case OPT_ROUTE: rc = ra_route_parse(optarg, &o->route); break;
@@ -183,13 +177,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_LINK_LATENCY: rc = ra_arg_double(optarg, "--link-latency-us", &o->netem.latency_us); break;
         case OPT_NOISE_GBPS: rc = ra_arg_double(optarg, "--noise-gbps", &o->netem.noise_gbps); break;
         case OPT_NOISE_SLOT: rc = ra_arg_double(optarg, "--noise-slot-ms", &o->netem.noise_slot_ms); break;
-        case OPT_NOISE_SEED: {
-            char *end;
-            o->netem.noise_seed = strtoull(optarg, &end, 10);
-            if (!*optarg || *end)
-                rc = ra_error_set(RA_EINVAL, "--noise-seed: '%s' is not a non-negative integer", optarg);
-            break;
-        }
+        case OPT_NOISE_SEED: rc = ra_arg_u64(optarg, "--noise-seed", &o->netem.noise_seed); break;
         case 'o':
             if (!strcmp(optarg, "text")) o->output = OUTPUT_TEXT;
             else if (!strcmp(optarg, "ids")) o->output = OUTPUT_IDS;

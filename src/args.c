@@ -19,6 +19,17 @@ int ra_arg_int(const char *s, const char *flag, int lo, int hi, int *out)
     return RA_OK;
 }
 
+int ra_arg_u64(const char *s, const char *flag, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || errno || *s == '-')
+        return ra_error_set(RA_EINVAL, "%s: '%s' is not a non-negative integer", flag, s);
+    *out = v;
+    return RA_OK;
+}
+
 int ra_arg_double(const char *s, const char *flag, double *out)
 {
     char *end;
