@@ -19,6 +19,7 @@
  *
  * The model is loaded through ra_model_load from a directory written by
  * runahead-synth (the jobs/bench-prefill wrapper creates it). */
+#include "args.h"
 #include "runahead.h"
 
 #include <cblas.h>
@@ -79,26 +80,12 @@ static void usage(FILE *f)
             "  --help\n");
 }
 
-static int parse_list(const char *s, int *out, int max, const char *what)
+/* A comma-separated list of positive integers, or exit 2 with one line. */
+static int parse_list(const char *s, int *out, int max, const char *flag)
 {
     int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v <= 0 || v > 1000000 || (*end && *end != ',') || n == max) {
-            fprintf(stderr, "bench-prefill: bad --%s list '%s' (positive integers, comma-separated, at most %d)\n",
-                    what, s, max);
-            exit(2);
-        }
-        out[n++] = (int)v;
-        p = *end ? end + 1 : end;
-    }
-    if (n == 0) {
-        fprintf(stderr, "bench-prefill: empty --%s list\n", what);
-        exit(2);
-    }
+    if (ra_arg_int_list(s, flag, 1, 1000000, out, max, &n) != RA_OK)
+        exit(ra_arg_usage_error("bench-prefill", "%s", ra_error_message()));
     return n;
 }
 
@@ -265,11 +252,11 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "m:n:t:r:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_dir = optarg; break;
-        case 'n': n_tokens = parse_list(optarg, tokens_list, MAX_LIST, "tokens"); break;
-        case 't': n_threads = parse_list(optarg, threads_list, MAX_LIST, "threads"); break;
+        case 'n': n_tokens = parse_list(optarg, tokens_list, MAX_LIST, "--tokens"); break;
+        case 't': n_threads = parse_list(optarg, threads_list, MAX_LIST, "--threads"); break;
         case 'r': {
             int v[1];
-            parse_list(optarg, v, 1, "repeat");
+            parse_list(optarg, v, 1, "--repeat");
             repeat = v[0];
             break;
         }
