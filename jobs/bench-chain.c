@@ -21,7 +21,13 @@
  * the KV cache and the activations are allocated once and the cold first
  * round is the one the median drops. Progress goes to stderr, the table to
  * stdout, and --report-dir DIR appends one JSON line per measured run to
- * DIR/bench-chain.jsonl. */
+ * DIR/bench-chain.jsonl.
+ *
+ * The machine is shared: before each run every rank sleeps 0.4 s while rank 0
+ * reads /proc/stat, and the run waits while other processes keep the cores
+ * busy (--quiet-wait); after it, each rank's CPU time over wall time says
+ * whether another process took its core, and a disturbed run is re-run
+ * (--min-cpu, --retries). The table counts what was re-run and kept. */
 #include "config.h"
 #include "partition.h"
 #include "prefill.h"

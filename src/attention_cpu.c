@@ -400,7 +400,7 @@ static void attend_block(float *out, const float *q, const float *k_cache, const
 }
 
 int ra_attention_cpu(float *out, const float *q, const float *k_cache, const float *v_cache,
-                     int start, int n, const struct ra_attention_shape *s)
+                     int start, int n, const struct ra_attention_shape *s, int n_threads)
 {
     if (s->head_dim > RA_ATTN_MAX_HEAD_DIM || s->n_heads % s->n_kv_heads != 0)
         return ra_error_set(RA_EUNSUPPORTED, "attention: head dimension %d exceeds %d or heads %d/%d do not group",
@@ -415,7 +415,7 @@ int ra_attention_cpu(float *out, const float *q, const float *k_cache, const flo
     /* Head by head, so that a thread's consecutive items reuse the head's K and
      * V from its cache; within a head, later query blocks see more keys: hand
      * them out first, dynamically, so the last items are the cheapest. */
-#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
+#pragma omp parallel for schedule(dynamic, 1) if (items > 1) num_threads(n_threads)
     for (int it = 0; it < items; it++) {
         const int h = it / qblocks, qb = qblocks - 1 - it % qblocks;
         const int q0 = qb * bq, nq = n - q0 < bq ? n - q0 : bq;

@@ -190,7 +190,7 @@ static int cpu_rmsnorm(struct ra_backend *be, float *y, const float *x, const st
 {
     float wf[dim];
     widen(wf, weight, 0, dim);
-#pragma omp parallel for schedule(static) if (n > 16)
+#pragma omp parallel for schedule(static) if (n > 16) num_threads(be->n_threads)
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * dim;
         float *yi = y + (size_t)i * dim;
@@ -228,7 +228,7 @@ static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads,
         for (int j = 0; j < half; j++) /* as llama2.c computes it, so the golden tokens match */
             freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
         float *cs = cb->rope_cos, *sn = cb->rope_sin;
-#pragma omp parallel for schedule(static) if (n > 64)
+#pragma omp parallel for schedule(static) if (n > 64) num_threads(be->n_threads)
         for (int i = 0; i < n; i++)
             for (int j = 0; j < half; j++) {
                 const float a = (float)(pos0 + i) * freq[j];
@@ -241,7 +241,7 @@ static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads,
         cb->rope_theta = theta;
     }
     const float *cs = cb->rope_cos, *sn = cb->rope_sin;
-#pragma omp parallel for schedule(static) if (n > 16)
+#pragma omp parallel for schedule(static) if (n > 16) num_threads(be->n_threads)
     for (int i = 0; i < n; i++) {
         const float *c = cs + (size_t)i * half, *s = sn + (size_t)i * half;
         for (int h = 0; h < n_heads; h++) {
@@ -260,7 +260,7 @@ static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads,
 static int cpu_attention(struct ra_backend *be, float *out, const float *q, const float *k_cache,
                          const float *v_cache, int start, int n, const struct ra_attention_shape *s)
 {
-    return ra_attention_cpu(out, q, k_cache, v_cache, start, n, s);
+    return ra_attention_cpu(out, q, k_cache, v_cache, start, n, s, be->n_threads);
 }
 
 /* exp(x), ~2 ulp, by float arithmetic only so that loops around it vectorise:
@@ -289,7 +289,7 @@ static inline float exp_clamped(float x)
 
 static int cpu_swiglu(struct ra_backend *be, float *gate, const float *up, size_t count)
 {
-#pragma omp parallel for simd schedule(static) if (count > 65536)
+#pragma omp parallel for simd schedule(static) if (count > 65536) num_threads(be->n_threads)
     for (size_t i = 0; i < count; i++) {
         const float g = gate[i];
         gate[i] = g * (1.0f / (1.0f + exp_clamped(-g))) * up[i]; /* llama2.c's order */
@@ -299,7 +299,7 @@ static int cpu_swiglu(struct ra_backend *be, float *gate, const float *up, size_
 
 static int cpu_add(struct ra_backend *be, float *x, const float *y, size_t count)
 {
-#pragma omp parallel for simd schedule(static) if (count > 65536)
+#pragma omp parallel for simd schedule(static) if (count > 65536) num_threads(be->n_threads)
     for (size_t i = 0; i < count; i++)
         x[i] += y[i];
     return RA_OK;
@@ -335,10 +335,8 @@ int ra_backend_cpu_init(struct ra_backend **out, int n_threads)
         n_threads = 64;
     cb->base.ops = &cpu_ops;
     cb->base.n_threads = n_threads;
+    /* Every parallel region names this backend's thread count, never the process-wide default. */
     openblas_set_num_threads(1);
-#ifdef _OPENMP
-    omp_set_num_threads(n_threads);
-#endif
     *out = &cb->base;
     return RA_OK;
 }
