@@ -29,6 +29,7 @@
  * whether another process took its core, and a disturbed run is re-run
  * (--min-cpu, --retries). The table counts what was re-run and kept. */
 #include "config.h"
+#include "args.h"
 #include "partition.h"
 #include "prefill.h"
 #include "ra_mpi.h"
@@ -141,21 +142,11 @@ static void fail(const char *fmt, ...)
     exit(1);
 }
 
-static int parse_ints(const char *s, int *out, int max, const char *what)
+/* Positive integers, comma-separated: the count, or -1 (the caller names the flag). */
+static int parse_ints(const char *s, int *out, int max, const char *flag)
 {
     int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v <= 0 || v > 1 << 24 || (*end && *end != ',') || n == max)
-            return -1;
-        out[n++] = (int)v;
-        p = *end ? end + 1 : end;
-    }
-    (void)what;
-    return n ? n : -1;
+    return ra_arg_int_list(s, flag, 1, 1 << 24, out, max, &n) == RA_OK ? n : -1;
 }
 
 static int parse_doubles(const char *s, double *out, int max)

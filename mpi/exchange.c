@@ -54,11 +54,10 @@ int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method
     /* Per layer at most: K and V from/to every other rank (direct), or two pieces each (relay). */
     const int per_layer = 2 * x->size;
     x->recv = calloc((size_t)per_layer, sizeof *x->recv);
-    x->recv_forwarded = calloc((size_t)per_layer, sizeof *x->recv_forwarded);
     x->max_send = per_layer * n_layers;
     x->send = calloc((size_t)x->max_send, sizeof *x->send);
     x->stats.layers = calloc((size_t)n_layers, sizeof *x->stats.layers);
-    if (!x->recv || !x->recv_forwarded || !x->send || !x->stats.layers) {
+    if (!x->recv || !x->send || !x->stats.layers) {
         rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", x->rank);
         goto out;
     }
@@ -77,7 +76,6 @@ void ra_exchange_free(struct ra_exchange *x)
     if (x->row != MPI_DATATYPE_NULL)
         MPI_Type_free(&x->row);
     free(x->recv);
-    free(x->recv_forwarded);
     free(x->send);
     free(x->stats.layers);
     ra_netem_free(x->netem);
@@ -137,7 +135,6 @@ int ra_exchange_post_recv(struct ra_exchange *x, float *buf, int rows, int sourc
     MPI_CHECK(MPI_Irecv(buf, rows, x->row, source, tag, x->comm, &x->recv[x->n_recv]));
     if (x->netem && (rc = ra_netem_post_recv(x, source, tag)) != RA_OK)
         goto out;
-    x->recv_forwarded[x->n_recv] = 0;
     x->n_recv++;
     x->stats.bytes_recv += (long long)rows * (long long)x->row_bytes;
     x->stats.msgs_recv++;

@@ -46,7 +46,6 @@ struct ra_exchange {
     size_t row_bytes;
     MPI_Request *recv;      /* this layer's receives */
     int n_recv;
-    int *recv_forwarded;    /* relay: receives already passed on */
     MPI_Request *send;      /* every send of the pass, completed by ra_exchange_finish */
     int n_send, max_send;
     double t0;
