@@ -3,6 +3,7 @@
 #define RUNAHEAD_H
 
 #include "status.h"
+#include "cpu_isa.h"
 #include "mapped_file.h"
 #include "model.h"
 #include "safetensors.h"
