@@ -15,8 +15,27 @@ finish() {
     if [ "$failures" -ne 0 ]; then echo "$(basename "$0"): $failures failure(s)" >&2; exit 1; fi
     echo "$(basename "$0"): all checks passed"; exit 0
 }
+# Strict when the fixtures directory exists (jobs/test and CI have every
+# fixture and tool): then a skip, whole or partial, fails the test, since a
+# green run must mean everything ran. RA_ALLOW_SKIPS=1 relaxes it.
+strict() { [ -d "$MODELS" ] && [ "${RA_ALLOW_SKIPS:-0}" != 1 ]; }
+# skip_part REASON: a part of the test cannot run ("skip: ..." is what
+# jobs/test lists at the end).
+skip_part() {
+    echo "skip: $*"
+    ! strict || fail "skipped although the fixtures directory $MODELS exists (RA_ALLOW_SKIPS=1 allows it): $*"
+}
+# skip REASON: the whole test cannot run.
+skip() {
+    skip_part "$@"
+    [ "$failures" -eq 0 ] || finish
+    exit 77
+}
 need_fixture() {
-    [ -r "$MODELS/$1" ] || { echo "skip: fixture $MODELS/$1 not found (set RA_MODELS_DIR)"; exit 77; }
+    [ -r "$MODELS/$1" ] || skip "fixture $MODELS/$1 not found (set RA_MODELS_DIR)"
+}
+need_command() { # need_command CMD PACKAGE
+    command -v "$1" >/dev/null 2>&1 || skip "$1 not installed (apt-get install $2)"
 }
 
 # expect_error PATTERN CMD...: CMD must exit non-zero (not by a signal) and

@@ -2,9 +2,12 @@
 # jobs/run-prefill, jobs/scaling-study and jobs/network-study in a tiny
 # configuration through mpirun: the CSV, the JSON lines, the Table-1-shaped
 # table and the plots exist and hold the expected rows; a second start resumes
-# without rerunning; the noise study reports every method's overhead. The plots
-# are checked where gnuplot is installed (jobs/setup installs gnuplot-nox).
+# without rerunning; the noise study reports every method's overhead, and the
+# plots are real PNG and SVG files (jobs/setup installs gnuplot-nox; without it
+# the plot checks are a listed skip).
 . "$(dirname "$0")/lib.sh"
+plots=1
+command -v gnuplot >/dev/null 2>&1 || { plots=0; skip_part "gnuplot not installed (apt-get install gnuplot-nox): plots unchecked"; }
 export RA_BUILD_DIR=$BUILD
 J=$SRC/jobs
 "$BUILD/runahead-synth" --preset tiny --out "$TMP/tiny" >/dev/null 2>&1 || { fail "runahead-synth"; finish; }
@@ -26,9 +29,9 @@ expect_error "run-prefill: unknown option '--bogus'" "$J/run-prefill" --bogus
 S="$J/scaling-study --model $TMP/tiny --contexts 128,256 --ranks 2 --repeat 2 --oversubscribe --out $TMP/scaling"
 $S >"$TMP/table.txt" 2>"$TMP/err" || { fail "scaling-study: $(tail -3 "$TMP/err")"; finish; }
 grep -q "\[10/10\] kvr-p p=2 C=256" "$TMP/err" || fail "scaling-study: no progress line for run 10 of 10"
-python3 - "$TMP/scaling" "$TMP/table.txt" <<'PY' || fail "scaling-study: outputs"
+python3 - "$TMP/scaling" "$TMP/table.txt" "$plots" <<'PY' || fail "scaling-study: outputs"
 import csv, json, os, sys
-d, table = sys.argv[1], open(sys.argv[2]).read()
+d, table, plots = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3] == "1"
 rows = list(csv.DictReader(open(os.path.join(d, "summary.csv"))))
 got = sorted((r["method"], int(r["ranks"]), int(r["context"])) for r in rows)
 want = sorted([("single", 1, c) for c in (128, 256)] +
@@ -44,8 +47,7 @@ for want_row in ("TSP", "KVR-E", "KVR-S", "KVR-P", "speedup", "2 ranks"):
     assert want_row in table, want_row
 body = [l.split() for l in table.splitlines() if l.split() and l.split()[0] in ("128", "256")]
 assert len(body) == 2 and all(len(b) == 8 and b[-1].endswith("x") for b in body), body
-import shutil
-for name in ("ttft-context", "speedup", "ttft-ranks", "bytes") if shutil.which("gnuplot") else ():
+for name in ("ttft-context", "speedup", "ttft-ranks", "bytes") if plots else ():
     png = open(os.path.join(d, "plots", name + ".png"), "rb").read()
     svg = open(os.path.join(d, "plots", name + ".svg")).read()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000, name
@@ -59,9 +61,9 @@ $S >/dev/null 2>"$TMP/err2" || fail "scaling-study resume: $(tail -1 "$TMP/err2"
 "$J/network-study" --model "$TMP/tiny" --contexts 128,256 --ranks 2 --link-gbps 0.05 --repeat 2 --oversubscribe \
     --slow-links 0.02 --slow-ranks 2 --out "$TMP/network" >"$TMP/net.txt" 2>"$TMP/err" ||
     { fail "network-study: $(tail -3 "$TMP/err")"; finish; }
-python3 - "$TMP/network" "$TMP/net.txt" <<'PY' || { fail "network-study: outputs"; cat "$TMP/net.txt" >&2; }
+python3 - "$TMP/network" "$TMP/net.txt" "$plots" <<'PY' || { fail "network-study: outputs"; cat "$TMP/net.txt" >&2; }
 import csv, json, os, sys
-d, txt = sys.argv[1], open(sys.argv[2]).read()
+d, txt, plots = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3] == "1"
 rows = list(csv.DictReader(open(os.path.join(d, "noise.csv"))))
 assert sorted((r["method"], r["context"]) for r in rows) == sorted((m, c) for m in ("tsp", "kvr-e", "kvr-s") for c in ("128", "256")), rows
 assert all(r["overhead_pct"] not in ("", "None") for r in rows)
@@ -72,7 +74,6 @@ for l in open(os.path.join(d, "noisy", "runs.jsonl")):
 for l in open(os.path.join(d, "quiet", "runs.jsonl")):
     r = json.loads(l)
     assert r["link"]["emulated"] and "noise" not in r
-import shutil
-assert not shutil.which("gnuplot") or os.path.getsize(os.path.join(d, "plots", "noise-overhead.png")) > 3000
+assert not plots or os.path.getsize(os.path.join(d, "plots", "noise-overhead.png")) > 3000
 PY
 finish
