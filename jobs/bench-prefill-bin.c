@@ -306,15 +306,9 @@ int main(int argc, char **argv)
     printf("# machine : %s, %ld cores online, %s %s%s%s%s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN), un.sysname,
            un.machine, cpu_has("avx2") ? ", AVX2" : "", cpu_has("fma") ? "+FMA" : "",
            cpu_has("avx512f") ? ", AVX-512" : "");
-    printf("# kernels : attention built for %s\n",
-#if defined(__AVX512F__)
-           "AVX-512"
-#elif defined(__AVX2__) && defined(__FMA__)
-           "AVX2+FMA"
-#else
-           "portable C (no -march=native)"
-#endif
-    );
+    char kernels[256];
+    ra_cpu_isa_describe(kernels, sizeof kernels);
+    printf("# kernels : %s, chosen at run time (RA_CPU_ISA forces one)\n", kernels);
     printf("# OpenBLAS: %s\n", openblas_get_config());
     printf("# model   : %s\n", model_dir);
     printf("#           dim %d, %d layers, %d heads, %d KV heads, FFN %d, vocab %d, context %d, %s weights, %.1fM params\n",

@@ -1,6 +1,7 @@
 #include "report.h"
 #include "config.h"
 #include "netem.h"
+#include "cpu_isa.h"
 #include "status.h"
 
 #include <jansson.h>
@@ -86,6 +87,9 @@ int ra_report_write(const char *path, const struct ra_run_info *run, const struc
         "kv_heads", c->n_kv_heads, "vocab", c->vocab_size, "context", c->seq_len));
     json_object_set_new(root, "ranks", json_integer(run->ranks));
     json_object_set_new(root, "threads_per_rank", json_integer(run->threads));
+    enum ra_cpu_isa isa;
+    if (ra_cpu_isa_active(&isa) == RA_OK) /* the backends were made with it, so it cannot fail here */
+        json_object_set_new(root, "cpu_kernels", json_string(ra_cpu_isa_name(isa)));
     json_object_set_new(root, "method", json_string(ra_method_name(run->method)));
     json_object_set_new(root, "route", run->method == RA_METHOD_KVR ? json_string(ra_route_name(run->route)) : json_null());
     json_object_set_new(root, "transport", json_string(run->transport));

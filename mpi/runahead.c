@@ -186,7 +186,7 @@ static int parse_options(int argc, char **argv, struct options *o)
             break;
         case OPT_TOKENIZE_ONLY: o->tokenize_only = 1; break;
         case 'h': if (rank == 0) usage(stdout); return 1;
-        case 'V': if (rank == 0) printf("runahead %s\n", PACKAGE_VERSION); return 1;
+        case 'V': if (rank == 0) ra_print_version("runahead"); return 1;
         case ':': return ra_error_set(RA_EINVAL, "%s needs a value (see --help)", argv[optind - 1]);
         default: return ra_error_set(RA_EINVAL, "unknown option '%s' (see --help)", argv[optind - 1]);
         }

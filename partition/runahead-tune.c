@@ -133,7 +133,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
         case 's': rc = ra_arg_int(optarg, "--seed", 0, 1 << 30, &seed); break;
         case 'h': if (rank == 0) usage(stdout); return 1;
-        case 'V': if (rank == 0) printf("runahead-tune %s\n", PACKAGE_VERSION); return 1;
+        case 'V': if (rank == 0) ra_print_version("runahead-tune"); return 1;
         case ':': return ra_error_set(RA_EINVAL, "%s needs a value (see --help)", argv[optind - 1]);
         default: return ra_error_set(RA_EINVAL, "unknown option '%s' (see --help)", argv[optind - 1]);
         }

@@ -1,5 +1,8 @@
 #include "args.h"
+#include "cpu_isa.h"
 #include "status.h"
+
+#include "config.h"
 
 #include <errno.h>
 #include <math.h>
@@ -83,4 +86,11 @@ int ra_arg_fail(const char *prog)
 {
     fprintf(stderr, "%s: %s\n", prog, ra_error_message());
     return 1;
+}
+
+void ra_print_version(const char *prog)
+{
+    char kernels[256];
+    ra_cpu_isa_describe(kernels, sizeof kernels);
+    printf("%s %s\ncpu kernels: %s\n", prog, PACKAGE_VERSION, kernels);
 }

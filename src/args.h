@@ -16,4 +16,7 @@ int ra_arg_usage_error(const char *prog, const char *fmt, ...) __attribute__((fo
 /* Prints "PROG: <ra_error_message()>" and returns 1. */
 int ra_arg_fail(const char *prog);
 
+/* --version: "PROG VERSION" and, for programs that compute, the CPU kernels in use. */
+void ra_print_version(const char *prog);
+
 #endif

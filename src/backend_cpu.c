@@ -10,12 +10,12 @@
  * scratch. A single token (decode, a prompt's classifier) goes to sgemv, which
  * streams the weights once instead of packing them first.
  *
- * The small ops are written to vectorise (swiglu with an inline exp instead of
- * expf) and RoPE keeps the cos/sin table of the current span, so at 512+
- * tokens they stay a few percent of a forward pass. */
+ * Attention and the small ops come from the kernel table of the instruction
+ * set chosen at run time (cpu_kernels.h); RoPE keeps the cos/sin table of the
+ * current span, so at 512+ tokens the small ops stay a few percent of a
+ * forward pass. */
 #include "backend.h"
-#include "attention_cpu.h"
-#include "half.h"
+#include "cpu_kernels.h"
 #include "model.h"
 #include "status.h"
 
@@ -33,6 +33,7 @@
 
 struct cpu_backend {
     struct ra_backend base;
+    const struct ra_cpu_kernels *k;
     float *scratch[64]; /* per thread, WIDEN_ROWS x max cols */
     size_t scratch_floats;
     /* RoPE's cos/sin of the last span, [n][head_dim/2] each: every layer's q
@@ -81,26 +82,22 @@ static int cpu_copy(struct ra_backend *be, void *dst, const void *src, size_t by
 
 static int cpu_synchronize(struct ra_backend *be) { return RA_OK; }
 
-static void widen(float *dst, const struct ra_tensor *t, int64_t first, int64_t count)
+static void widen(const struct ra_cpu_kernels *k, float *dst, const struct ra_tensor *t, int64_t first, int64_t count)
 {
     const size_t n = (size_t)count;
-    if (t->dtype == RA_DTYPE_F32) {
+    if (t->dtype == RA_DTYPE_F32)
         memcpy(dst, (const float *)t->data + first, n * sizeof(float));
-    } else if (t->dtype == RA_DTYPE_BF16) {
-        const uint16_t *s = (const uint16_t *)t->data + first;
-        for (size_t i = 0; i < n; i++)
-            dst[i] = ra_bf16_to_f32(s[i]);
-    } else {
-        const uint16_t *s = (const uint16_t *)t->data + first;
-        for (size_t i = 0; i < n; i++)
-            dst[i] = ra_f16_to_f32(s[i]);
-    }
+    else if (t->dtype == RA_DTYPE_BF16)
+        k->widen_bf16(dst, (const uint16_t *)t->data + first, n);
+    else
+        k->widen_f16(dst, (const uint16_t *)t->data + first, n);
 }
 
 static int cpu_embed(struct ra_backend *be, float *x, const struct ra_tensor *table, const int32_t *tokens, int n)
 {
+    const struct ra_cpu_kernels *k = ((struct cpu_backend *)be)->k;
     for (int i = 0; i < n; i++)
-        widen(x + (size_t)i * table->cols, table, (int64_t)tokens[i] * table->cols, table->cols);
+        widen(k, x + (size_t)i * table->cols, table, (int64_t)tokens[i] * table->cols, table->cols);
     return RA_OK;
 }
 
@@ -142,7 +139,7 @@ static void matmul_block(struct cpu_backend *cb, float *y, int ldy, const float 
     float *buf = cb->scratch[thread_id()];
     for (int64_t r = r0; r < r1; r += WIDEN_ROWS) {
         const int64_t rows = r1 - r < WIDEN_ROWS ? r1 - r : WIDEN_ROWS;
-        widen(buf, w, r * k, rows * k);
+        widen(cb->k, buf, w, r * k, rows * k);
         gemm(y + r, ldy, x, ldx, buf, (int)rows, (int)k, n);
     }
 }
@@ -188,21 +185,10 @@ static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, 
 static int cpu_rmsnorm(struct ra_backend *be, float *y, const float *x, const struct ra_tensor *weight,
                        int n, int dim, float eps)
 {
+    const struct ra_cpu_kernels *k = ((struct cpu_backend *)be)->k;
     float wf[dim];
-    widen(wf, weight, 0, dim);
-#pragma omp parallel for schedule(static) if (n > 16) num_threads(be->n_threads)
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * dim;
-        float *yi = y + (size_t)i * dim;
-        float ss = 0;
-#pragma omp simd reduction(+ : ss)
-        for (int j = 0; j < dim; j++)
-            ss += xi[j] * xi[j];
-        const float inv = 1.0f / sqrtf(ss / dim + eps);
-#pragma omp simd
-        for (int j = 0; j < dim; j++)
-            yi[j] = wf[j] * (inv * xi[j]);
-    }
+    widen(k, wf, weight, 0, dim);
+    k->rmsnorm(y, x, wf, n, dim, eps, be->n_threads);
     return RA_OK;
 }
 
@@ -240,68 +226,25 @@ static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads,
         cb->rope_head_dim = head_dim;
         cb->rope_theta = theta;
     }
-    const float *cs = cb->rope_cos, *sn = cb->rope_sin;
-#pragma omp parallel for schedule(static) if (n > 16) num_threads(be->n_threads)
-    for (int i = 0; i < n; i++) {
-        const float *c = cs + (size_t)i * half, *s = sn + (size_t)i * half;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + (size_t)i * ld + (size_t)h * head_dim;
-#pragma omp simd
-            for (int j = 0; j < half; j++) {
-                const float a = v[2 * j], b = v[2 * j + 1];
-                v[2 * j] = a * c[j] - b * s[j];
-                v[2 * j + 1] = a * s[j] + b * c[j];
-            }
-        }
-    }
+    cb->k->rope(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, be->n_threads);
     return RA_OK;
 }
 
 static int cpu_attention(struct ra_backend *be, float *out, const float *q, const float *k_cache,
                          const float *v_cache, int start, int n, const struct ra_attention_shape *s)
 {
-    return ra_attention_cpu(out, q, k_cache, v_cache, start, n, s, be->n_threads);
-}
-
-/* exp(x), ~2 ulp, by float arithmetic only so that loops around it vectorise:
- * x = k ln2 + r with |r| <= ln2/2 (round-to-nearest by the 1.5*2^23 trick),
- * exp(r) by its degree-6 Taylor polynomial, 2^k by building the exponent. The
- * clamp to [-87, 88] keeps 2^k a normal float; silu only meets the ends with
- * |g| > 87, where it is g or 0 to far below fp32 resolution of its use. */
-static inline float exp_clamped(float x)
-{
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-    const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - k * 0.693145751953125f;
-    r = r - k * 1.428606765330187e-06f;
-    float p = 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const int32_t e = ((int32_t)k + 127) << 23;
-    float scale;
-    memcpy(&scale, &e, sizeof scale);
-    return p * scale;
+    return ((struct cpu_backend *)be)->k->attention(out, q, k_cache, v_cache, start, n, s, be->n_threads);
 }
 
 static int cpu_swiglu(struct ra_backend *be, float *gate, const float *up, size_t count)
 {
-#pragma omp parallel for simd schedule(static) if (count > 65536) num_threads(be->n_threads)
-    for (size_t i = 0; i < count; i++) {
-        const float g = gate[i];
-        gate[i] = g * (1.0f / (1.0f + exp_clamped(-g))) * up[i]; /* llama2.c's order */
-    }
+    ((struct cpu_backend *)be)->k->swiglu(gate, up, count, be->n_threads);
     return RA_OK;
 }
 
 static int cpu_add(struct ra_backend *be, float *x, const float *y, size_t count)
 {
-#pragma omp parallel for simd schedule(static) if (count > 65536) num_threads(be->n_threads)
-    for (size_t i = 0; i < count; i++)
-        x[i] += y[i];
+    ((struct cpu_backend *)be)->k->add(x, y, count, be->n_threads);
     return RA_OK;
 }
 
@@ -324,9 +267,14 @@ static const struct ra_backend_ops cpu_ops = {
 
 int ra_backend_cpu_init(struct ra_backend **out, int n_threads)
 {
+    const struct ra_cpu_kernels *k;
+    int rc = ra_cpu_kernels_active(&k);
+    if (rc != RA_OK)
+        return rc;
     struct cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb)
         return ra_error_set(RA_ENOMEM, "cpu backend: out of memory");
+    cb->k = k;
     if (n_threads <= 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = cores > 0 ? (int)cores : 1;

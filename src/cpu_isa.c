@@ -2,6 +2,9 @@
 #include "cpu_isa.h"
 #include "status.h"
 
+#include "config.h"
+
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +23,7 @@ int ra_cpu_isa_supported(enum ra_cpu_isa isa)
     switch (isa) {
     case RA_CPU_ISA_PORTABLE:
         return 1;
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef RA_HAVE_X86_KERNELS
     /* libgcc's and compiler-rt's checks include the OS's XSAVE state (XGETBV),
      * so a kernel that disabled AVX-512 state reports no avx512f. */
     case RA_CPU_ISA_AVX2:
@@ -92,4 +95,15 @@ int ra_cpu_isa_active(enum ra_cpu_isa *isa)
     }
     *isa = (enum ra_cpu_isa)chosen;
     return RA_OK;
+}
+
+void ra_cpu_isa_describe(char *buf, size_t size)
+{
+    char list[64];
+    enum ra_cpu_isa isa;
+    supported_list(list, sizeof list);
+    if (ra_cpu_isa_active(&isa) == RA_OK)
+        snprintf(buf, size, "%s (this CPU and build: %s)", ra_cpu_isa_name(isa), list);
+    else
+        snprintf(buf, size, "none: %s", ra_error_message());
 }

@@ -7,6 +7,8 @@
 #ifndef RA_CPU_ISA_H
 #define RA_CPU_ISA_H
 
+#include <stddef.h>
+
 enum ra_cpu_isa {
     RA_CPU_ISA_PORTABLE = 0, /* plain C, the compiler's baseline for the target */
     RA_CPU_ISA_AVX2 = 1,     /* AVX2 + FMA */
@@ -17,7 +19,7 @@ enum ra_cpu_isa {
 /* "portable", "avx2", "avx512" */
 const char *ra_cpu_isa_name(enum ra_cpu_isa isa);
 
-/* Non-zero if this CPU and OS can run the kernels of `isa`. */
+/* Non-zero if this build has kernels for `isa` and this CPU and OS can run them. */
 int ra_cpu_isa_supported(enum ra_cpu_isa isa);
 
 /* The instruction set in use: the one selected, else RA_CPU_ISA, else the
@@ -28,5 +30,9 @@ int ra_cpu_isa_active(enum ra_cpu_isa *isa);
 /* Use `isa` from now on in this process (tests, benchmarks); RA_EUNSUPPORTED
  * if the CPU lacks it. Not thread-safe against running kernels. */
 int ra_cpu_isa_select(enum ra_cpu_isa isa);
+
+/* One line for --version: "avx512 (this CPU and build: avx512, avx2,
+ * portable)", or why RA_CPU_ISA cannot be used. */
+void ra_cpu_isa_describe(char *buf, size_t size);
 
 #endif

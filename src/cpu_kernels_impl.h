@@ -1,4 +1,12 @@
-/* Causal attention on the CPU, block by block with an online softmax.
+/* The CPU kernels, compiled once per instruction set (see cpu_kernels.h).
+ *
+ * Not an ordinary header: cpu_kernels_<isa>.c defines RA_KERNELS_AVX512,
+ * RA_KERNELS_AVX2 or nothing (portable), then includes this file, and the
+ * build compiles each with that instruction set's flags (AVX512_CFLAGS,
+ * AVX2_CFLAGS or none, from configure). The marker picks the intrinsics; the
+ * plain loops are written to vectorise for whatever the flags allow.
+ *
+ * Causal attention, block by block with an online softmax.
  *
  * Work is split into (query head, block of queries) items. Each item walks the
  * key blocks [0, BK), [BK, 2BK), ... up to its last query's position and stops
@@ -26,16 +34,33 @@
  *
  * Three builds of the same algorithm: AVX-512F (items of up to 4 x 16
  * queries), AVX2+FMA (4 x 8), and portable C (16, inner loops over the
- * queries so that a compiler can vectorise them). -march=native picks the
- * best the host has; --disable-native gives the portable build on x86-64. */
-#include "attention_cpu.h"
+ * queries so that a compiler can vectorise them). */
+#include "cpu_kernels.h"
+#include "half.h"
 #include "status.h"
 
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#if defined(__AVX512F__) && !defined(RA_ATTN_PORTABLE)
+#if defined(RA_KERNELS_AVX512)
+#if !defined(__AVX512F__) || !defined(__FMA__)
+#error "the AVX-512 kernels must be compiled with -mavx512f -mfma (AVX512_CFLAGS)"
+#endif
+#define KERNELS_ISA RA_CPU_ISA_AVX512
+#define KERNELS_TABLE ra_cpu_kernels_avx512
+#elif defined(RA_KERNELS_AVX2)
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "the AVX2 kernels must be compiled with -mavx2 -mfma (AVX2_CFLAGS)"
+#endif
+#define KERNELS_ISA RA_CPU_ISA_AVX2
+#define KERNELS_TABLE ra_cpu_kernels_avx2
+#else
+#define KERNELS_ISA RA_CPU_ISA_PORTABLE
+#define KERNELS_TABLE ra_cpu_kernels_portable
+#endif
+
+#if defined(RA_KERNELS_AVX512)
 #include <immintrin.h>
 #define ATTN_SIMD 512
 #define VL 16
@@ -56,7 +81,7 @@ typedef __m512 vf;
 #define vselect(mask, yes, no) _mm512_mask_blend_ps(mask, no, yes)
 #define vpow2bits(t) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23))
 #define vlanes() _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
-#elif defined(__AVX2__) && defined(__FMA__) && !defined(RA_ATTN_PORTABLE)
+#elif defined(RA_KERNELS_AVX2)
 #include <immintrin.h>
 #define ATTN_SIMD 256
 #define VL 8
@@ -399,8 +424,8 @@ static void attend_block(float *out, const float *q, const float *k_cache, const
     }
 }
 
-int ra_attention_cpu(float *out, const float *q, const float *k_cache, const float *v_cache,
-                     int start, int n, const struct ra_attention_shape *s, int n_threads)
+static int attention(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+                     const struct ra_attention_shape *s, int n_threads)
 {
     if (s->head_dim > RA_ATTN_MAX_HEAD_DIM || s->n_heads % s->n_kv_heads != 0)
         return ra_error_set(RA_EUNSUPPORTED, "attention: head dimension %d exceeds %d or heads %d/%d do not group",
@@ -423,3 +448,104 @@ int ra_attention_cpu(float *out, const float *q, const float *k_cache, const flo
     }
     return RA_OK;
 }
+
+/* ------------------------------------------------------------ element-wise ops */
+
+static void rmsnorm(float *y, const float *x, const float *w, int n, int dim, float eps, int n_threads)
+{
+#pragma omp parallel for schedule(static) if (n > 16) num_threads(n_threads)
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * dim;
+        float *yi = y + (size_t)i * dim;
+        float ss = 0;
+#pragma omp simd reduction(+ : ss)
+        for (int j = 0; j < dim; j++)
+            ss += xi[j] * xi[j];
+        const float inv = 1.0f / sqrtf(ss / dim + eps);
+#pragma omp simd
+        for (int j = 0; j < dim; j++)
+            yi[j] = w[j] * (inv * xi[j]);
+    }
+}
+
+static void rope(float *x, int ld, int n, int n_heads, int head_dim, const float *cs, const float *sn, int n_threads)
+{
+    const int half = head_dim / 2;
+#pragma omp parallel for schedule(static) if (n > 16) num_threads(n_threads)
+    for (int i = 0; i < n; i++) {
+        const float *c = cs + (size_t)i * half, *s = sn + (size_t)i * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)i * ld + (size_t)h * head_dim;
+#pragma omp simd
+            for (int j = 0; j < half; j++) {
+                const float a = v[2 * j], b = v[2 * j + 1];
+                v[2 * j] = a * c[j] - b * s[j];
+                v[2 * j + 1] = a * s[j] + b * c[j];
+            }
+        }
+    }
+}
+
+/* exp(x), ~2 ulp, by float arithmetic only so that loops around it vectorise:
+ * x = k ln2 + r with |r| <= ln2/2 (round-to-nearest by the 1.5*2^23 trick),
+ * exp(r) by its degree-6 Taylor polynomial, 2^k by building the exponent. The
+ * clamp to [-87, 88] keeps 2^k a normal float; silu only meets the ends with
+ * |g| > 87, where it is g or 0 to far below fp32 resolution of its use. */
+static inline float exp_clamped(float x)
+{
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - k * 0.693145751953125f;
+    r = r - k * 1.428606765330187e-06f;
+    float p = 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const uint32_t e = (uint32_t)((int32_t)k + 127) << 23; /* k in [-126, 127]: a normal float's exponent */
+    float scale;
+    memcpy(&scale, &e, sizeof scale);
+    return p * scale;
+}
+
+static void swiglu(float *gate, const float *up, size_t count, int n_threads)
+{
+#pragma omp parallel for simd schedule(static) if (count > 65536) num_threads(n_threads)
+    for (size_t i = 0; i < count; i++) {
+        const float g = gate[i];
+        gate[i] = g * (1.0f / (1.0f + exp_clamped(-g))) * up[i]; /* llama2.c's order */
+    }
+}
+
+static void add(float *x, const float *y, size_t count, int n_threads)
+{
+#pragma omp parallel for simd schedule(static) if (count > 65536) num_threads(n_threads)
+    for (size_t i = 0; i < count; i++)
+        x[i] += y[i];
+}
+
+static void widen_bf16(float *dst, const uint16_t *src, size_t count)
+{
+#pragma omp simd
+    for (size_t i = 0; i < count; i++)
+        dst[i] = ra_bf16_to_f32(src[i]);
+}
+
+static void widen_f16(float *dst, const uint16_t *src, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        dst[i] = ra_f16_to_f32(src[i]);
+}
+
+const struct ra_cpu_kernels KERNELS_TABLE = {
+    .isa = KERNELS_ISA,
+    .attention = attention,
+    .rmsnorm = rmsnorm,
+    .rope = rope,
+    .swiglu = swiglu,
+    .add = add,
+    .widen_bf16 = widen_bf16,
+    .widen_f16 = widen_f16,
+};

@@ -1,0 +1,55 @@
+/* The CPU backend's hand-written kernels, one table per instruction set.
+ *
+ * cpu_kernels_impl.h is compiled once per instruction set, each time with that
+ * set's compiler flags (cpu_kernels_portable.c, _avx2.c, _avx512.c), so one
+ * binary holds every version and none of them runs an instruction the CPU
+ * lacks: the backend picks its table at run time (cpu_isa.h). The GEMMs are
+ * OpenBLAS's, which does its own run-time dispatch. All pointers are host
+ * memory; `n_threads` bounds every OpenMP region. */
+#ifndef RA_CPU_KERNELS_H
+#define RA_CPU_KERNELS_H
+
+#include "backend.h"
+#include "cpu_isa.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RA_ATTN_MAX_HEAD_DIM 256
+
+struct ra_cpu_kernels {
+    enum ra_cpu_isa isa;
+    /* Causal attention; see ra_backend_ops.attention. */
+    int (*attention)(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+                     const struct ra_attention_shape *s, int n_threads);
+    /* y[i] = x[i] / rms(x[i]) * w for n rows of dim floats; w is fp32. */
+    void (*rmsnorm)(float *y, const float *x, const float *w, int n, int dim, float eps, int n_threads);
+    /* Rotates adjacent pairs of every head of n rows (stride ld) by the angles
+     * whose cos/sin are rows of cs/sn ([n][head_dim/2]). */
+    void (*rope)(float *x, int ld, int n, int n_heads, int head_dim, const float *cs, const float *sn,
+                 int n_threads);
+    /* gate[i] = silu(gate[i]) * up[i] */
+    void (*swiglu)(float *gate, const float *up, size_t count, int n_threads);
+    /* x[i] += y[i] */
+    void (*add)(float *x, const float *y, size_t count, int n_threads);
+    /* dst[i] = (float)src[i], one thread */
+    void (*widen_bf16)(float *dst, const uint16_t *src, size_t count);
+    void (*widen_f16)(float *dst, const uint16_t *src, size_t count);
+};
+
+/* One table per instruction set; the x86 ones exist where configure found
+ * the compiler flags for them (RA_HAVE_X86_KERNELS). */
+extern const struct ra_cpu_kernels ra_cpu_kernels_portable, ra_cpu_kernels_avx2, ra_cpu_kernels_avx512;
+
+/* The kernels of `isa`, or NULL if this build has none for it. */
+const struct ra_cpu_kernels *ra_cpu_kernels_for(enum ra_cpu_isa isa);
+
+/* The kernels of the active instruction set (ra_cpu_isa_active); an error if
+ * RA_CPU_ISA names one this CPU or build cannot run. */
+int ra_cpu_kernels_active(const struct ra_cpu_kernels **out);
+
+/* Causal attention with the active kernels (tests and benchmarks). */
+int ra_attention_cpu(float *out, const float *q, const float *k_cache, const float *v_cache,
+                     int start, int n, const struct ra_attention_shape *s, int n_threads);
+
+#endif

@@ -1,0 +1,57 @@
+#!/bin/sh
+# One binary for every x86 CPU: the kernels are chosen at run time.
+# - --version and the --report record name the kernels in use; RA_CPU_ISA
+#   forces each one this CPU supports, and the trained model's greedy tokens
+#   are the reference's on every one.
+# - An unknown or unsupported RA_CPU_ISA is one error line, not a SIGILL.
+# - On emulated older CPUs (qemu-x86_64, from jobs/setup's qemu-user): a
+#   Nehalem (no AVX) runs the portable kernels and a Haswell (AVX2, no
+#   AVX-512) the AVX2 ones, both with the reference tokens.
+. "$(dirname "$0")/lib.sh"
+need_fixture stories260K.bin
+need_fixture stories260K.bos.greedy200.ids
+RA=$BUILD/runahead
+M=$MODELS/stories260K.bin
+N=40 # greedy tokens compared: enough to diverge on any wrong kernel, quick under emulation
+want=$(tr -s ' \n' ' ' <"$MODELS/stories260K.bos.greedy200.ids" | cut -d' ' -f1-$N)
+
+# kernels_of CMD...: the "cpu kernels:" name that CMD --version prints.
+kernels_of() { "$@" --version | sed -n 's/^cpu kernels: \([a-z0-9]*\).*/\1/p'; }
+
+# check_tokens LABEL CMD...: CMD (a runahead command line) reproduces the
+# reference's first N tokens and its report names the kernels of LABEL.
+check_tokens() {
+    label=$1; shift
+    got=$("$@" --model "$M" --prompt-ids 1 --generate $N --output ids --threads 2 --report "$TMP/$label.json" \
+          2>"$TMP/err") || { fail "$label: runahead failed: $(tail -1 "$TMP/err")"; return; }
+    [ "$got" = "$want" ] || fail "$label: the first $N greedy ids differ from the reference"
+    grep -q "\"cpu_kernels\": \"${label%%-*}\"" "$TMP/$label.json" || fail "$label: the report does not name the ${label%%-*} kernels"
+}
+
+case $(uname -m) in
+x86_64) ;;
+*) echo "not x86-64: only the portable kernels exist here"; check_tokens portable "$RA"; finish ;;
+esac
+
+supported=$("$RA" --version | sed -n 's/.*(this CPU and build: \(.*\))$/\1/p' | tr -d ,)
+[ -n "$supported" ] || fail "--version does not list the supported kernels: $("$RA" --version)"
+best=$(kernels_of "$RA")
+[ "$best" = "$(echo "$supported" | cut -d' ' -f1)" ] || fail "default kernels '$best' are not the best supported ($supported)"
+for isa in $supported; do
+    [ "$(RA_CPU_ISA=$isa kernels_of "$RA")" = "$isa" ] || fail "RA_CPU_ISA=$isa: --version names other kernels"
+    RA_CPU_ISA=$isa check_tokens "$isa" "$RA"
+done
+
+expect_error "RA_CPU_ISA='sse9': not one of avx512, avx2, portable" env RA_CPU_ISA=sse9 "$RA" --model "$M" --prompt-ids 1
+
+if ! command -v qemu-x86_64 >/dev/null 2>&1; then
+    skip_part "qemu-x86_64 not installed (apt-get install qemu-user): older CPUs not emulated"
+    finish
+fi
+[ "$(kernels_of qemu-x86_64 -cpu Nehalem "$RA")" = portable ] || fail "Nehalem: the portable kernels were not chosen"
+check_tokens portable-nehalem qemu-x86_64 -cpu Nehalem "$RA"
+expect_error "RA_CPU_ISA=avx2: this CPU cannot run the avx2 kernels \(it supports: portable\)" \
+    env RA_CPU_ISA=avx2 qemu-x86_64 -cpu Nehalem "$RA" --model "$M" --prompt-ids 1
+[ "$(kernels_of qemu-x86_64 -cpu Haswell "$RA")" = avx2 ] || fail "Haswell: the AVX2 kernels were not chosen"
+check_tokens avx2-haswell qemu-x86_64 -cpu Haswell "$RA"
+finish
