@@ -619,8 +619,9 @@ static double measure_chain(struct bench *b, struct config *cfg, double *per_ran
         fail("%s: %s", cfg->label, ra_error_message());
     const double share = (cpu_now() - c0) / ((wall_now() - w0) * b->be->n_threads);
     const struct ra_layer_times *l0 = &x.stats.layers[0];
-    double mine[5] = { rank == world - 1 ? ttft : 0, x.stats.t_total, x.stats.t_wait, l0->wait_end - l0->wait_begin,
-                       share };
+    /* Its "wait" is every wait, the drain of the last sends included (rank 0's only wait). */
+    double mine[5] = { rank == world - 1 ? ttft : 0, x.stats.t_total, x.stats.t_wait + x.stats.t_drain,
+                       l0->wait_end - l0->wait_begin, share };
     double all[5 * 2];
     MPI_Gather(mine, 5, MPI_DOUBLE, all, 5, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     ra_exchange_free(&x);

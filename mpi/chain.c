@@ -43,11 +43,13 @@ static int relay_forward(struct ra_exchange *x, struct ra_kvcache *kv, int l, in
     const int last = x->rank == x->size - 1;
     for (;;) {
         if (wait)
-            MPI_CHECK(MPI_Waitsome(x->n_recv, x->recv, &done, idx, MPI_STATUSES_IGNORE));
+            MPI_CHECK(MPI_Waitsome(x->n_recv, x->recv, &done, idx, x->recv_status));
         else
-            MPI_CHECK(MPI_Testsome(x->n_recv, x->recv, &done, idx, MPI_STATUSES_IGNORE));
+            MPI_CHECK(MPI_Testsome(x->n_recv, x->recv, &done, idx, x->recv_status));
         if (done == MPI_UNDEFINED || done == 0)
             break;
+        if ((rc = ra_exchange_count_recvs(x, x->recv_status, done)) != RA_OK)
+            goto out;
         for (int i = 0; i < done && !last; i++) {
             const int s = idx[i] / 2, kind = idx[i] % 2;
             if (x->netem && (rc = ra_netem_forwarding(x, idx[i])) != RA_OK)
@@ -94,8 +96,10 @@ static int chain_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, in
     t->wait_begin = MPI_Wtime() - x->t0;
     if (x->route == RA_ROUTE_RELAY)
         rc = relay_forward(x, kv, l, 1);
-    else
-        MPI_CHECK(MPI_Waitall(x->n_recv, x->recv, MPI_STATUSES_IGNORE));
+    else {
+        MPI_CHECK(MPI_Waitall(x->n_recv, x->recv, x->recv_status));
+        rc = ra_exchange_count_recvs(x, x->recv_status, x->n_recv);
+    }
     if (rc == RA_OK && x->netem)
         rc = ra_netem_wait_recvs(x);
     t->wait_end = MPI_Wtime() - x->t0;

@@ -3,7 +3,7 @@
  * KV-Runahead (chain.c): rank r receives rows [0, b_r) of each layer from the
  * ranks before it and passes rows on to the ranks after it, point to point.
  * TSP (tsp.c): every rank all-gathers every rank's rows of each layer. Both
- * count the bytes they move and time every layer, for reports and traces. */
+ * count the bytes MPI moved and time every layer, for reports and traces. */
 #ifndef RA_EXCHANGE_H
 #define RA_EXCHANGE_H
 
@@ -25,8 +25,10 @@ struct ra_layer_times {
 };
 
 struct ra_rank_stats {
-    double t_total, t_wait;            /* t_compute = t_total - t_wait */
-    long long bytes_sent, bytes_recv;  /* K and V payload */
+    double t_total, t_wait, t_drain;   /* t_compute = t_total - t_wait - t_drain */
+    /* K and V payload as MPI saw it: received bytes from the statuses of completed
+     * receives; sent bytes (MPI reports none) from what was handed to MPI. */
+    long long bytes_sent, bytes_recv;
     int msgs_sent, msgs_recv;
     struct ra_layer_times *layers;     /* [n_layers] */
 };
@@ -43,8 +45,9 @@ struct ra_exchange {
     int bounds[RA_MAX_RANKS + 1]; /* rank r owns positions [bounds[r], bounds[r+1]) */
     int n_layers;
     MPI_Datatype row;       /* one KV row: kv_dim floats */
-    size_t row_bytes;
+    size_t row_bytes;       /* MPI_Type_size of row */
     MPI_Request *recv;      /* this layer's receives */
+    MPI_Status *recv_status;/* their statuses, where the received bytes are counted */
     int n_recv;
     MPI_Request *send;      /* every send of the pass, completed by ra_exchange_finish */
     int n_send, max_send;
@@ -59,7 +62,7 @@ int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method
 void ra_exchange_free(struct ra_exchange *x);
 /* Starts a pass: clears the stats and takes t0. */
 void ra_exchange_begin(struct ra_exchange *x);
-/* Ends a pass: completes every send, so the KV cache may change again. */
+/* Ends a pass: completes every send (timed as t_drain), so the KV cache may change again. */
 int ra_exchange_finish(struct ra_exchange *x);
 /* The hooks for ra_forward_span (NULL for a single rank). */
 const struct ra_kv_exchange *ra_exchange_hooks(struct ra_exchange *x);
@@ -69,5 +72,7 @@ void ra_chain_hooks(struct ra_exchange *x);
 void ra_tsp_hooks(struct ra_exchange *x);
 int ra_exchange_post_send(struct ra_exchange *x, const float *buf, int rows, int dest, int tag);
 int ra_exchange_post_recv(struct ra_exchange *x, float *buf, int rows, int source, int tag);
+/* Counts n completed receives from their statuses. */
+int ra_exchange_count_recvs(struct ra_exchange *x, const MPI_Status *st, int n);
 
 #endif

@@ -58,19 +58,20 @@ out:
     return rc;
 }
 
-/* Per rank: t_total, t_wait, bytes/msgs sent/received, then 5 times per layer. */
+/* Per rank: t_total, t_wait, bytes/msgs sent/received, t_drain, then 5 times per layer. */
 int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all)
 {
     int rc = RA_OK;
-    const int L = x->n_layers, width = 6 + 5 * L, root = x->size - 1;
+    const int L = x->n_layers, width = 7 + 5 * L, root = x->size - 1;
     double *mine = malloc(sizeof(double) * (size_t)width), *every = NULL;
     memset(all, 0, sizeof *all);
     if (!mine)
         return ra_error_set(RA_ENOMEM, "rank %d: out of memory", x->rank);
     const struct ra_rank_stats *s = &x->stats;
-    double head[6] = { s->t_total, s->t_wait, (double)s->bytes_sent, (double)s->bytes_recv, s->msgs_sent, s->msgs_recv };
+    double head[7] = { s->t_total, s->t_wait, (double)s->bytes_sent, (double)s->bytes_recv, s->msgs_sent, s->msgs_recv,
+                       s->t_drain };
     memcpy(mine, head, sizeof head);
-    memcpy(mine + 6, s->layers, sizeof(double) * 5 * (size_t)L);
+    memcpy(mine + 7, s->layers, sizeof(double) * 5 * (size_t)L);
     if (x->rank == root && !(every = malloc(sizeof(double) * (size_t)width * (size_t)x->size))) {
         rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", x->rank);
         goto out;
@@ -81,7 +82,7 @@ int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all)
     const size_t p = (size_t)x->size;
     all->size = x->size;
     all->n_layers = L;
-    all->t_total = calloc(6 * p, sizeof(double));
+    all->t_total = calloc(7 * p, sizeof(double));
     all->layers = calloc(p * (size_t)L, sizeof *all->layers);
     if (!all->t_total || !all->layers) {
         rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", x->rank);
@@ -92,11 +93,12 @@ int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all)
     all->bytes_recv = all->t_total + 3 * p;
     all->msgs_sent = all->t_total + 4 * p;
     all->msgs_recv = all->t_total + 5 * p;
+    all->t_drain = all->t_total + 6 * p;
     for (size_t r = 0; r < p; r++) {
         const double *row = every + r * (size_t)width;
-        for (int k = 0; k < 6; k++)
+        for (int k = 0; k < 7; k++)
             all->t_total[(size_t)k * p + r] = row[k];
-        memcpy(all->layers + r * (size_t)L, row + 6, sizeof(double) * 5 * (size_t)L);
+        memcpy(all->layers + r * (size_t)L, row + 7, sizeof(double) * 5 * (size_t)L);
     }
 out:
     free(mine);

@@ -27,6 +27,7 @@ struct ra_all_stats {
     double *t_total, *t_wait;          /* [size] */
     double *bytes_sent, *bytes_recv;   /* [size] */
     double *msgs_sent, *msgs_recv;     /* [size] */
+    double *t_drain;                   /* [size] */
     struct ra_layer_times *layers;     /* [size][n_layers] */
 };
 

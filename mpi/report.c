@@ -73,9 +73,10 @@ int ra_report_write(const char *path, const struct ra_run_info *run, const struc
     for (int r = 0; r <= run->ranks; r++)
         json_array_append_new(bounds, json_integer(run->bounds[r]));
     for (int r = 0; r < all->size; r++) {
-        json_array_append_new(ranks, json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:i, s:i}",
-            "rank", r, "tokens", run->bounds[r + 1] - run->bounds[r],
-            "total_s", all->t_total[r], "compute_s", all->t_total[r] - all->t_wait[r], "wait_s", all->t_wait[r],
+        json_array_append_new(ranks, json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}",
+            "rank", r, "tokens", run->bounds[r + 1] - run->bounds[r], "total_s", all->t_total[r],
+            "compute_s", all->t_total[r] - all->t_wait[r] - all->t_drain[r], "wait_s", all->t_wait[r],
+            "drain_s", all->t_drain[r],
             "bytes_sent", all->bytes_sent[r], "bytes_recv", all->bytes_recv[r],
             "msgs_sent", (int)all->msgs_sent[r], "msgs_recv", (int)all->msgs_recv[r]));
         sent += all->bytes_sent[r];
@@ -165,11 +166,13 @@ void ra_report_print(FILE *f, const struct ra_run_info *run, const struct ra_all
         ra_netem_describe(run->link, what, sizeof what);
         fprintf(f, "  (%s: the TTFTs include emulated transfer times)\n", what);
     }
-    fprintf(f, "%6s %15s %10s %10s %10s %12s %12s\n", "rank", "slice", "total_s", "compute_s", "wait_s", "sent_MB", "recv_MB");
+    fprintf(f, "%6s %15s %10s %10s %10s %10s %12s %12s\n", "rank", "slice", "total_s", "compute_s", "wait_s", "drain_s",
+            "sent_MB", "recv_MB");
     for (int r = 0; r < all->size; r++) {
         char slice[32];
         snprintf(slice, sizeof slice, "[%d,%d)", run->bounds[r], run->bounds[r + 1]);
-        fprintf(f, "%6d %15s %10.4f %10.4f %10.4f %12.3f %12.3f\n", r, slice, all->t_total[r],
-                all->t_total[r] - all->t_wait[r], all->t_wait[r], all->bytes_sent[r] / 1e6, all->bytes_recv[r] / 1e6);
+        fprintf(f, "%6d %15s %10.4f %10.4f %10.4f %10.4f %12.3f %12.3f\n", r, slice, all->t_total[r],
+                all->t_total[r] - all->t_wait[r] - all->t_drain[r], all->t_wait[r], all->t_drain[r],
+                all->bytes_sent[r] / 1e6, all->bytes_recv[r] / 1e6);
     }
 }

@@ -28,10 +28,13 @@ static int tsp_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, int 
         goto out;
     t->wait_end = MPI_Wtime() - x->t0;
     x->stats.t_wait += t->wait_end - t->wait_begin;
-    /* Logical traffic: our rows to every other rank, every other rank's rows to us (K and V). */
-    const long long total = x->bounds[x->size];
-    x->stats.bytes_sent += 2LL * n * (x->size - 1) * (long long)x->row_bytes;
-    x->stats.bytes_recv += 2LL * (total - n) * (long long)x->row_bytes;
+    /* A collective returns no status, so count from the counts MPI was given (K and V):
+     * every other rank's block arrived here, and ours went to every other rank. Which
+     * ranks forward what inside MPI is its algorithm's business, not the method's traffic. */
+    for (int r = 0; r < x->size; r++)
+        if (r != x->rank)
+            x->stats.bytes_recv += 2LL * counts[r] * (long long)x->row_bytes;
+    x->stats.bytes_sent += 2LL * counts[x->rank] * (x->size - 1) * (long long)x->row_bytes;
     x->stats.msgs_sent += 2 * (x->size - 1);
     x->stats.msgs_recv += 2 * (x->size - 1);
 out:

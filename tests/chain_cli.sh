@@ -1,8 +1,10 @@
 #!/bin/sh
 # The runahead program over MPI: every method and route prints the
-# single-process tokens; the report's byte counts follow the paper's traffic
-# formulas (TSP (p-1)C, KVR (p-1)C/2 rows per layer); bad partitions and rank
-# counts give one clear error and every rank exits (a timeout guards hangs).
+# single-process tokens; the report's byte counts (received: from MPI's
+# statuses; sent: as handed to MPI) follow the paper's traffic formulas (TSP
+# (p-1)C, KVR (p-1)C/2 rows per layer); each rank's time splits into compute,
+# wait and drain; bad partitions and rank counts give one clear error and
+# every rank exits (a timeout guards hangs).
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
 M="$MODELS/stories260K.bin"
@@ -28,6 +30,7 @@ assert len(r["per_rank"]) == p and r["ttft_s"]["median"] > 0, "per-rank figures"
 assert r["bytes_sent_total"] == want, f"{r['bytes_sent_total']} != {want}"
 assert sum(x["bytes_recv"] for x in r["per_rank"]) == want, "received"
 assert r["generated_ids"][0] == r["first_token"], "first token"
+assert all(abs(x["compute_s"] + x["wait_s"] + x["drain_s"] - x["total_s"]) < 1e-9 for x in r["per_rank"]), "drain_s"
 PY
     done
 done

@@ -4,8 +4,15 @@
  * method (kvr with each route, tsp) and partition (even, random, 1-token
  * slices, one rank with almost everything), the last rank compares its final
  * logits and its whole KV cache with a single-process run it does itself,
- * decodes 16 greedy tokens from both and compares them, and checks the bytes
- * moved against the paper's traffic formulas (Eqs. 4-7) for even splits. */
+ * decodes 16 greedy tokens from both and compares them. Every rank checks
+ * the bytes moved three ways, which must agree exactly: as measured by the
+ * PMPI layer in mpi_count.c (from the statuses of completed receives; for
+ * TSP's all-gather, which has none, from the counts MPI was given), as the
+ * runtime reports them, and as the paper's traffic formulas (Eqs. 4-7)
+ * give them, rank by rank and summed. A few runs over an emulated link show
+ * its companion messages stay out of the KV bytes. */
+#include "mpi_count.h"
+#include "netem.h"
 #include "partition.h"
 #include "prefill.h"
 #include "runahead.h"
@@ -82,20 +89,88 @@ static double kv_diff(const struct ra_kvcache *a, const struct ra_kvcache *b, in
     return worst;
 }
 
-/* Rows that cross the network per layer (K and V counted once each), for even splits. */
-static long long expected_rows(enum ra_method method, const int *b, int p)
+/* Rows of one layer (K or V alike) that rank r sends and receives, by the
+ * paper's traffic model: KVR rank r receives the prefix [0, b_r) whatever the
+ * route; TSP every rank receives every other slice and sends its own to all. */
+static void expected_rows(enum ra_method method, enum ra_route route, const int *b, int p, int r,
+                          long long *sent, long long *recv)
+{
+    const long long n = b[r + 1] - b[r];
+    if (method == RA_METHOD_TSP) {
+        *sent = n * (p - 1);
+        *recv = b[p] - n;
+    } else {
+        *recv = b[r];
+        if (r == p - 1)
+            *sent = 0;
+        else if (route == RA_ROUTE_DIRECT)
+            *sent = n * (p - 1 - r);    /* its own rows to every later rank */
+        else
+            *sent = b[r + 1];           /* [0, b_{r+1}): as one prefix (chain) or slice by slice (relay) */
+    }
+}
+
+/* Rows of one layer that cross the network in all: TSP (p-1)C (Eq. 5); KVR the
+ * sum of the prefixes b_1 + ... + b_{p-1}, (p-1)C/2 for an even split (Eq. 7). */
+static long long expected_total_rows(enum ra_method method, const int *b, int p)
 {
     long long rows = 0;
-    for (int r = 1; r < p; r++)
-        rows += method == RA_METHOD_KVR ? b[r] : 0;
     if (method == RA_METHOD_TSP)
-        rows = (long long)(p - 1) * b[p]; /* Eq. 5: (p-1)C */
+        return (long long)(p - 1) * b[p];
+    for (int r = 1; r < p; r++)
+        rows += b[r];
     return rows;
+}
+
+/* The bytes of one pass three ways: measured by the PMPI layer, reported by
+ * the runtime, and from the formulas. The runtime's counts must equal the
+ * measurement on every rank, and both the formulas. */
+static void check_bytes(const char *label, const struct ra_exchange *x, const struct ra_config *c,
+                        enum ra_method method, enum ra_route route, const int *bounds, int emulated)
+{
+    struct test_mpi_count kv, other;
+    test_mpi_count_read(&kv, &other);
+    const struct ra_rank_stats *s = &x->stats;
+    /* Bytes of one row of every layer's K and V, from the model's shape, not from the exchange. */
+    const long long per_row = 2LL * c->n_layers * ra_config_kv_dim(c) * (long long)sizeof(float);
+    long long rows_sent, rows_recv;
+    expected_rows(method, route, bounds, world, rank, &rows_sent, &rows_recv);
+    const long long want_sent = rows_sent * per_row, want_recv = rows_recv * per_row;
+
+    if (kv.bytes_sent != s->bytes_sent || kv.bytes_recv != s->bytes_recv || kv.msgs_sent != s->msgs_sent ||
+        kv.msgs_recv != s->msgs_recv || kv.partial)
+        fprintf(stderr, "%s, rank %d: MPI moved %lld bytes in %lld msgs out, %lld in %lld in (%lld unsized); "
+                "the runtime reports %lld in %d out, %lld in %d in\n", label, rank, kv.bytes_sent, kv.msgs_sent,
+                kv.bytes_recv, kv.msgs_recv, kv.partial, s->bytes_sent, s->msgs_sent, s->bytes_recv, s->msgs_recv);
+    CHECK(kv.bytes_sent == s->bytes_sent && kv.bytes_recv == s->bytes_recv);
+    CHECK(kv.msgs_sent == s->msgs_sent && kv.msgs_recv == s->msgs_recv && kv.partial == 0);
+    if (kv.bytes_sent != want_sent || kv.bytes_recv != want_recv)
+        fprintf(stderr, "%s, rank %d: MPI moved %lld bytes out, %lld in; the formulas say %lld, %lld\n", label,
+                rank, kv.bytes_sent, kv.bytes_recv, want_sent, want_recv);
+    CHECK(kv.bytes_sent == want_sent && kv.bytes_recv == want_recv);
+
+    /* The emulated link's arrival times (one double per KV message, netem.h) travel on a
+     * communicator of their own: counted there, never among the KV bytes. TSP sends none. */
+    const long long stamps = emulated && method == RA_METHOD_KVR ? (long long)sizeof(double) : 0;
+    if (other.bytes_sent != stamps * s->msgs_sent || other.bytes_recv != stamps * s->msgs_recv || other.partial)
+        fprintf(stderr, "%s, rank %d: %lld bytes out, %lld in on other communicators, want %lld, %lld\n", label,
+                rank, other.bytes_sent, other.bytes_recv, stamps * s->msgs_sent, stamps * s->msgs_recv);
+    CHECK(other.bytes_sent == stamps * s->msgs_sent && other.bytes_recv == stamps * s->msgs_recv);
+    CHECK(other.partial == 0);
+
+    /* Summed over ranks, every byte sent was received (the sends are counted at the call). */
+    long long mine[4] = { kv.bytes_sent, kv.bytes_recv, s->bytes_sent, s->bytes_recv }, all[4];
+    MPI_Allreduce(mine, all, 4, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    const long long want = expected_total_rows(method, bounds, world) * per_row;
+    if (rank == world - 1 && (all[0] != want || all[1] != want || all[2] != want || all[3] != want))
+        fprintf(stderr, "%s: MPI moved %lld bytes out, %lld in; the runtime reports %lld, %lld; the formula says %lld\n",
+                label, all[0], all[1], all[2], all[3], want);
+    CHECK(all[0] == want && all[1] == want && all[2] == want && all[3] == want);
 }
 
 static void run_case(const char *model_name, struct ra_model *m, const int32_t *tokens, int n,
                      const struct reference *ref, enum ra_method method, enum ra_route route,
-                     const int *bounds, const char *part_name)
+                     const int *bounds, const char *part_name, const struct ra_netem_config *link)
 {
     const struct ra_config *c = &m->config;
     struct ra_exchange x;
@@ -103,29 +178,26 @@ static void run_case(const char *model_name, struct ra_model *m, const int32_t *
     float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
     double ttft = 0;
     int32_t decoded[N_DECODE];
+    char label[256];
     const int last = rank == world - 1;
 
+    snprintf(label, sizeof label, "%s, p=%d, %s, %s%s", model_name, world,
+             method == RA_METHOD_TSP ? "tsp" : ra_route_name(route), part_name, link ? ", emulated link" : "");
     CHECK_OK(ra_exchange_init(&x, MPI_COMM_WORLD, method, route, bounds, c->n_layers, ra_config_kv_dim(c)));
+    if (link)
+        CHECK_OK(ra_netem_attach(&x, link));
     CHECK_OK(ra_kvcache_init(&kv, m->backend, c->n_layers, ra_config_kv_dim(c), ra_prefill_kv_rows(&x) + N_DECODE));
+    test_mpi_count_start(x.comm);
     CHECK_OK(ra_prefill_run(m, &x, &kv, tokens, logits, &ttft));
-
-    long long sent = x.stats.bytes_sent, total_sent = 0, recv = x.stats.bytes_recv, total_recv = 0;
-    MPI_Allreduce(&sent, &total_sent, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Allreduce(&recv, &total_recv, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-    const long long want = expected_rows(method, bounds, world) * 2 * c->n_layers * (long long)x.row_bytes;
+    check_bytes(label, &x, c, method, route, bounds, link != NULL);
     if (last) {
-        const char *what = method == RA_METHOD_TSP ? "tsp" : ra_route_name(route);
         double dl = test_max_rel_diff(logits, ref->logits, (size_t)c->vocab_size), dk = kv_diff(&kv, &ref->kv, n);
         decode(m, &kv, n, logits, decoded);
         int same = memcmp(decoded, ref->decoded, sizeof decoded) == 0;
         if (dl > TOL || dk > TOL || !same)
-            fprintf(stderr, "%s, p=%d, %s, %s: logits differ by %.3g, KV by %.3g, decode %s\n", model_name, world,
-                    what, part_name, dl, dk, same ? "same" : "DIFFERS");
+            fprintf(stderr, "%s: logits differ by %.3g, KV by %.3g, decode %s\n", label, dl, dk,
+                    same ? "same" : "DIFFERS");
         CHECK(dl <= TOL && dk <= TOL && same);
-        if (total_sent != want || total_recv != want)
-            fprintf(stderr, "%s, p=%d, %s, %s: moved %lld bytes sent / %lld received, the formula says %lld\n",
-                    model_name, world, what, part_name, total_sent, total_recv, want);
-        CHECK(total_sent == want && total_recv == want);
     }
     ra_kvcache_free(&kv);
     ra_exchange_free(&x);
@@ -158,8 +230,13 @@ static void check_model(const char *path, int n)
     make_partitions(n, world, bounds, names, 7u * (unsigned)world);
     for (int pi = 0; pi < 5; pi++)
         for (int route = RA_ROUTE_CHAIN; route <= RA_ROUTE_DIRECT; route++)
-            run_case(path, &m, tokens, n, &ref, RA_METHOD_KVR, (enum ra_route)route, bounds[pi], names[pi]);
-    run_case(path, &m, tokens, n, &ref, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds[0], names[0]);
+            run_case(path, &m, tokens, n, &ref, RA_METHOD_KVR, (enum ra_route)route, bounds[pi], names[pi], NULL);
+    run_case(path, &m, tokens, n, &ref, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds[0], names[0], NULL);
+    /* A link fast enough to cost nothing: only its companion messages matter here. */
+    const struct ra_netem_config link = { .link_gbps = 1000, .noise_slot_ms = 5 };
+    for (int route = RA_ROUTE_CHAIN; route <= RA_ROUTE_DIRECT; route++)
+        run_case(path, &m, tokens, n, &ref, RA_METHOD_KVR, (enum ra_route)route, bounds[1], names[1], &link);
+    run_case(path, &m, tokens, n, &ref, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds[0], names[0], &link);
 
     if (ref.logits) {
         ra_kvcache_free(&ref.kv);
