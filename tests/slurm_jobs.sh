@@ -44,9 +44,9 @@ new_lines() {
 # it was submitted, then end the test (the trap stops the cluster).
 give_up() {
     echo "FAIL: $1" >&2
-    echo "$job_state" | sed 's/^/  /' >&2
+    echo "$job_state" | sed -n 's/.*\(JobId=[^ ]*\).*\( JobState=[^ ]* Reason=[^ ]*\).*\( Restarts=[^ ]*\).*/  \1\2\3/p' >&2
     for l in slurmctld slurmd; do
-        new_lines $l | grep -E "$stuck_log|error|fatal" | tail -6 | sed "s/^/  $l: /" >&2
+        new_lines $l | grep -E "$stuck_log|fatal" | tail -6 | sed "s/^/  $l: /" >&2
     done
     exit 1
 }
@@ -144,11 +144,9 @@ grep -q "srun did not start one 2-rank MPI job; nothing searched" "$TMP"/copies-
     { fail "tune.sbatch with one-rank copies: no world-size error"; cat "$TMP"/copies-tune-*.out >&2; }
 
 # stop leaves no daemon and no runtime directory behind.
-"$J/slurm-local" status --dir "$D" >"$TMP/status.txt" 2>&1
 "$J/slurm-local" stop --dir "$D" 2>"$TMP/stop.err" || fail "slurm-local stop: $(tail -2 "$TMP/stop.err")"
-for pid in $(sed -n 's/^slurm[a-z]*: running (pid \([0-9]*\))$/\1/p' "$TMP/status.txt"); do
-    ! kill -0 "$pid" 2>/dev/null || fail "process $pid still runs after slurm-local stop"
-done
+"$J/slurm-local" status --dir "$D" >"$TMP/status.txt" 2>&1
+! grep -E '^slurm(ctld|d): running' "$TMP/status.txt" || fail "slurm-local stop left daemons running"
 rt=$(sed -n 's/^runtime: //p' "$TMP/status.txt")
 [ -n "$rt" ] && [ ! -e "$rt" ] || fail "slurm-local stop left the runtime directory '$rt'"
 finish
