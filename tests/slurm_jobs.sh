@@ -53,10 +53,11 @@ give_up() {
 
 # wait_job ID NAME: polls until every task of job ID has ended; returns
 # non-zero unless all completed with exit code 0 ($job_exit says how they
-# ended). Gives up at once on a requeue or launch failure, after 60 s pending
-# and after 300 s in all.
+# ended). Gives up at once on a requeue or launch failure, after 45 s pending
+# with no task running (an array's next task waits for the running one), and
+# after 300 s in all.
 wait_job() {
-    t0=$(date +%s)
+    t0=$(date +%s) busy=$(date +%s)
     while :; do
         sleep 0.5
         job_state=$(scontrol -o show job "$1" 2>&1) || give_up "$2: scontrol show job $1 failed"
@@ -66,9 +67,10 @@ wait_job() {
                 give_up "$2: job $1 could not launch ($l.log)"
         done
         states=$(echo "$job_state" | sed -n 's/.* JobState=\([A-Z_]*\).*/\1/p')
-        waited=$(($(date +%s) - t0))
-        case $states in *PENDING*) [ "$waited" -lt 60 ] || give_up "$2: job $1 pending for 60 s" ;; esac
-        [ "$waited" -lt 300 ] || give_up "$2: job $1 not done in 300 s"
+        now=$(date +%s)
+        case $states in *RUNNING*|*CONFIGURING*|*COMPLETING*) busy=$now ;; esac
+        case $states in *PENDING*) [ $((now - busy)) -lt 45 ] || give_up "$2: job $1 pending for 45 s" ;; esac
+        [ $((now - t0)) -lt 300 ] || give_up "$2: job $1 not done in 300 s"
         ended=yes
         for s in $states; do
             case $s in COMPLETED|FAILED|CANCELLED|TIMEOUT|OUT_OF_MEMORY|DEADLINE|PREEMPTED) ;; *) ended=no ;; esac
