@@ -6,13 +6,13 @@
 # are started as separate one-rank copies stops with the world-size error.
 # A job that cannot launch fails the test within a minute, with the daemons'
 # log lines. The daemons are stopped by pid however the test ends.
-# Skips (77) without Slurm or root.
+# Skips without Slurm or root (a failure where the fixtures exist, see lib.sh).
 . "$(dirname "$0")/lib.sh"
 for p in sbatch slurmctld slurmd munged; do
     command -v "$p" >/dev/null 2>&1 || [ -x "/usr/sbin/$p" ] ||
-        { echo "skip: $p not installed (apt-get install --no-install-recommends slurmctld slurmd slurm-client munge)"; exit 77; }
+        skip "$p not installed (apt-get install --no-install-recommends slurmctld slurmd slurm-client munge)"
 done
-[ "$(id -u)" -eq 0 ] || { echo "skip: a local Slurm cluster needs root"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "a local Slurm cluster needs root (RA_ALLOW_SKIPS=1 to run the rest as a user)"
 J=$SRC/jobs
 D=$TMP/cluster
 # Ports away from a cluster the user may run with the defaults (6817, 6818).
