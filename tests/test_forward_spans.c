@@ -1,7 +1,7 @@
 /* One prompt processed as one span equals the same prompt processed as 2, 3
  * and 7 consecutive spans (including 1-token spans): final logits and every
  * KV row. This is the property the KV-Runahead chain rests on. */
-#include "half.h"
+#include "random_model.h"
 #include "runahead.h"
 #include "test.h"
 
@@ -9,67 +9,6 @@
  * on the span length: differences of ~1e-5 after a few layers are fp32 noise.
  * A wrong mask, position or cache row gives differences of order 1. */
 #define TOL 1e-4
-
-static uint64_t rng = 0x1234567;
-
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)(rng >> 40) / 8388608.0f - 1.0f;
-}
-
-static int rand_int(int lo, int hi) /* uniform in [lo, hi] */
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return lo + (int)(rng % (uint64_t)(hi - lo + 1));
-}
-
-static void random_tensor(struct ra_model *m, struct ra_tensor *t, int64_t rows, int64_t cols,
-                          enum ra_dtype dt, float scale, float offset)
-{
-    size_t n = (size_t)(rows * cols);
-    void *data = ra_model_own(m, n * ra_dtype_size(dt));
-    for (size_t i = 0; i < n; i++) {
-        float v = offset + scale * frand();
-        if (dt == RA_DTYPE_F32)
-            ((float *)data)[i] = v;
-        else if (dt == RA_DTYPE_BF16)
-            ((uint16_t *)data)[i] = ra_f32_to_bf16(v);
-        else
-            ((uint16_t *)data)[i] = ra_f32_to_f16(v);
-    }
-    *t = (struct ra_tensor){ dt, rows, cols, data, NULL };
-}
-
-/* A random-weight model held in memory, of any shape and dtype. */
-static void random_model(struct ra_model *m, struct ra_config c, enum ra_dtype dt)
-{
-    memset(m, 0, sizeof *m);
-    c.head_dim = c.dim / c.n_heads;
-    m->config = c;
-    const int64_t d = c.dim, kv = ra_config_kv_dim(&c), h = c.hidden_dim;
-    const float sd = 1.0f / sqrtf((float)d), sh = 1.0f / sqrtf((float)h);
-    m->weights.layers = calloc((size_t)c.n_layers, sizeof *m->weights.layers);
-    random_tensor(m, &m->weights.embed, c.vocab_size, d, dt, 1.0f, 0);
-    for (int l = 0; l < c.n_layers; l++) {
-        struct ra_layer_weights *w = &m->weights.layers[l];
-        random_tensor(m, &w->attn_norm, 1, d, dt, 0.1f, 1.0f);
-        random_tensor(m, &w->wq, d, d, dt, sd, 0);
-        random_tensor(m, &w->wk, kv, d, dt, sd, 0);
-        random_tensor(m, &w->wv, kv, d, dt, sd, 0);
-        random_tensor(m, &w->wo, d, d, dt, sd, 0);
-        random_tensor(m, &w->ffn_norm, 1, d, dt, 0.1f, 1.0f);
-        random_tensor(m, &w->w_gate, h, d, dt, sd, 0);
-        random_tensor(m, &w->w_down, d, h, dt, sh, 0);
-        random_tensor(m, &w->w_up, h, d, dt, sd, 0);
-    }
-    random_tensor(m, &m->weights.final_norm, 1, d, dt, 0.1f, 1.0f);
-    random_tensor(m, &m->weights.output, c.vocab_size, d, dt, sd, 0);
-}
 
 static double kv_diff(const struct ra_kvcache *a, const struct ra_kvcache *b, int rows)
 {
@@ -89,7 +28,7 @@ static void random_bounds(int n, int parts, int *b)
     b[parts] = n;
     for (int i = 1; i < parts; i++) {
         int lo = b[i - 1] + 1, hi = n - (parts - i);
-        b[i] = rand_int(lo, hi);
+        b[i] = test_rand_int(lo, hi);
     }
 }
 
@@ -101,7 +40,7 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
     int32_t *tokens = malloc((size_t)n * sizeof *tokens);
     float *ref = malloc((size_t)c->vocab_size * sizeof(float)), *got = malloc((size_t)c->vocab_size * sizeof(float));
     for (int i = 0; i < n; i++)
-        tokens[i] = rand_int(0, c->vocab_size - 1);
+        tokens[i] = test_rand_int(0, c->vocab_size - 1);
 
     CHECK_OK(ra_backend_cpu_init(&be, threads));
     CHECK_OK(ra_model_attach(m, be));
@@ -159,13 +98,13 @@ int main(void)
     gqa.n_kv_heads = 2;
     gqa.rope_theta = 500000.0f;
 
-    random_model(&m, mha, RA_DTYPE_F32);
+    test_random_model(&m, &mha, RA_DTYPE_F32, 1.0f);
     check_model("mha f32", &m, 301, 2);
     ra_model_free(&m);
-    random_model(&m, gqa, RA_DTYPE_BF16);
+    test_random_model(&m, &gqa, RA_DTYPE_BF16, 1.0f);
     check_model("gqa bf16", &m, 200, 1);
     ra_model_free(&m);
-    random_model(&m, gqa, RA_DTYPE_F16);
+    test_random_model(&m, &gqa, RA_DTYPE_F16, 1.0f);
     check_model("gqa f16", &m, 130, 2);
     ra_model_free(&m);
 

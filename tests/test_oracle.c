@@ -10,7 +10,7 @@
  * time, since a backend may fix its kernels when it is created. The oracle is
  * computed once per case: it does not depend on the instruction set. */
 #include "cpu_isa.h"
-#include "half.h"
+#include "random_model.h"
 #include "ref_forward.h"
 #include "runahead.h"
 #include "test.h"
@@ -38,21 +38,6 @@
 #define TOL_ATTN 1e-5
 #define TOL_FWD 1e-5
 #define TOL_TRAINED 1e-4
-
-static uint64_t rng = 0x9e3779b97f4a7c15u;
-
-static uint64_t next_rand(void) /* xorshift64 */
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-static float frand(void) /* uniform in [-1, 1) */
-{
-    return (float)(next_rand() >> 40) / 8388608.0f - 1.0f;
-}
 
 static double now(void)
 {
@@ -110,10 +95,10 @@ static void attention_case(const struct attn_case *ac)
      * ~2.7 and reach ~±10: the softmax is peaked, and later key blocks often
      * raise the running max (the kernel's rescale path). */
     for (size_t i = 0; i < nq; i++)
-        qr[i] = q[i] = 8.0f * frand();
+        qr[i] = q[i] = 8.0f * test_frand();
     for (size_t i = 0; i < nkv; i++) {
-        kr[i] = k[i] = frand();
-        vr[i] = v[i] = frand();
+        kr[i] = k[i] = test_frand();
+        vr[i] = v[i] = test_frand();
     }
     /* Each query's result depends only on its position: one oracle pass over
      * [0, T) serves every span. */
@@ -172,50 +157,6 @@ static void attention_case(const struct attn_case *ac)
 
 /* ---------------------------------------------------------------- forward pass */
 
-static void random_tensor(struct ra_model *m, struct ra_tensor *t, int64_t rows, int64_t cols,
-                          enum ra_dtype dt, float scale, float offset)
-{
-    const size_t n = (size_t)(rows * cols);
-    void *data = ra_model_own(m, n * ra_dtype_size(dt));
-    for (size_t i = 0; i < n; i++) {
-        const float v = offset + scale * frand();
-        if (dt == RA_DTYPE_F32)
-            ((float *)data)[i] = v;
-        else if (dt == RA_DTYPE_BF16)
-            ((uint16_t *)data)[i] = ra_f32_to_bf16(v);
-        else
-            ((uint16_t *)data)[i] = ra_f32_to_f16(v);
-    }
-    *t = (struct ra_tensor){ dt, rows, cols, data, NULL };
-}
-
-/* A random-weight model in memory; projections scaled by 1/sqrt(fan-in) so
- * activations stay of order 1 through the layers, as in a trained model. */
-static void random_model(struct ra_model *m, const struct ra_config *cfg, enum ra_dtype dt)
-{
-    memset(m, 0, sizeof *m);
-    m->config = *cfg;
-    const struct ra_config *c = &m->config;
-    const int64_t d = c->dim, kv = ra_config_kv_dim(c), h = c->hidden_dim;
-    const float sd = 1.0f / sqrtf((float)d), sh = 1.0f / sqrtf((float)h);
-    m->weights.layers = calloc((size_t)c->n_layers, sizeof *m->weights.layers);
-    random_tensor(m, &m->weights.embed, c->vocab_size, d, dt, 1.0f, 0);
-    for (int l = 0; l < c->n_layers; l++) {
-        struct ra_layer_weights *w = &m->weights.layers[l];
-        random_tensor(m, &w->attn_norm, 1, d, dt, 0.1f, 1.0f);
-        random_tensor(m, &w->wq, d, d, dt, 2.0f * sd, 0); /* scores of a few units: a peaked softmax */
-        random_tensor(m, &w->wk, kv, d, dt, 2.0f * sd, 0);
-        random_tensor(m, &w->wv, kv, d, dt, sd, 0);
-        random_tensor(m, &w->wo, d, d, dt, sd, 0);
-        random_tensor(m, &w->ffn_norm, 1, d, dt, 0.1f, 1.0f);
-        random_tensor(m, &w->w_gate, h, d, dt, sd, 0);
-        random_tensor(m, &w->w_down, d, h, dt, sh, 0);
-        random_tensor(m, &w->w_up, h, d, dt, sd, 0);
-    }
-    random_tensor(m, &m->weights.final_norm, 1, d, dt, 0.1f, 1.0f);
-    random_tensor(m, &m->weights.output, c->vocab_size, d, dt, sd, 0);
-}
-
 /* Worst error of cache rows [0, rows) of every layer, K and V. */
 static double kv_err(const struct ra_kvcache *kv, const struct ref_kv *ref, int rows)
 {
@@ -271,7 +212,7 @@ static void forward_case(struct ra_model *m, const char *name, const int *lens, 
     const int T = MID + longest;
     int32_t *tokens = malloc((size_t)T * sizeof *tokens);
     for (int i = 0; i < T; i++)
-        tokens[i] = (int32_t)(next_rand() % (uint64_t)c->vocab_size);
+        tokens[i] = test_rand_int(0, c->vocab_size - 1);
 
     /* The oracle is causal: its pass over [0, T) holds the answer for every
      * span below T (cache rows and the logits at each position). */
@@ -325,7 +266,7 @@ static void synthetic_case(const struct synth_case *sc)
         c.rope_theta = 500000.0f; /* Llama 3's base */
     CHECK_OK(ra_config_validate(&c, "synthetic"));
     struct ra_model m;
-    random_model(&m, &c, sc->dtype);
+    test_random_model(&m, &c, sc->dtype, 2.0f); /* scores of a few units: a peaked softmax */
     char name[64];
     snprintf(name, sizeof name, "hd%d %d/%d %s", sc->head_dim, sc->n_heads, sc->n_kv_heads, ra_dtype_name(sc->dtype));
     const int lens[] = { 1, 7, 63, 65, 1000 };
@@ -368,7 +309,7 @@ int main(void)
     /* RA_ORACLE_SEED reruns every case on other random data. */
     const char *seed = getenv("RA_ORACLE_SEED");
     if (seed && *seed)
-        rng = strtoull(seed, NULL, 0) * 0x9e3779b97f4a7c15u + 1;
+        test_rand_seed(strtoull(seed, NULL, 0));
     double t0 = now();
     const struct attn_case attn[] = {
         { 64, 4, 4 }, { 64, 8, 2 }, { 64, 8, 1 }, { 128, 4, 4 }, { 128, 8, 2 }, { 128, 8, 1 },
