@@ -18,20 +18,46 @@ const char *ra_cpu_isa_name(enum ra_cpu_isa isa)
     return (unsigned)isa < RA_CPU_ISA_COUNT ? isa_names[isa] : "unknown";
 }
 
+#ifdef RA_HAVE_X86_KERNELS
+#include <cpuid.h>
+
+/* The instruction sets the CPU has and the OS saves the registers of: a
+ * kernel may disable AVX-512 state (XCR0) even where CPUID lists AVX-512F.
+ * Read directly rather than through __builtin_cpu_supports, which differs
+ * between compilers (clang 14 knows no "f16c"). */
+static void x86_features(int *avx2, int *avx512)
+{
+    unsigned a, b, c, d;
+    *avx2 = *avx512 = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return;
+    const int fma = c >> 12 & 1, osxsave = c >> 27 & 1, avx = c >> 28 & 1, f16c = c >> 29 & 1;
+    if (!osxsave || !avx)
+        return;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 0x6) != 0x6) /* SSE and AVX state */
+        return;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return;
+    /* The AVX2 kernels are built with -mavx2 -mfma -mf16c, the AVX-512 ones with -mavx512f on top. */
+    *avx2 = (b >> 5 & 1) && fma && f16c;
+    *avx512 = *avx2 && (b >> 16 & 1) && (xcr0_lo & 0xe0) == 0xe0; /* opmask and ZMM state */
+}
+#endif
+
 int ra_cpu_isa_supported(enum ra_cpu_isa isa)
 {
     switch (isa) {
     case RA_CPU_ISA_PORTABLE:
         return 1;
 #ifdef RA_HAVE_X86_KERNELS
-    /* libgcc's and compiler-rt's checks include the OS's XSAVE state (XGETBV),
-     * so a kernel that disabled AVX-512 state reports no avx512f. */
     case RA_CPU_ISA_AVX2:
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case RA_CPU_ISA_AVX512:
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && ra_cpu_isa_supported(RA_CPU_ISA_AVX2);
+    case RA_CPU_ISA_AVX512: {
+        int avx2, avx512;
+        x86_features(&avx2, &avx512);
+        return isa == RA_CPU_ISA_AVX2 ? avx2 : avx512;
+    }
 #endif
     default:
         return 0;

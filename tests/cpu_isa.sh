@@ -5,8 +5,9 @@
 #   are the reference's on every one.
 # - An unknown or unsupported RA_CPU_ISA is one error line, not a SIGILL.
 # - On emulated older CPUs (qemu-x86_64, from jobs/setup's qemu-user): a
-#   Nehalem (no AVX) runs the portable kernels and a Haswell (AVX2, no
-#   AVX-512) the AVX2 ones, both with the reference tokens.
+#   Nehalem (no AVX) and a SandyBridge (AVX, no AVX2) run the portable
+#   kernels and a Haswell (AVX2, no AVX-512) the AVX2 ones, with the
+#   reference tokens.
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
 need_fixture stories260K.bos.greedy200.ids
@@ -52,6 +53,7 @@ fi
 check_tokens portable-nehalem qemu-x86_64 -cpu Nehalem "$RA"
 expect_error "RA_CPU_ISA=avx2: this CPU cannot run the avx2 kernels \(it supports: portable\)" \
     env RA_CPU_ISA=avx2 qemu-x86_64 -cpu Nehalem "$RA" --model "$M" --prompt-ids 1
+[ "$(kernels_of qemu-x86_64 -cpu SandyBridge "$RA")" = portable ] || fail "SandyBridge (AVX, no AVX2): the portable kernels were not chosen"
 [ "$(kernels_of qemu-x86_64 -cpu Haswell "$RA")" = avx2 ] || fail "Haswell: the AVX2 kernels were not chosen"
 check_tokens avx2-haswell qemu-x86_64 -cpu Haswell "$RA"
 finish
