@@ -28,7 +28,7 @@ enum output_kind { OUTPUT_AUTO, OUTPUT_TEXT, OUTPUT_IDS, OUTPUT_JSON };
 struct options {
     const char *model, *tokenizer;
     const char *prompt, *prompt_file, *prompt_ids, *prompt_ids_file;
-    int generate, threads, tokenize_only, ignore_eos;
+    int generate, threads, tokenize_only, ignore_eos, no_check_weights;
     float temperature, top_p;
     unsigned long long seed;
     enum output_kind output;
@@ -64,6 +64,7 @@ static void usage(FILE *f)
 "  -m, --model PATH          llama2.c checkpoint (.bin) or Hugging Face directory\n"
 "                            (config.json + model.safetensors, or sharded)\n"
 "  -z, --tokenizer PATH      llama2.c tokenizer.bin (default: tokenizer.bin next to the model)\n"
+"      --no-check-weights    skip the scan for NaN/Inf weights at load (for files known to be good)\n"
 "Prompt (exactly one):\n"
 "  -p, --prompt TEXT         text, encoded with BOS\n"
 "  -f, --prompt-file FILE    text read from FILE\n"
@@ -113,10 +114,11 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
-           OPT_NOISE_SLOT, OPT_NOISE_SEED };
+           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
+        { "no-check-weights", no_argument, NULL, OPT_NO_CHECK_WEIGHTS },
         { "prompt", required_argument, NULL, 'p' },
         { "prompt-file", required_argument, NULL, 'f' },
         { "prompt-ids", required_argument, NULL, 'i' },
@@ -155,6 +157,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         switch (c) {
         case 'm': o->model = optarg; break;
         case 'z': o->tokenizer = optarg; break;
+        case OPT_NO_CHECK_WEIGHTS: o->no_check_weights = 1; break;
         case 'p': o->prompt = optarg; break;
         case 'f': o->prompt_file = optarg; break;
         case 'i': o->prompt_ids = optarg; break;
@@ -378,7 +381,7 @@ static int print_output(const struct options *o, const struct ra_tokenizer *tok,
 
 /* The last rank: sample the first token from the prompt's logits, then decode. */
 static int decode(const struct options *o, struct ra_model *m, struct ra_kvcache *kv,
-                  const struct ra_tokenizer *tok, float *logits, struct result *r)
+                  const struct ra_tokenizer *tok, float *logits, struct result *r, int slice_start)
 {
     struct ra_sampler sampler = { 0 };
     int rc = ra_sampler_init(&sampler, m->config.vocab_size, o->temperature, o->top_p, o->seed);
@@ -388,6 +391,8 @@ static int decode(const struct options *o, struct ra_model *m, struct ra_kvcache
         .eos_id = o->ignore_eos || !tok ? -1 : tok->eos_id,
         .on_token = text ? print_piece : NULL,
         .ctx = (void *)tok,
+        .prompt = r->prompt,
+        .prompt_start = slice_start,
     };
     const double t0 = MPI_Wtime();
     if (rc == RA_OK)
@@ -473,11 +478,13 @@ static int run(int argc, char **argv)
         }
         goto out;
     }
-    rc = ra_model_load(&m, o.model);
+    const struct ra_load_options load = { .no_check_weights = o.no_check_weights,
+                                          .n_threads = o.threads ? o.threads : ra_mpi_threads_per_rank() };
+    rc = ra_model_load_opts(&m, o.model, &load);
     if (rc == RA_OK)
         rc = check_fit(&o, &m, tok, tok_path, &r, bounds);
     if (rc == RA_OK)
-        rc = ra_backend_cpu_init(&be, o.threads ? o.threads : ra_mpi_threads_per_rank());
+        rc = ra_backend_cpu_init(&be, load.n_threads);
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_config_kv_dim(&m.config));
@@ -502,7 +509,7 @@ static int run(int argc, char **argv)
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
     }
-    if (last && (rc = decode(&o, &m, &kv, tok, logits, &r)) == RA_OK)
+    if (last && (rc = decode(&o, &m, &kv, tok, logits, &r, bounds[world - 1])) == RA_OK)
         rc = print_output(&o, tok, &r);
     if ((rc = agree(rc)) == RA_OK)
         rc = agree(write_reports(&o, &x, &m, &r, bounds));

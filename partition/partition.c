@@ -1,30 +1,33 @@
 #include "partition.h"
 #include "status.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Parses up to max comma-separated numbers; returns the count or -1. */
-static int parse_list(const char *s, double *v, int max)
+/* Parses comma-separated finite numbers into v (at most max are stored; *n
+ * counts them all, so a count error can say how many were given). A bad item
+ * is named: "nan" is not a count problem. */
+static int parse_list(const char *spec, const char *s, double *v, int max, int *n)
 {
-    int n = 0;
+    *n = 0;
     while (*s) {
+        const int len = (int)strcspn(s, ",");
         char *end;
-        errno = 0;
         double x = strtod(s, &end);
-        if (end == s || errno || n == max || !isfinite(x))
-            return -1;
-        v[n++] = x;
-        s = end;
-        if (*s == ',')
-            s++;
-        else if (*s)
-            return -1;
+        if (end != s + len || len == 0)
+            return ra_error_set(RA_EINVAL, "partition '%s': '%.*s' is not a number", spec, len, s);
+        if (!isfinite(x))
+            return ra_error_set(RA_EINVAL, "partition '%s': '%.*s' is not a finite number", spec, len, s);
+        if (*n < max)
+            v[*n] = x;
+        (*n)++;
+        s += len;
+        if (*s == ',' && !*++s)
+            return ra_error_set(RA_EINVAL, "partition '%s': a number is missing after the last comma", spec);
     }
-    return n;
+    return RA_OK;
 }
 
 static int check_bounds(const char *spec, const int *b, int n_tokens, int p)
@@ -56,9 +59,12 @@ int ra_partition_parse(const char *spec, int n_tokens, int p, int *bounds)
     if (!v)
         return ra_error_set(RA_ENOMEM, "out of memory");
     if (!strncmp(spec, "ratios:", 7)) {
-        int n = parse_list(spec + 7, v, p + 1);
+        int n = 0;
+        if ((rc = parse_list(spec, spec + 7, v, p, &n)) != RA_OK)
+            goto out;
         if (n != p) {
-            rc = ra_error_set(RA_EINVAL, "partition '%s': need %d comma-separated ratios, one per rank", spec, p);
+            rc = ra_error_set(RA_EINVAL, "partition '%s': need %d comma-separated ratios, one per rank (got %d)",
+                              spec, p, n);
             goto out;
         }
         double sum = 0;
@@ -81,10 +87,12 @@ int ra_partition_parse(const char *spec, int n_tokens, int p, int *bounds)
         }
         bounds[p] = n_tokens;
     } else if (!strncmp(spec, "bounds:", 7)) {
-        int n = parse_list(spec + 7, v, p + 2);
+        int n = 0;
+        if ((rc = parse_list(spec, spec + 7, v, p + 1, &n)) != RA_OK)
+            goto out;
         if (n != p + 1) {
-            rc = ra_error_set(RA_EINVAL, "partition '%s': need %d boundaries for %d ranks (0 first, the prompt length %d last)",
-                              spec, p + 1, p, n_tokens);
+            rc = ra_error_set(RA_EINVAL, "partition '%s': need %d boundaries for %d ranks (0 first, the prompt length "
+                              "%d last), got %d", spec, p + 1, p, n_tokens, n);
             goto out;
         }
         for (int r = 0; r <= p; r++) {

@@ -32,7 +32,7 @@
 struct options {
     const char *model, *out, *hw_tag, *evaluate;
     int contexts[MAX_CONTEXTS], n_contexts;
-    int repeats, min_stride, points, ranks, threads, calibrate, baselines;
+    int repeats, min_stride, points, ranks, threads, calibrate, baselines, no_check_weights;
     int model_objective;
     unsigned seed;
 };
@@ -64,6 +64,7 @@ static void usage(FILE *f)
 "that `runahead --partition table:FILE.h5` interpolates.\n"
 "\n"
 "  -m, --model PATH        the model (as for runahead)\n"
+"      --no-check-weights  skip the scan for NaN/Inf weights at load (files known to be good)\n"
 "  -c, --contexts LIST     context lengths to search, e.g. 2048,4096,8192\n"
 "  -o, --out FILE.h5       the table to create or merge into\n"
 "      --hw-tag TAG        hardware tag of the entries (default: CPU model and cores)\n"
@@ -96,7 +97,8 @@ static int cmp_int(const void *a, const void *b)
 /* RA_OK, a negative status, or 1 to exit 0 (help, version). */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { OPT_HW = 256, OPT_OBJECTIVE, OPT_RANKS, OPT_CALIBRATE, OPT_MIN_STRIDE, OPT_POINTS, OPT_NO_BASE, OPT_EVAL };
+    enum { OPT_HW = 256, OPT_OBJECTIVE, OPT_RANKS, OPT_CALIBRATE, OPT_MIN_STRIDE, OPT_POINTS, OPT_NO_BASE, OPT_EVAL,
+           OPT_NO_CHECK };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },     { "contexts", required_argument, NULL, 'c' },
         { "out", required_argument, NULL, 'o' },       { "hw-tag", required_argument, NULL, OPT_HW },
@@ -104,7 +106,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "ranks", required_argument, NULL, OPT_RANKS }, { "calibrate", no_argument, NULL, OPT_CALIBRATE },
         { "repeats", required_argument, NULL, 'r' },   { "min-stride", required_argument, NULL, OPT_MIN_STRIDE },
         { "points", required_argument, NULL, OPT_POINTS }, { "no-baselines", no_argument, NULL, OPT_NO_BASE },
-        { "evaluate", required_argument, NULL, OPT_EVAL },
+        { "evaluate", required_argument, NULL, OPT_EVAL }, { "no-check-weights", no_argument, NULL, OPT_NO_CHECK },
         { "threads", required_argument, NULL, 'T' },   { "seed", required_argument, NULL, 's' },
         { "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -130,6 +132,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_POINTS: rc = ra_arg_int(optarg, "--points", 3, 33, &o->points); break;
         case OPT_NO_BASE: o->baselines = 0; break;
         case OPT_EVAL: o->evaluate = optarg; break;
+        case OPT_NO_CHECK: o->no_check_weights = 1; break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
         case 's': rc = ra_arg_int(optarg, "--seed", 0, 1 << 30, &seed); break;
         case 'h': if (rank == 0) usage(stdout); return 1;
@@ -521,7 +524,9 @@ static int calibrate(struct tune *t)
 static int setup(struct tune *t)
 {
     const struct options *o = t->o;
-    int rc = ra_model_load(&t->m, o->model);
+    const struct ra_load_options load = { .no_check_weights = o->no_check_weights,
+                                          .n_threads = o->threads ? o->threads : ra_mpi_threads_per_rank() };
+    int rc = ra_model_load_opts(&t->m, o->model, &load);
     if (rc != RA_OK)
         return rc;
     const struct ra_config *c = &t->m.config;
@@ -536,7 +541,7 @@ static int setup(struct tune *t)
         snprintf(t->hw_tag, sizeof t->hw_tag, "%s", o->hw_tag);
     else
         ra_table_default_hw_tag(t->hw_tag, sizeof t->hw_tag);
-    if ((rc = ra_backend_cpu_init(&t->be, o->threads ? o->threads : ra_mpi_threads_per_rank())) != RA_OK ||
+    if ((rc = ra_backend_cpu_init(&t->be, load.n_threads)) != RA_OK ||
         (rc = ra_model_attach(&t->m, t->be)) != RA_OK ||
         (rc = ra_kvcache_init(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), longest)) != RA_OK)
         return rc;

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,20 +37,32 @@ int ra_arg_u64(const char *s, const char *flag, unsigned long long *out)
 int ra_arg_double(const char *s, const char *flag, double *out)
 {
     char *end;
+    errno = 0;
     double v = strtod(s, &end);
-    if (!*s || *end || !isfinite(v))
+    if (!*s || *end)
         return ra_error_set(RA_EINVAL, "%s: '%s' is not a number", flag, s);
+    if (!isfinite(v))
+        return ra_error_set(RA_EINVAL, "%s: '%s' is %s", flag, s,
+                            errno == ERANGE ? "too large for a double" : "not a finite number");
     *out = v;
     return RA_OK;
 }
 
+/* A value a float cannot hold is refused rather than rounded: 1e300 would
+ * become inf and 1e-50 would become 0 (for --temperature, silently greedy). */
 int ra_arg_float(const char *s, const char *flag, float *out)
 {
     double v = 0;
     int rc = ra_arg_double(s, flag, &v);
-    if (rc == RA_OK)
-        *out = (float)v;
-    return rc;
+    if (rc != RA_OK)
+        return rc;
+    if (fabs(v) > FLT_MAX)
+        return ra_error_set(RA_EINVAL, "%s: '%s' is too large for a float (largest %g)", flag, s, (double)FLT_MAX);
+    if (v != 0 && fabs(v) < FLT_MIN)
+        return ra_error_set(RA_EINVAL, "%s: '%s' is below the smallest normal float %g (0 is allowed)", flag, s,
+                            (double)FLT_MIN);
+    *out = (float)v;
+    return RA_OK;
 }
 
 int ra_arg_int_list(const char *s, const char *flag, int lo, int hi, int *out, int max, int *n)

@@ -34,7 +34,7 @@
 struct cpu_backend {
     struct ra_backend base;
     const struct ra_cpu_kernels *k;
-    float *scratch[64]; /* per thread, WIDEN_ROWS x max cols */
+    float **scratch;    /* [n_threads], each WIDEN_ROWS x max cols */
     size_t scratch_floats;
     /* RoPE's cos/sin of the last span, [n][head_dim/2] each: every layer's q
      * and k rotate the same positions, so the table is computed once a span. */
@@ -56,8 +56,9 @@ static int thread_id(void)
 static void cpu_destroy(struct ra_backend *be)
 {
     struct cpu_backend *cb = (struct cpu_backend *)be;
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; cb->scratch && i < cb->base.n_threads; i++)
         free(cb->scratch[i]);
+    free(cb->scratch);
     free(cb->rope_cos);
     free(cb->rope_sin);
     free(cb);
@@ -279,10 +280,15 @@ int ra_backend_cpu_init(struct ra_backend **out, int n_threads)
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = cores > 0 ? (int)cores : 1;
     }
-    if (n_threads > 64)
-        n_threads = 64;
     cb->base.ops = &cpu_ops;
     cb->base.n_threads = n_threads;
+    /* One widening scratch slot per thread, however many: the buffers
+     * themselves come with the first f16/bf16 matmul. */
+    cb->scratch = calloc((size_t)n_threads, sizeof *cb->scratch);
+    if (!cb->scratch) {
+        free(cb);
+        return ra_error_set(RA_ENOMEM, "cpu backend: out of memory for %d threads", n_threads);
+    }
     /* Every parallel region names this backend's thread count, never the process-wide default. */
     openblas_set_num_threads(1);
     *out = &cb->base;

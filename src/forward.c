@@ -1,8 +1,10 @@
 /* The forward pass over a span of tokens [start, start+n): see forward.h. */
 #include "forward.h"
 #include "backend.h"
+#include "finite.h"
 #include "status.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -132,8 +134,55 @@ static int check_span(const struct ra_model *m, const int32_t *tokens, int start
         }                                                                        \
     } while (0)
 
-int ra_forward_span(struct ra_model *m, const int32_t *tokens, int start, int n,
-                    struct ra_kvcache *kv, const struct ra_kv_exchange *xchg, float *logits_last)
+/* The diagnostic pass's state: host scratch for downloads, and where the
+ * first non-finite value was found. */
+struct probe {
+    float *host;
+    size_t floats;
+    int logits_pos;          /* the position whose logits were not finite */
+    const char *logits_kind; /* and what the first bad logit was */
+    int64_t logits_id;
+};
+
+/* Checks rows [0, rows) of BUF (a backend buffer, WIDTH floats a row, the
+ * first at position POS0): RA_ERANGE with the whole story if one is not finite. */
+static int probe_rows(struct ra_model *m, struct probe *p, const float *buf, int rows, int width, int pos0,
+                      int layer, const char *what)
+{
+    const size_t need = (size_t)rows * (size_t)width;
+    if (need > p->floats) {
+        free(p->host);
+        p->floats = 0;
+        if (!(p->host = malloc(need * sizeof(float))))
+            return ra_error_set(RA_ENOMEM, "forward: out of memory while locating non-finite logits");
+        p->floats = need;
+    }
+    int rc = m->backend->ops->download(m->backend, p->host, buf, need * sizeof(float));
+    if (rc != RA_OK)
+        return rc;
+    const int64_t bad = ra_first_nonfinite(p->host, RA_DTYPE_F32, (int64_t)need, m->backend->n_threads);
+    if (bad < 0)
+        return RA_OK;
+    char in[64] = "the ";
+    if (layer >= 0)
+        snprintf(in, sizeof in, "layer %d's ", layer);
+    return ra_error_set(RA_ERANGE, "forward: the logits at position %d are not finite (id %lld is %s); the first "
+                        "non-finite value (%s) is in %s%s at position %d", p->logits_pos, (long long)p->logits_id,
+                        p->logits_kind, ra_nonfinite_name(p->host, RA_DTYPE_F32, bad), in, what,
+                        pos0 + (int)(bad / width));
+}
+
+/* Runs a probe when there is one (the diagnostic pass); nothing otherwise. */
+#define PROBE(...)                                                        \
+    do {                                                                  \
+        if (probe && (rc = probe_rows(m, probe, __VA_ARGS__)) != RA_OK)   \
+            goto out;                                                     \
+    } while (0)
+
+/* The forward pass; with PROBE set, also the diagnostic pass that checks each
+ * stage's output for non-finite values and stops at the first. */
+static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, struct ra_kvcache *kv,
+                   const struct ra_kv_exchange *xchg, float *logits_last, struct probe *probe)
 {
     int rc;
     if ((rc = check_span(m, tokens, start, n, kv)) != RA_OK || (rc = workspace_reserve(m, n)) != RA_OK)
@@ -146,6 +195,7 @@ int ra_forward_span(struct ra_model *m, const int32_t *tokens, int start, int n,
     const struct ra_attention_shape shape = { c->n_heads, c->n_kv_heads, c->head_dim, d, kvd };
 
     OP(t_other, op->embed(be, ws->x, &m->weights.embed, tokens, n));
+    PROBE(ws->x, n, d, start, -1, "token embedding");
     for (int l = 0; l < c->n_layers; l++) {
         const struct ra_layer_weights *w = &m->weights.layers[l];
         HOOK(layer_begin);
@@ -156,6 +206,9 @@ int ra_forward_span(struct ra_model *m, const int32_t *tokens, int start, int n,
         OP(t_other, op->rope(be, ws->q, d, n, c->n_heads, c->head_dim, start, c->rope_theta));
         OP(t_other, op->rope(be, ra_kvcache_k(kv, l, start), kvd, n, c->n_kv_heads, c->head_dim, start, c->rope_theta));
         HOOK(kv_ready);
+        /* every row attention will read, the earlier positions' too */
+        PROBE(kv->k[l], start + n, kvd, 0, l, "keys");
+        PROBE(kv->v[l], start + n, kvd, 0, l, "values");
         OP(t_attention, op->attention(be, ws->att, ws->q, kv->k[l], kv->v[l], start, n, &shape));
         OP(t_linear, op->matmul(be, ws->xb, d, ws->att, d, &w->wo, n));
         OP(t_other, op->add(be, ws->x, ws->xb, (size_t)n * d));
@@ -165,12 +218,15 @@ int ra_forward_span(struct ra_model *m, const int32_t *tokens, int start, int n,
         OP(t_other, op->swiglu(be, ws->hb, ws->hb2, (size_t)n * hid));
         OP(t_linear, op->matmul(be, ws->xb, d, ws->hb, hid, &w->w_down, n));
         OP(t_other, op->add(be, ws->x, ws->xb, (size_t)n * d));
+        PROBE(ws->x, n, d, start, l, "output");
         HOOK(layer_end);
     }
     if (logits_last) { /* only the span's last token needs the classifier */
         float *last = ws->x + (size_t)(n - 1) * d;
         OP(t_other, op->rmsnorm(be, ws->xb, last, &m->weights.final_norm, 1, d, c->norm_eps));
+        PROBE(ws->xb, 1, d, start + n - 1, -1, "final norm");
         OP(t_other, op->matmul(be, ws->logits, c->vocab_size, ws->xb, d, &m->weights.output, 1));
+        PROBE(ws->logits, 1, c->vocab_size, start + n - 1, -1, "classifier's output");
         OP(t_other, op->download(be, logits_last, ws->logits, (size_t)c->vocab_size * sizeof(float)));
     }
     if (m->stats) {
@@ -182,4 +238,45 @@ int ra_forward_span(struct ra_model *m, const int32_t *tokens, int start, int n,
     }
 out:
     return rc;
+}
+
+int ra_forward_span(struct ra_model *m, const int32_t *tokens, int start, int n,
+                    struct ra_kvcache *kv, const struct ra_kv_exchange *xchg, float *logits_last)
+{
+    return forward(m, tokens, start, n, kv, xchg, logits_last, NULL);
+}
+
+/* Re-runs the span locally (its KV rows are recomputed to the same values,
+ * the rows before it are already in the cache) with every stage checked. */
+static int locate_nonfinite(struct ra_model *m, const int32_t *tokens, int start, int n, struct ra_kvcache *kv,
+                            struct probe *p)
+{
+    float *logits = malloc((size_t)m->config.vocab_size * sizeof(float));
+    struct ra_forward_stats *stats = m->stats;
+    if (!logits)
+        return ra_error_set(RA_ENOMEM, "forward: out of memory while locating non-finite logits");
+    m->stats = NULL; /* the diagnosis is no part of the run's timings */
+    int rc = forward(m, tokens, start, n, kv, NULL, logits, p);
+    m->stats = stats;
+    free(logits);
+    free(p->host);
+    if (rc == RA_OK) /* not reproduced: say what is known */
+        rc = ra_error_set(RA_ERANGE, "forward: the logits at position %d are not finite (id %lld is %s); a "
+                          "checked re-run of positions [%d, %d) gave finite values", p->logits_pos,
+                          (long long)p->logits_id, p->logits_kind, start, start + n);
+    return rc;
+}
+
+int ra_forward_check_logits(struct ra_model *m, const int32_t *tokens, int start, int n, struct ra_kvcache *kv,
+                            const float *logits)
+{
+    const int64_t bad = ra_first_nonfinite(logits, RA_DTYPE_F32, m->config.vocab_size, 1);
+    if (bad < 0)
+        return RA_OK;
+    struct probe p = { .logits_pos = start + n - 1, .logits_id = bad,
+                       .logits_kind = ra_nonfinite_name(logits, RA_DTYPE_F32, bad) };
+    if (!tokens)
+        return ra_error_set(RA_ERANGE, "forward: the logits at position %d are not finite (id %lld is %s)",
+                            p.logits_pos, (long long)bad, p.logits_kind);
+    return locate_nonfinite(m, tokens, start, n, kv, &p);
 }

@@ -43,6 +43,14 @@ int ra_forward_span(struct ra_model *m, const int32_t *tokens, int start, int n,
                     struct ra_kvcache *kv, const struct ra_kv_exchange *xchg,
                     float *logits_last /* host [vocab]; NULL unless this span ends the prompt */);
 
+/* RA_OK if logits[vocab] (the last logits of span [start, start+n) of TOKENS)
+ * are all finite. Otherwise RA_ERANGE naming the first layer and position
+ * where a non-finite value appears: found by re-running the span with every
+ * stage checked (rows [0, start) must be in the cache, as after any pass), so
+ * the forward pass itself never pays for the search. TOKENS NULL: no search. */
+int ra_forward_check_logits(struct ra_model *m, const int32_t *tokens, int start, int n, struct ra_kvcache *kv,
+                            const float *logits);
+
 /* Useful FLOPs of one span (linear layers + causal attention, no lm-head). */
 void ra_forward_flops(const struct ra_config *c, int start, int n, double *linear, double *attention);
 

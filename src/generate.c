@@ -10,6 +10,11 @@ int ra_generate_run(struct ra_model *m, struct ra_kvcache *kv, int n_prompt, flo
         return ra_error_set(RA_ERANGE, "prompt (%d tokens) plus %d generated tokens exceed the model's context of %d",
                             n_prompt, g->max_tokens, m->config.seq_len);
     for (int i = 0; i < g->max_tokens; i++) {
+        /* the span that produced these logits: the prompt's slice, then each generated token */
+        const int32_t *span = i ? &out[i - 1] : g->prompt ? g->prompt + g->prompt_start : NULL;
+        const int start = i ? n_prompt + i - 1 : g->prompt_start, n = i ? 1 : n_prompt - g->prompt_start;
+        if ((rc = ra_forward_check_logits(m, span, start, n, kv, logits)) != RA_OK)
+            break;
         const int32_t token = ra_sampler_sample(s, logits);
         out[(*n_out)++] = token;
         if ((g->on_token && g->on_token(g->ctx, token)) || token == g->eos_id || i + 1 == g->max_tokens)

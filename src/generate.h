@@ -15,10 +15,17 @@ struct ra_generate {
     int eos_id;          /* stop after this token; -1 = never stop early */
     ra_token_fn on_token;
     void *ctx;
+    /* The span that produced the prompt's logits: this process's slice
+     * [prompt_start, n_prompt) of prompt (the last rank's, on several). Lets a
+     * non-finite logit be traced to its layer and position; NULL: not traced. */
+    const int32_t *prompt;
+    int prompt_start;
 };
 
 /* The KV cache holds rows [0, n_prompt) and `logits` are the prompt's last
- * logits (host, modified). Writes up to g->max_tokens ids to out, *n_out. */
+ * logits (host, modified). Writes up to g->max_tokens ids to out, *n_out.
+ * Logits that are not finite stop it with an error (ra_forward_check_logits)
+ * rather than be sampled: greedy decoding of NaN gives token 0 forever. */
 int ra_generate_run(struct ra_model *m, struct ra_kvcache *kv, int n_prompt, float *logits,
                     struct ra_sampler *s, const struct ra_generate *g, int32_t *out, int *n_out);
 

@@ -303,7 +303,7 @@ static int get_tensor(struct hf_load *L, const char *name, int64_t rows, int64_t
         memcpy(copy, t->data, bytes);
         t->data = copy;
     }
-    return RA_OK;
+    return ra_model_add_source(L->m, file, name, t);
 }
 
 /* HF row j of a head (j < half) is Meta row 2j; HF row half+j is 2j+1. */
@@ -382,8 +382,12 @@ static int load_weights(struct hf_load *L)
     if ((rc = find_entry(L, "lm_head.weight", &head, &file)) != RA_OK)
         return rc;
     /* transformers ties lm_head to the embedding when asked, whatever the
-     * file holds; with no lm_head at all, tying is the only sensible reading. */
-    m->weights.tied = L->tie || !head;
+     * file holds. Untied with no lm_head, transformers would use a random
+     * classifier: guessing the embedding instead would be a silent wrong answer. */
+    if (!L->tie && !head)
+        return ra_error_set(RA_EFORMAT, "%s: tensor lm_head.weight is missing and tie_word_embeddings is not true "
+                            "in %s/config.json", file, L->dir);
+    m->weights.tied = L->tie;
     if (m->weights.tied) {
         m->weights.output = m->weights.embed;
         return RA_OK;

@@ -5,6 +5,7 @@
 #include "status.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,9 +18,9 @@ struct cursor {
     size_t pos;
 };
 
-static int take(struct cursor *c, struct ra_tensor *t, int64_t rows, int64_t cols, const char *name, int layer)
+/* Moves past BYTES more bytes of the file, if it has them. */
+static int advance(struct cursor *c, size_t bytes, const char *name, int layer)
 {
-    size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
     if (bytes > c->f->size || c->pos > c->f->size - bytes) {
         if (layer >= 0)
             return ra_error_set(RA_EFORMAT, "%s: truncated: layer %d tensor %s needs bytes %zu..%zu, the file has %zu",
@@ -27,13 +28,26 @@ static int take(struct cursor *c, struct ra_tensor *t, int64_t rows, int64_t col
         return ra_error_set(RA_EFORMAT, "%s: truncated: tensor %s needs bytes %zu..%zu, the file has %zu",
                             c->f->path, name, c->pos, c->pos + bytes, c->f->size);
     }
-    t->dtype = RA_DTYPE_F32;
-    t->rows = rows;
-    t->cols = cols;
-    t->data = c->f->data + c->pos;
-    t->device = NULL;
     c->pos += bytes;
     return RA_OK;
+}
+
+/* The next tensor, recorded as a weight source under its short llama2.c name
+ * and layer ("layers.3.wq"), for the non-finite check's messages. */
+static int take(struct ra_model *m, struct cursor *c, struct ra_tensor *t, int64_t rows, int64_t cols,
+                const char *name, int layer)
+{
+    const size_t at = c->pos;
+    char full[64];
+    int rc = advance(c, (size_t)rows * (size_t)cols * sizeof(float), name, layer);
+    if (rc != RA_OK)
+        return rc;
+    *t = (struct ra_tensor){ RA_DTYPE_F32, rows, cols, c->f->data + at, NULL };
+    if (layer >= 0)
+        snprintf(full, sizeof full, "layers.%d.%s", layer, name);
+    else
+        snprintf(full, sizeof full, "%s", name);
+    return ra_model_add_source(m, c->f->path, full, t);
 }
 
 /* One tensor per layer, all layers in a row: the file groups weights by kind. */
@@ -41,7 +55,7 @@ static int take_layers(struct cursor *c, struct ra_model *m, size_t field, int64
 {
     for (int l = 0; l < m->config.n_layers; l++) {
         struct ra_tensor *t = (struct ra_tensor *)((char *)&m->weights.layers[l] + field);
-        int rc = take(c, t, rows, cols, name, l);
+        int rc = take(m, c, t, rows, cols, name, l);
         if (rc != RA_OK)
             return rc;
     }
@@ -72,7 +86,9 @@ static int read_header(struct ra_model *m, const struct ra_mapped_file *f, int *
     } else {
         *version = 0;
         *shared = h[5] > 0; /* legacy: a negative vocabulary size flags a separate classifier */
-        h[5] = abs(h[5]);
+        if (h[5] == INT32_MIN) /* its negation does not fit in an int */
+            return ra_error_set(RA_EFORMAT, "%s: vocabulary size %d is out of range", f->path, h[5]);
+        h[5] = h[5] < 0 ? -h[5] : h[5];
         *offset = 7 * sizeof(int32_t);
     }
     c->dim = h[0];
@@ -111,7 +127,7 @@ int ra_model_load_llama2c(struct ra_model *m, const char *path)
     struct cursor cur = { f, offset };
 
     if (version == 0) {
-        if ((rc = take(&cur, &w->embed, v, d, "tok_embeddings", -1)) ||
+        if ((rc = take(m, &cur, &w->embed, v, d, "tok_embeddings", -1)) ||
             (rc = take_layers(&cur, m, LAYER_FIELD(attn_norm), 1, d, "attention_norm")) ||
             (rc = take_layers(&cur, m, LAYER_FIELD(wq), d, d, "wq")) ||
             (rc = take_layers(&cur, m, LAYER_FIELD(wk), kv, d, "wk")) ||
@@ -121,16 +137,16 @@ int ra_model_load_llama2c(struct ra_model *m, const char *path)
             (rc = take_layers(&cur, m, LAYER_FIELD(w_gate), h, d, "w1")) ||
             (rc = take_layers(&cur, m, LAYER_FIELD(w_down), d, h, "w2")) ||
             (rc = take_layers(&cur, m, LAYER_FIELD(w_up), h, d, "w3")) ||
-            (rc = take(&cur, &w->final_norm, 1, d, "norm", -1)))
+            (rc = take(m, &cur, &w->final_norm, 1, d, "norm", -1)))
             return rc;
-        struct ra_tensor freqs; /* precomputed RoPE tables, recomputed at run time instead */
-        if ((rc = take(&cur, &freqs, c->seq_len, c->head_dim, "freq_cis", -1)))
+        /* precomputed RoPE tables, recomputed at run time instead (and so not checked) */
+        if ((rc = advance(&cur, (size_t)c->seq_len * (size_t)c->head_dim * sizeof(float), "freq_cis", -1)))
             return rc;
     } else {
         if ((rc = take_layers(&cur, m, LAYER_FIELD(attn_norm), 1, d, "attention_norm")) ||
             (rc = take_layers(&cur, m, LAYER_FIELD(ffn_norm), 1, d, "ffn_norm")) ||
-            (rc = take(&cur, &w->final_norm, 1, d, "norm", -1)) ||
-            (rc = take(&cur, &w->embed, v, d, "tok_embeddings", -1)) ||
+            (rc = take(m, &cur, &w->final_norm, 1, d, "norm", -1)) ||
+            (rc = take(m, &cur, &w->embed, v, d, "tok_embeddings", -1)) ||
             (rc = take_layers(&cur, m, LAYER_FIELD(wq), d, d, "wq")) ||
             (rc = take_layers(&cur, m, LAYER_FIELD(wk), kv, d, "wk")) ||
             (rc = take_layers(&cur, m, LAYER_FIELD(wv), kv, d, "wv")) ||
@@ -142,7 +158,7 @@ int ra_model_load_llama2c(struct ra_model *m, const char *path)
     }
     if (shared)
         w->output = w->embed;
-    else if ((rc = take(&cur, &w->output, v, d, "output", -1)))
+    else if ((rc = take(m, &cur, &w->output, v, d, "output", -1)))
         return rc;
     if (cur.pos != f->size)
         return ra_error_set(RA_EFORMAT, "%s: %zu bytes after the last tensor: the header does not describe this file",

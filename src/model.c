@@ -1,4 +1,5 @@
 #include "model.h"
+#include "finite.h"
 #include "forward.h"
 #include "status.h"
 
@@ -68,15 +69,55 @@ void *ra_model_own(struct ra_model *m, size_t bytes)
     return p;
 }
 
+int ra_model_add_source(struct ra_model *m, const char *file, const char *name, const struct ra_tensor *t)
+{
+    struct ra_weight_source *list = realloc(m->sources, (size_t)(m->n_sources + 1) * sizeof *list);
+    if (!list)
+        return ra_error_set(RA_ENOMEM, "%s: out of memory", file);
+    m->sources = list;
+    char *copy = strdup(name);
+    if (!copy)
+        return ra_error_set(RA_ENOMEM, "%s: out of memory", file);
+    list[m->n_sources++] = (struct ra_weight_source){ copy, file, t->data, t->dtype, t->rows * t->cols };
+    return RA_OK;
+}
+
+int ra_model_check_weights(const struct ra_model *m, int n_threads)
+{
+    struct ra_finite_span *spans = malloc((size_t)(m->n_sources > 0 ? m->n_sources : 1) * sizeof *spans);
+    int64_t bad = -1;
+    if (!spans)
+        return ra_error_set(RA_ENOMEM, "%s: out of memory", m->path ? m->path : "model");
+    for (int i = 0; i < m->n_sources; i++)
+        spans[i] = (struct ra_finite_span){ m->sources[i].data, m->sources[i].dtype, m->sources[i].count };
+    const int i = ra_first_nonfinite_span(spans, m->n_sources, n_threads, &bad);
+    free(spans);
+    if (i < 0)
+        return RA_OK;
+    const struct ra_weight_source *s = &m->sources[i];
+    return ra_error_set(RA_EFORMAT, "%s: tensor %s: element %lld is %s", s->file, s->name, (long long)bad,
+                        ra_nonfinite_name(s->data, s->dtype, bad));
+}
+
 int ra_model_load(struct ra_model *m, const char *path)
 {
+    return ra_model_load_opts(m, path, NULL);
+}
+
+int ra_model_load_opts(struct ra_model *m, const char *path, const struct ra_load_options *opt)
+{
+    static const struct ra_load_options defaults = { 0 };
     struct stat st;
     memset(m, 0, sizeof *m);
     if (!path || !*path)
         return ra_error_set(RA_EINVAL, "no model given (use --model PATH)");
     if (stat(path, &st) != 0)
         return ra_error_set(RA_EIO, "%s: no such model file or directory", path);
+    if (!opt)
+        opt = &defaults;
     int rc = S_ISDIR(st.st_mode) ? ra_model_load_hf(m, path) : ra_model_load_llama2c(m, path);
+    if (rc == RA_OK && !opt->no_check_weights)
+        rc = ra_model_check_weights(m, opt->n_threads);
     if (rc != RA_OK) {
         ra_model_free(m);
         return rc;
@@ -97,6 +138,9 @@ void ra_model_free(struct ra_model *m)
     for (int i = 0; i < m->n_owned; i++)
         free(m->owned[i]);
     free(m->owned);
+    for (int i = 0; i < m->n_sources; i++)
+        free(m->sources[i].name);
+    free(m->sources);
     free(m->weights.layers);
     free(m->path);
     memset(m, 0, sizeof *m);

@@ -68,6 +68,16 @@ enum ra_format { RA_FORMAT_LLAMA2C = 0, RA_FORMAT_HF };
 
 #define RA_MAX_SHARDS 64
 
+/* Where a loaded tensor's bytes came from, in the file's element order (before
+ * any un-permuting), so that a bad value is reported where the file has it. */
+struct ra_weight_source {
+    char *name;        /* the file's name for it: "model.norm.weight", "layers.3.wq" */
+    const char *file;  /* the file's path (owned by the model's mapping) */
+    const void *data;
+    enum ra_dtype dtype;
+    int64_t count;     /* elements */
+};
+
 struct ra_backend;
 struct ra_workspace;
 struct ra_forward_stats;
@@ -83,17 +93,34 @@ struct ra_model {
     /* Buffers the loader had to create (e.g. q/k un-permuted from HF). */
     void **owned;
     int n_owned;
+    /* Every tensor the loader took from a file, in load order. */
+    struct ra_weight_source *sources;
+    int n_sources;
     /* Set by ra_model_attach(): where the forward pass runs. */
     struct ra_backend *backend;
     struct ra_workspace *ws;
     struct ra_forward_stats *stats; /* optional: per-op timing, see forward.h */
 };
 
+/* How ra_model_load_opts loads; all zero is ra_model_load's default. */
+struct ra_load_options {
+    int no_check_weights; /* skip the scan for NaN/Inf weights (files known to be good) */
+    int n_threads;        /* threads for that scan; <= 0: OpenMP's default */
+};
+
 /* Loads a model from PATH: a llama2.c checkpoint (.bin: legacy or v1 header)
  * or a Hugging Face directory (config.json + model.safetensors, or sharded
- * with model.safetensors.index.json). Validates every header against the file. */
+ * with model.safetensors.index.json). Validates every header against the file,
+ * then checks that every weight is finite (ra_model_check_weights). */
 int ra_model_load(struct ra_model *m, const char *path);
+int ra_model_load_opts(struct ra_model *m, const char *path, const struct ra_load_options *opt);
 void ra_model_free(struct ra_model *m);
+
+/* The first NaN or Inf in any loaded tensor is an error naming the file, the
+ * tensor and the element: one such weight turns every logit into NaN, and
+ * greedy decoding of NaN logits emits token 0 forever without complaint.
+ * One parallel streaming read of the weights (see README for its cost). */
+int ra_model_check_weights(const struct ra_model *m, int n_threads);
 
 /* Format-specific loaders (ra_model_load picks one). */
 int ra_model_load_llama2c(struct ra_model *m, const char *path);
@@ -101,6 +128,8 @@ int ra_model_load_hf(struct ra_model *m, const char *dir);
 
 /* Helpers for loaders. */
 void *ra_model_own(struct ra_model *m, size_t bytes); /* a zeroed buffer freed with the model */
+/* Records where T's bytes came from (T still in the file's element order). */
+int ra_model_add_source(struct ra_model *m, const char *file, const char *name, const struct ra_tensor *t);
 int ra_tensor_check(const struct ra_tensor *t, int64_t rows, int64_t cols, const char *file, const char *name);
 
 /* Weights count and bytes, for reports. */

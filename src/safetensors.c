@@ -173,24 +173,36 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(((const struct ra_st_entry *)a)->name, ((const struct ra_st_entry *)b)->name);
 }
 
-/* Tensors may leave gaps but must never share bytes: two views of the same
- * bytes would be a lie about the file (and a write through one would show in
- * the other). Empty tensors own no bytes. */
-static int check_overlaps(struct ra_safetensors *st)
+/* The tensors must cover the data region exactly, in offset order: no
+ * overlaps, no gaps, nothing after the last one, as the reference safetensors
+ * library requires. Two views of the same bytes would be a lie about the file,
+ * and slack is how a wrong header length shows: with the length one byte
+ * short, the header's last padding byte becomes the first data byte, every
+ * tensor reads its bytes shifted by one, and only the slack at the end tells. */
+static int check_coverage(struct ra_safetensors *st)
 {
-    const struct ra_st_entry *last = NULL;
+    const struct ra_st_entry *prev = NULL;
+    uint64_t pos = 0;
     qsort(st->entries, (size_t)st->n_entries, sizeof *st->entries, cmp_offsets);
     for (int i = 0; i < st->n_entries; i++) {
         const struct ra_st_entry *e = &st->entries[i];
-        if (e->begin == e->end)
-            continue;
-        if (last && e->begin < last->end)
+        if (e->begin < pos)
             return ra_error_set(RA_EFORMAT, "%s: tensor %s: data_offsets [%llu, %llu] overlap tensor %s [%llu, %llu]",
                                 st_path(st), e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
-                                last->name, (unsigned long long)last->begin, (unsigned long long)last->end);
-        if (!last || e->end > last->end)
-            last = e;
+                                prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end);
+        if (e->begin > pos)
+            return ra_error_set(RA_EFORMAT, "%s: tensor %s: data_offsets [%llu, %llu] leave a gap: bytes [%llu, %llu) "
+                                "of the data region belong to no tensor", st_path(st), e->name,
+                                (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)pos,
+                                (unsigned long long)e->begin);
+        pos = e->end;
+        prev = e;
     }
+    if (pos != st->data_size)
+        return ra_error_set(RA_EFORMAT, "%s: the data region has %llu bytes but the tensors cover %llu%s%s: a wrong "
+                            "header length (%llu) or data_offsets", st_path(st), (unsigned long long)st->data_size,
+                            (unsigned long long)pos, prev ? ", up to the end of tensor " : "", prev ? prev->name : "",
+                            (unsigned long long)(st->data - st->file->data - 8));
     return RA_OK;
 }
 
@@ -246,7 +258,7 @@ static int parse_mapping(struct ra_safetensors *st)
     st->data_size = f->size - 8 - n;
     if ((rc = parse_header(st, file, f->data + 8, (size_t)n)) != RA_OK)
         return rc;
-    if ((rc = check_overlaps(st)) != RA_OK)
+    if ((rc = check_coverage(st)) != RA_OK)
         return rc;
     qsort(st->entries, (size_t)st->n_entries, sizeof *st->entries, cmp_names);
     return RA_OK;

@@ -6,7 +6,10 @@
  *    "data_offsets": [begin, end]}, ...}
  * then the data region; offsets are relative to its start. The parser checks
  * every claim of the header against the file before anything points into it,
- * so a truncated or lying file is an error, never a wild read. */
+ * so a truncated or lying file is an error, never a wild read; as the
+ * reference library does, it also requires the tensors to cover the data
+ * region exactly (no gaps, overlaps or trailing bytes), which is what catches
+ * a header length that is off by a few bytes. */
 #ifndef RA_SAFETENSORS_H
 #define RA_SAFETENSORS_H
 

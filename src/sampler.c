@@ -61,6 +61,24 @@ static void softmax(float *x, int n)
         x[i] /= sum;
 }
 
+/* x = softmax(x / temperature). When the largest x / temperature overflows (a
+ * temperature near the smallest float), inf - inf would make every
+ * probability NaN; the distribution is then, to float precision, all on the
+ * argmax, which is the limit of the softmax as the temperature goes to 0. */
+static void softmax_scaled(float *x, int n, float temperature)
+{
+    const int top = ra_argmax(x, n); /* a positive temperature keeps the order */
+    if (!isfinite(x[top] / temperature) || !isfinite(x[top])) {
+        for (int i = 0; i < n; i++)
+            x[i] = 0.0f;
+        x[top] = 1.0f;
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        x[i] /= temperature;
+    softmax(x, n);
+}
+
 static int sample_mult(const float *p, int n, float coin)
 {
     float cdf = 0;
@@ -87,6 +105,8 @@ static int sample_top_p(const float *p, int n, float top_p, struct ra_prob_index
     for (int i = 0; i < n; i++)
         if (p[i] >= cutoff)
             tmp[m++] = (struct ra_prob_index){ p[i], i };
+    if (m == 0) /* only NaN probabilities (non-finite logits): nothing to rank */
+        return ra_argmax(p, n);
     qsort(tmp, (size_t)m, sizeof *tmp, by_prob_desc);
     float cum = 0;
     int last = m - 1;
@@ -111,9 +131,7 @@ int ra_sampler_sample(struct ra_sampler *s, float *logits)
 {
     if (s->temperature == 0.0f)
         return ra_argmax(logits, s->vocab_size);
-    for (int i = 0; i < s->vocab_size; i++)
-        logits[i] /= s->temperature;
-    softmax(logits, s->vocab_size);
+    softmax_scaled(logits, s->vocab_size, s->temperature);
     const float coin = random_f32(&s->rng_state);
     if (s->top_p >= 1.0f)
         return sample_mult(logits, s->vocab_size, coin);

@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char last_message[1024];
 
@@ -21,12 +22,17 @@ const char *ra_strerror(int status)
     }
 }
 
+/* Formats into a local buffer first: an argument may be ra_error_message()
+ * itself (a caller adding context to the error it got), and vsnprintf into
+ * the buffer it is reading from overlaps, which garbles the text. */
 int ra_error_set(int status, const char *fmt, ...)
 {
+    char line[sizeof last_message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_message, sizeof last_message, fmt, ap);
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    memcpy(last_message, line, sizeof line);
     return status;
 }
 

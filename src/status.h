@@ -22,7 +22,8 @@ enum ra_status {
 const char *ra_strerror(int status);
 
 /* Record a one-line message for the calling thread and return `status`, so
- * that `return ra_error_set(RA_EFORMAT, "%s: ...", path);` reads naturally. */
+ * that `return ra_error_set(RA_EFORMAT, "%s: ...", path);` reads naturally.
+ * An argument may be ra_error_message(), to add context to an earlier error. */
 int ra_error_set(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The last message recorded by this thread, or ra_strerror() of nothing. */

@@ -1,7 +1,9 @@
 #!/bin/sh
-# Bad input gets one clear error line and a non-zero exit, never a crash:
-# truncated and lying weight files, unknown versions, missing tokenizers,
-# prompts longer than the context, token ids outside the vocabulary, bad flags.
+# Bad input gets one clear error line and a non-zero exit, never a crash or a
+# silent wrong answer: truncated and lying weight files, a safetensors header
+# length off by one, NaN weights and non-finite logits, unknown versions,
+# missing tokenizers, prompts longer than the context, token ids outside the
+# vocabulary, bad flags and values a float cannot hold.
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
 RA="$BUILD/runahead"
@@ -30,6 +32,47 @@ put("v2.bin", v2 + b"\0" * (256 - len(v2)) + data[28:])
 v9 = struct.pack("Ii", 0x616b3432, 9) + struct.pack("7i", *h) + b"\1"
 put("v9.bin", v9 + b"\0" * (256 - len(v9)) + data[28:])
 put("long-prompt.ids", (" ".join(["1"] * 600)).encode())
+lie = h[:]; lie[5] = -(1 << 31)               # -INT_MIN does not fit: abs() would be undefined
+put("vocab-min.bin", struct.pack("7i", *lie) + data[28:])
+# Non-finite weights. Offsets of the v0 layout: the final norm follows the
+# embedding and the nine per-layer tensor kinds.
+dim, hid, L, H, KV, V = h[0], h[1], h[2], h[3], h[4], abs(h[5])
+kv = KV * (dim // H)
+norm = 28 + 4 * (V * dim + L * (2 * dim + 2 * dim * dim + 2 * kv * dim + 3 * hid * dim))
+d = bytearray(data); struct.pack_into("<f", d, norm + 4 * 17, float("nan"))
+put("nan-norm.bin", bytes(d))                 # the issue's case
+d = bytearray(data)                           # finite, but layer 2's activations overflow
+for i in range(dim):
+    struct.pack_into("<f", d, 28 + 4 * (V * dim + 2 * dim + i), 3e38)
+put("huge-l2.bin", bytes(d))
+PY
+
+# Hugging Face directories converted from the checkpoint, then damaged.
+"$BUILD/runahead-synth" --from "$M" --out "$TMP/hf" >/dev/null 2>&1 || fail "runahead-synth --from $M"
+python3 - "$TMP" <<'PY'
+import json, os, shutil, struct, sys
+tmp = sys.argv[1]
+src = os.path.join(tmp, "hf")
+raw = open(os.path.join(src, "model.safetensors"), "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header, data = raw[8:8 + n], raw[8 + n:]
+def clone(name, hlen, hdr, body):
+    d = os.path.join(tmp, name)
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(src, d)
+    open(os.path.join(d, "model.safetensors"), "wb").write(struct.pack("<Q", hlen) + hdr + body)
+    return d
+# The issue's file: a header length one byte short, so the header's last
+# padding space becomes the first data byte and every weight shifts by one.
+padded = header.rstrip(b" ") + b"        "
+clone("hf-hlen", len(padded) - 1, padded, data)
+body = bytearray(data)
+struct.pack_into("<f", body, json.loads(header)["model.norm.weight"]["data_offsets"][0] + 4 * 17, float("nan"))
+clone("hf-nan", n, header, bytes(body))
+d = clone("hf-nohead", n, header, data)       # untied, and no lm_head to use
+cfg = json.load(open(os.path.join(d, "config.json")))
+cfg["tie_word_embeddings"] = False
+json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
 PY
 
 expect_error "no such model"                            "$RA" --model "$TMP/nonexistent.bin" --prompt-ids 1
@@ -43,6 +86,25 @@ expect_error "lying-layers.bin: layer count"            "$RA" --model "$TMP/lyin
 expect_error "lying-kvheads.bin: 3 KV heads"            "$RA" --model "$TMP/lying-kvheads.bin" --prompt-ids 1
 expect_error "v2.bin: .*version 2 .*not supported"      "$RA" --model "$TMP/v2.bin" --prompt-ids 1
 expect_error "v9.bin: unknown llama2.c checkpoint version 9" "$RA" --model "$TMP/v9.bin" --prompt-ids 1
+expect_error "vocab-min.bin: vocabulary size -2147483648 is out of range" "$RA" --model "$TMP/vocab-min.bin" --prompt-ids 1
+expect_error "hf-hlen/model.safetensors: the data region has [0-9]+ bytes but the tensors cover [0-9]+, up to the end of tensor .*wrong header length" \
+    "$RA" --model "$TMP/hf-hlen" --prompt-ids 1
+expect_error "lm_head.weight is missing and tie_word_embeddings is not true in .*hf-nohead/config.json" \
+    "$RA" --model "$TMP/hf-nohead" --prompt-ids 1
+
+# Non-finite weights are refused at load; --no-check-weights skips that, and
+# non-finite logits are then caught at run time, traced to where they begin.
+expect_error "hf-nan/model.safetensors: tensor model.norm.weight: element 17 is NaN$" \
+    "$RA" --model "$TMP/hf-nan" --prompt-ids 1
+expect_error "nan-norm.bin: tensor norm: element 17 is NaN$" "$RA" --model "$TMP/nan-norm.bin" --prompt-ids 1
+expect_error "nan-norm.bin: tensor norm: element 17 is NaN$" \
+    "$BUILD/runahead-tune" --model "$TMP/nan-norm.bin" --objective model --contexts 64 --out "$TMP/t.h5"
+expect_error "logits at position 2 are not finite \(id 0 is NaN\); the first non-finite value \(NaN\) is in the final norm at position 2" \
+    "$RA" --model "$TMP/nan-norm.bin" --prompt-ids "1 2 3" --no-check-weights
+expect_error "logits at position 2 are not finite .* is in the final norm at position 2" \
+    "$RA" --model "$TMP/hf-nan" --prompt-ids "1 2 3" --no-check-weights --temperature 0.8
+expect_error "logits at position 2 are not finite .* is in layer 2's keys at position 0" \
+    "$RA" --model "$TMP/huge-l2.bin" --prompt-ids "1 2 3"
 mkdir -p "$TMP/emptydir"
 expect_error "emptydir.*config.json"                    "$RA" --model "$TMP/emptydir" --prompt-ids 1
 
@@ -73,8 +135,29 @@ expect_error "exactly one of --prompt"                  "$RA" --model "$M"
 expect_error "no model given"                           "$RA" --prompt-ids 1
 expect_error "--temperature -1 must be >= 0"            "$RA" --model "$M" --prompt-ids 1 --temperature -1
 expect_error "--top-p 2 must be in"                     "$RA" --model "$M" --prompt-ids 1 --top-p 2
+expect_error "--temperature: '1e-40' is below the smallest normal float" "$RA" --model "$M" --prompt-ids 1 --temperature 1e-40
+expect_error "--temperature: '1e300' is too large for a float" "$RA" --model "$M" --prompt-ids 1 --temperature 1e300
+expect_error "--temperature: 'nan' is not a finite number" "$RA" --model "$M" --prompt-ids 1 --temperature nan
+expect_error "partition 'ratios:nan': 'nan' is not a finite number" "$RA" --model "$M" --prompt-ids 1 --partition ratios:nan
+# An error with context added to the one below it, intact (it once overlapped its own buffer).
+expect_error "no cost-model profile for .*: run runahead-tune --calibrate first \($TMP/none.h5: cannot open: No such file or directory\)$" \
+    "$BUILD/runahead-tune" --model "$M" --objective model --contexts 64 --out "$TMP/none.h5"
 expect_error "--output: 'xml' is not"                   "$RA" --model "$M" --prompt-ids 1 --output xml
 expect_error "--model needs a value"                    "$RA" --prompt-ids 1 --model
+
+# Values that work as asked: a temperature so small that logits / T overflow
+# is, to float precision, greedy (it made every probability NaN, and top-p read
+# before its buffer), and more than 64 threads are used, not capped at 64.
+greedy=$("$RA" --model "$M" --prompt-ids "1 2 3" --generate 8 --output ids 2>/dev/null)
+for top_p in 0.9 1; do
+    got=$("$RA" --model "$M" --prompt-ids "1 2 3" --generate 8 --output ids --temperature 2e-38 --top-p $top_p 2>"$TMP/err") ||
+        fail "--temperature 2e-38 --top-p $top_p: $(cat "$TMP/err")"
+    [ "$got" = "$greedy" ] || fail "--temperature 2e-38 --top-p $top_p gave '$got', greedy gives '$greedy'"
+done
+got=$("$RA" --model "$M" --prompt-ids "1 2 3" --generate 8 --output ids --threads 100 --report "$TMP/t100.json" 2>"$TMP/err") ||
+    fail "--threads 100: $(cat "$TMP/err")"
+[ "$got" = "$greedy" ] || fail "--threads 100 gave '$got', 1 thread '$greedy'"
+grep -q '"threads_per_rank": 100,' "$TMP/t100.json" || fail "--threads 100 did not run 100 threads: $(grep -o '"threads_per_rank": [0-9]*' "$TMP/t100.json")"
 
 # --help and --version succeed.
 "$RA" --help | grep -q -- "--prompt-ids" || fail "--help does not list --prompt-ids"

@@ -89,6 +89,123 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
     free(got);
 }
 
+/* More threads than the 64 the backend once capped at silently: the backend
+ * runs with exactly as many as asked (bf16 weights use a widening scratch per
+ * thread) and computes the same logits. */
+static void check_many_threads(struct ra_model *m, int threads)
+{
+    const struct ra_config *c = &m->config;
+    struct ra_backend *one, *many;
+    struct ra_kvcache kv;
+    int32_t tokens[40];
+    float *ref = malloc((size_t)c->vocab_size * sizeof(float)), *got = malloc((size_t)c->vocab_size * sizeof(float));
+    for (int i = 0; i < 40; i++)
+        tokens[i] = test_rand_int(0, c->vocab_size - 1);
+    CHECK_OK(ra_backend_cpu_init(&one, 1));
+    CHECK_OK(ra_backend_cpu_init(&many, threads));
+    CHECK(many->n_threads == threads);
+    CHECK_OK(ra_model_attach(m, one));
+    CHECK_OK(ra_kvcache_init(&kv, one, c->n_layers, ra_config_kv_dim(c), 40));
+    CHECK_OK(ra_forward_span(m, tokens, 0, 40, &kv, NULL, ref));
+    ra_kvcache_free(&kv);
+    CHECK_OK(ra_model_attach(m, many));
+    CHECK_OK(ra_kvcache_init(&kv, many, c->n_layers, ra_config_kv_dim(c), 40));
+    CHECK_OK(ra_forward_span(m, tokens, 0, 40, &kv, NULL, got));
+    CHECK(test_max_rel_diff(got, ref, (size_t)c->vocab_size) <= TOL);
+    ra_kvcache_free(&kv);
+    ra_model_detach(m);
+    ra_backend_free(one);
+    ra_backend_free(many);
+    free(ref);
+    free(got);
+}
+
+/* Runs tokens [0, n) as SPANS equal spans and generates 3 tokens greedily,
+ * which must fail with a message naming WHERE after WANT_OUT tokens (WHERE
+ * NULL: succeed). Returns the first generated token. */
+static int check_nonfinite(struct ra_model *m, const int32_t *tokens, int n, int spans, const char *where,
+                           int want_out)
+{
+    const struct ra_config *c = &m->config;
+    struct ra_backend *be;
+    struct ra_kvcache kv;
+    struct ra_sampler s;
+    int32_t out[3];
+    int n_out = -1;
+    float *logits = malloc((size_t)c->vocab_size * sizeof(float));
+    CHECK_OK(ra_backend_cpu_init(&be, 2));
+    CHECK_OK(ra_model_attach(m, be));
+    CHECK_OK(ra_kvcache_init(&kv, be, c->n_layers, ra_config_kv_dim(c), n + 3));
+    const int last = n - n / spans;
+    for (int i = 0; i < spans; i++) {
+        const int b0 = i * (n / spans), b1 = i == spans - 1 ? n : b0 + n / spans;
+        CHECK_OK(ra_forward_span(m, tokens + b0, b0, b1 - b0, &kv, NULL, i == spans - 1 ? logits : NULL));
+    }
+    CHECK_OK(ra_sampler_init(&s, c->vocab_size, 0.0f, 0.9f, 1));
+    const struct ra_generate g = { .max_tokens = 3, .eos_id = -1, .prompt = tokens, .prompt_start = last };
+    ra_error_clear();
+    int rc = ra_generate_run(m, &kv, n, logits, &s, &g, out, &n_out);
+    if (where) {
+        if (rc != RA_ERANGE || !strstr(ra_error_message(), where))
+            fprintf(stderr, "  expected an error naming \"%s\", got %d: %s\n", where, rc, ra_error_message());
+        CHECK(rc == RA_ERANGE && strstr(ra_error_message(), where) && n_out == want_out);
+    } else {
+        CHECK(rc == RA_OK && n_out == 3);
+    }
+    ra_sampler_free(&s);
+    ra_kvcache_free(&kv);
+    ra_model_detach(m);
+    ra_backend_free(be);
+    free(logits);
+    return n_out > 0 ? out[0] : -1;
+}
+
+/* Non-finite logits stop generation with the first layer and position where a
+ * non-finite value appears (found by a checked re-run of the span) instead of
+ * greedy decoding id 0 forever. */
+static void check_nonfinite_cases(void)
+{
+    const struct ra_config cfg = { .dim = 64, .hidden_dim = 128, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2,
+                                   .vocab_size = 100, .seq_len = 64, .rope_theta = 10000.0f, .norm_eps = 1e-5f };
+    int32_t tokens[12];
+    struct ra_model m;
+    for (int i = 0; i < 12; i++)
+        tokens[i] = 10 + i;
+    test_rand_seed(0x5eed); /* the same weights again below; a seed whose first greedy token is not in the prompt */
+    test_random_model(&m, &cfg, RA_DTYPE_F32, 1.0f);
+    const int first = check_nonfinite(&m, tokens, 12, 1, NULL, 3);
+    /* finite weights whose activations overflow: layer 1's norm weight huge */
+    float *w = (float *)m.weights.layers[1].attn_norm.data;
+    for (int i = 0; i < cfg.dim; i++)
+        w[i] = 3e38f;
+    check_nonfinite(&m, tokens, 12, 1, "the first non-finite value (NaN) is in layer 1's keys at position 0", 0);
+    check_nonfinite(&m, tokens, 12, 3, "layer 1's keys at position 0", 0); /* rows before the last span, too */
+    ra_model_free(&m);
+
+    test_random_model(&m, &cfg, RA_DTYPE_F32, 1.0f);
+    ((float *)m.weights.final_norm.data)[17] = NAN; /* the case */
+    check_nonfinite(&m, tokens, 12, 2, "the logits at position 11 are not finite (id 0 is NaN); the first non-finite "
+                                       "value (NaN) is in the final norm at position 11", 0);
+    ra_model_free(&m);
+
+    test_random_model(&m, &cfg, RA_DTYPE_F32, 1.0f);
+    ((float *)m.weights.embed.data)[(size_t)tokens[5] * cfg.dim + 3] = INFINITY; /* the token at position 5 */
+    check_nonfinite(&m, tokens, 12, 1, "(+Inf) is in the token embedding at position 5", 0);
+    ra_model_free(&m);
+
+    /* appearing while decoding: the first generated token's embedding is bad,
+     * so the prompt's logits are fine and the span searched is that token's */
+    test_rand_seed(0x5eed);
+    test_random_model(&m, &cfg, RA_DTYPE_F32, 1.0f);
+    CHECK(first >= 0 && (first < tokens[0] || first > tokens[11]));
+    if (first >= 0 && (first < tokens[0] || first > tokens[11])) {
+        ((float *)m.weights.embed.data)[(size_t)first * cfg.dim + 1] = NAN;
+        check_nonfinite(&m, tokens, 12, 1, "the logits at position 12 are not finite (id 0 is NaN); the first "
+                        "non-finite value (NaN) is in the token embedding at position 12", 1);
+    }
+    ra_model_free(&m);
+}
+
 int main(void)
 {
     struct ra_model m;
@@ -107,6 +224,10 @@ int main(void)
     test_random_model(&m, &gqa, RA_DTYPE_F16, 1.0f);
     check_model("gqa f16", &m, 130, 2);
     ra_model_free(&m);
+    test_random_model(&m, &gqa, RA_DTYPE_BF16, 1.0f);
+    check_many_threads(&m, 80);
+    ra_model_free(&m);
+    check_nonfinite_cases();
 
     const char *s260k = test_fixture("stories260K.bin");
     if (s260k) {

@@ -1,6 +1,7 @@
 /* safetensors parsing and writing, and loading Hugging Face model directories:
  * round trips, every lie the parser must catch, sharded and unsharded models,
- * and the q/k un-permutation. */
+ * the q/k un-permutation, and the refusal of non-finite weights. */
+#include "finite.h"
 #include "half.h"
 #include "model.h"
 #include "safetensors.h"
@@ -195,12 +196,42 @@ static void test_lies(void)
                             " \"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 16),
                   RA_EFORMAT, NULL);
 
-    /* gaps between tensors and a scalar are fine */
-    const char *ok = write_raw("gap.safetensors", 0,
+    /* The tensors must cover the data region exactly, as the reference
+     * library requires: a gap, bytes after the last tensor, or an empty
+     * tensor outside the sequence is a lie about the layout. */
+    expect_reject(write_raw("gap.safetensors", 0,
+                            "{\"a\": {\"dtype\": \"BF16\", \"shape\": [], \"data_offsets\": [0, 2]},"
+                            " \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}", 16),
+                  RA_EFORMAT, "b");
+    CHECK(message_has("gap", "[2, 8)"));
+    expect_reject(write_raw("lead.safetensors", 0,
+                            "{\"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}", 16),
+                  RA_EFORMAT, "b");
+    expect_reject(write_raw("slack.safetensors", 0,
+                            "{\"a\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 12]}}", 16),
+                  RA_EFORMAT, "16 bytes");
+    CHECK(message_has("cover 12", "a"));
+    expect_reject(write_raw("nothing.safetensors", 0, "{}", 16), RA_EFORMAT, "cover 0");
+    expect_reject(write_raw("empty-out.safetensors", 0,
+                            "{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]},"
+                            " \"e\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [20, 20]}}", 16),
+                  RA_EFORMAT, NULL);
+    /* The issue's file: the header length one byte short, so the header's
+     * last padding space becomes the first data byte and every tensor would
+     * read its bytes shifted by one. */
+    const char *padded = "{\"w\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}  ";
+    char hlen[64];
+    snprintf(hlen, sizeof hlen, "header length (%zu)", strlen(padded) - 1);
+    expect_reject(write_raw("hlen-short.safetensors", strlen(padded) - 1, padded, 16), RA_EFORMAT, "17 bytes");
+    CHECK(message_has(hlen, "cover 16"));
+
+    /* exact cover: a scalar, an empty tensor in sequence, no padding after */
+    const char *ok = write_raw("exact.safetensors", 0,
                                "{\"a\": {\"dtype\": \"BF16\", \"shape\": [], \"data_offsets\": [0, 2]},"
-                               " \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}", 16);
+                               " \"e\": {\"dtype\": \"F32\", \"shape\": [0, 5], \"data_offsets\": [2, 2]},"
+                               " \"b\": {\"dtype\": \"F16\", \"shape\": [7], \"data_offsets\": [2, 16]}}", 16);
     CHECK_OK(ra_safetensors_open(&st, ok));
-    CHECK(st.n_entries == 2 && ra_safetensors_find(&st, "a") && ra_safetensors_find(&st, "a")->n_dims == 0);
+    CHECK(st.n_entries == 3 && ra_safetensors_find(&st, "a") && ra_safetensors_find(&st, "a")->n_dims == 0);
     ra_safetensors_close(&st);
 }
 
@@ -477,16 +508,31 @@ static void test_hf_dirs(enum ra_dtype dtype)
     free_tiny(&t);
 }
 
+static void expect_load_error(const char *dir, int status, const char *a, const char *b);
+
 static void test_tied(void)
 {
     struct tiny_hf t;
     struct ra_model m;
     make_tiny(&t, RA_DTYPE_F32, 1);
     const char *dir = model_dir("hf-tied");
-    write_single(dir, &t, tiny_config(&t));
+    json_t *cfg = tiny_config(&t);
+    json_object_set_new(cfg, "tie_word_embeddings", json_true());
+    write_single(dir, &t, cfg);
     CHECK_OK(ra_model_load(&m, dir));
     CHECK(m.weights.tied && m.weights.output.data == m.weights.embed.data);
     ra_model_free(&m);
+
+    /* untied (false or absent, the Llama default) without lm_head: an error,
+     * not a silent tie */
+    dir = model_dir("hf-untied-nohead");
+    write_single(dir, &t, tiny_config(&t));
+    expect_load_error(dir, RA_EFORMAT, "lm_head.weight is missing", "tie_word_embeddings");
+    cfg = tiny_config(&t);
+    json_object_del(cfg, "tie_word_embeddings");
+    dir = model_dir("hf-nohead-default");
+    write_single(dir, &t, cfg);
+    expect_load_error(dir, RA_EFORMAT, "lm_head.weight is missing", "tie_word_embeddings");
     free_tiny(&t);
 }
 
@@ -585,6 +631,91 @@ static void test_hf_errors(void)
     free_tiny(&t);
 }
 
+/* ------------------------------------------------------------------ non-finite weights */
+
+/* The first bad element is found wherever it sits: in any block, behind
+ * later bad blocks, in the last partial block; in every dtype, by its bits. */
+static void test_first_nonfinite(void)
+{
+    const int64_t n = 3 * 65536 + 1000;
+    uint32_t *f = calloc((size_t)n, sizeof *f);
+    uint16_t *h = calloc((size_t)n, sizeof *h);
+    const int64_t at[] = { 0, 17, 65535, 65536, 2 * 65536 + 3, n - 1 };
+    CHECK(ra_first_nonfinite(f, RA_DTYPE_F32, n, 2) == -1);
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        f[at[i]] = 0x7fc00000u; /* NaN */
+        f[n - 1] = 0xff800000u; /* -Inf after it, in the last block */
+        CHECK(ra_first_nonfinite(f, RA_DTYPE_F32, n, 2) == at[i]);
+        CHECK(ra_first_nonfinite(f, RA_DTYPE_F32, n, 1) == at[i]);
+        CHECK(strcmp(ra_nonfinite_name(f, RA_DTYPE_F32, at[i]), at[i] == n - 1 ? "-Inf" : "NaN") == 0);
+        memset(f, 0, (size_t)n * sizeof *f);
+    }
+    f[5] = 0x7f7fffffu; /* FLT_MAX and the largest subnormal are finite */
+    f[6] = 0x007fffffu;
+    CHECK(ra_first_nonfinite(f, RA_DTYPE_F32, n, 2) == -1);
+    /* bf16 and f16 by their own exponent fields, with no widening */
+    h[70000] = 0x7f80; /* bf16 +Inf; as f16 a finite 0x7f80 would be NaN: exponents differ */
+    CHECK(ra_first_nonfinite(h, RA_DTYPE_BF16, n, 2) == 70000);
+    CHECK(strcmp(ra_nonfinite_name(h, RA_DTYPE_BF16, 70000), "+Inf") == 0);
+    h[70000] = 0x7c00; /* f16 +Inf, a finite bf16 */
+    CHECK(ra_first_nonfinite(h, RA_DTYPE_F16, n, 2) == 70000);
+    CHECK(ra_first_nonfinite(h, RA_DTYPE_BF16, n, 2) == -1);
+    h[3] = 0xfe01; /* f16 NaN (sign set) */
+    CHECK(ra_first_nonfinite(h, RA_DTYPE_F16, n, 2) == 3);
+    CHECK(strcmp(ra_nonfinite_name(h, RA_DTYPE_F16, 3), "NaN") == 0);
+    CHECK(ra_first_nonfinite(h, RA_DTYPE_F16, 0, 2) == -1);
+    free(f);
+    free(h);
+}
+
+/* Sets element I of the tiny model's tensor NAME to the bits of a non-finite value. */
+static void poison(struct tiny_hf *t, const char *name, int64_t i, enum ra_dtype dt)
+{
+    void *data = (void *)tiny_find(t, name)->data;
+    if (dt == RA_DTYPE_F32)
+        ((float *)data)[i] = NAN;
+    else
+        ((uint16_t *)data)[i] = dt == RA_DTYPE_BF16 ? 0xff80 /* -Inf */ : 0x7e00 /* NaN */;
+}
+
+/* One NaN or Inf in any weight is refused at load, naming file, tensor and
+ * element (the issue's case: one NaN in model.norm.weight, which otherwise
+ * makes greedy decoding emit id 0 forever); opting out loads it. */
+static void test_nonfinite_weights(void)
+{
+    static const struct { enum ra_dtype dt; const char *tensor; int64_t at; const char *what; } cases[] = {
+        { RA_DTYPE_F32, "model.norm.weight", 13, "element 13 is NaN" },
+        { RA_DTYPE_BF16, "model.layers.1.self_attn.q_proj.weight", 100, "element 100 is -Inf" },
+        { RA_DTYPE_F16, "lm_head.weight", 32 * 16 - 1, "element 511 is NaN" },
+        { RA_DTYPE_F32, "model.embed_tokens.weight", 0, "element 0 is NaN" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct tiny_hf t;
+        struct ra_model m;
+        make_tiny(&t, cases[c].dt, 0);
+        poison(&t, cases[c].tensor, cases[c].at, cases[c].dt);
+        const char *dir = model_dir("hf-nonfinite");
+        write_single(dir, &t, tiny_config(&t));
+        char want[160];
+        snprintf(want, sizeof want, "model.safetensors: tensor %s: %s", cases[c].tensor, cases[c].what);
+        expect_load_error(dir, RA_EFORMAT, want, NULL);
+        const struct ra_load_options trust = { .no_check_weights = 1 };
+        CHECK_OK(ra_model_load_opts(&m, dir, &trust));
+        CHECK(ra_model_check_weights(&m, 1) == RA_EFORMAT && message_has(want, NULL));
+        ra_model_free(&m);
+        free_tiny(&t);
+    }
+    /* q/k are un-permuted on load: the element reported is the file's */
+    struct tiny_hf t;
+    make_tiny(&t, RA_DTYPE_F32, 0);
+    poison(&t, "model.layers.0.self_attn.k_proj.weight", 16 * 2 + 5, RA_DTYPE_F32);
+    const char *dir = model_dir("hf-nonfinite");
+    write_sharded(dir, &t, 9, tiny_config(&t));
+    expect_load_error(dir, RA_EFORMAT, "model-00001-of-00002.safetensors: tensor "
+                      "model.layers.0.self_attn.k_proj.weight: element 37 is NaN", NULL);
+    free_tiny(&t);
+}
+
 int main(void)
 {
     tmp = test_tmpdir("safetensors");
@@ -601,5 +732,7 @@ int main(void)
     test_hf_dirs(RA_DTYPE_BF16);
     test_tied();
     test_hf_errors();
+    test_first_nonfinite();
+    test_nonfinite_weights();
     return test_result("test_safetensors");
 }

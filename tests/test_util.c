@@ -1,4 +1,7 @@
-/* Status codes, error messages, prompt id parsing and the sampler. */
+/* Status codes, error messages, option numbers, prompt id parsing, the sampler
+ * (tiny temperatures, non-finite logits) and the kernels on non-finite input. */
+#include "args.h"
+#include "cpu_kernels.h"
 #include "runahead.h"
 #include "test.h"
 
@@ -11,6 +14,47 @@ static void test_status(void)
     CHECK(strcmp(ra_error_message(), "value 7 too large") == 0);
     ra_error_clear();
     CHECK(strcmp(ra_error_message(), "no error recorded") == 0);
+
+    /* Adding context to the error one got: the argument is the message buffer
+     * itself, which must not garble (vsnprintf into its own source overlaps). */
+    ra_error_set(RA_EIO, "table.h5: cannot open: No such file or directory");
+    CHECK(ra_error_set(RA_EINVAL, "no profile for m on hw (%s); run --calibrate", ra_error_message()) == RA_EINVAL);
+    CHECK(strcmp(ra_error_message(), "no profile for m on hw (table.h5: cannot open: No such file or directory); "
+                                     "run --calibrate") == 0);
+    ra_error_set(RA_EIO, "abc");
+    ra_error_set(RA_EIO, "%s-%s-%s", ra_error_message(), ra_error_message(), ra_error_message());
+    CHECK(strcmp(ra_error_message(), "abc-abc-abc") == 0);
+}
+
+/* Numbers from the command line: a float option refuses what a float cannot
+ * hold instead of rounding it to inf or 0. */
+static void test_args(void)
+{
+    float f = -1;
+    CHECK_OK(ra_arg_float("0.7", "--temperature", &f));
+    CHECK(f == 0.7f);
+    CHECK_OK(ra_arg_float("0", "--temperature", &f));
+    CHECK(f == 0);
+    CHECK_OK(ra_arg_float("1.2e-38", "--temperature", &f)); /* just above FLT_MIN */
+    CHECK(f > 0);
+    const struct { const char *s, *msg; } bad[] = {
+        { "1e300", "'1e300' is too large for a float" },
+        { "-1e39", "too large for a float" },
+        { "1e-40", "'1e-40' is below the smallest normal float" },
+        { "1e-50", "below the smallest normal float" },
+        { "1e999", "'1e999' is too large for a double" },
+        { "nan", "'nan' is not a finite number" },
+        { "inf", "not a finite number" },
+        { "0.5x", "'0.5x' is not a number" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = 42;
+        int rc = ra_arg_float(bad[i].s, "--temperature", &f);
+        if (rc != RA_EINVAL || !strstr(ra_error_message(), bad[i].msg))
+            fprintf(stderr, "  '%s': rc %d, message '%s'\n", bad[i].s, rc, ra_error_message());
+        CHECK(rc == RA_EINVAL && f == 42 && strstr(ra_error_message(), bad[i].msg));
+        CHECK(strstr(ra_error_message(), "--temperature") != NULL);
+    }
 }
 
 static void test_parse_ids(void)
@@ -74,10 +118,80 @@ static void test_sampler(void)
     CHECK(ra_sampler_init(&s, 5, 1.0f, 0.0f, 1) == RA_EINVAL);
 }
 
+/* Temperatures so small that logits / T overflow: every probability used to
+ * become NaN (inf - inf), and top-p then read tmp[-1] (a heap overflow under
+ * ASan) or picked the last id. The limit of the softmax is all mass on the
+ * argmax, so these must sample the argmax, with or without top-p. */
+static void test_sampler_tiny_temperature(void)
+{
+    const float logits[6] = { 0.5f, -3.0f, 7.25f, 7.0f, -100.0f, 2.0f };
+    const float temps[] = { 1e-30f, 1e-38f, 1e-40f /* subnormal */, 1.4e-45f /* the smallest */ };
+    const float top_ps[] = { 0.9f, 1.0f, 0.1f };
+    float work[6];
+    struct ra_sampler s;
+    for (size_t t = 0; t < sizeof temps / sizeof temps[0]; t++)
+        for (size_t p = 0; p < sizeof top_ps / sizeof top_ps[0]; p++) {
+            CHECK_OK(ra_sampler_init(&s, 6, temps[t], top_ps[p], 3));
+            for (int i = 0; i < 20; i++) {
+                memcpy(work, logits, sizeof work);
+                int id = ra_sampler_sample(&s, work);
+                if (id != 2)
+                    fprintf(stderr, "  temperature %g top-p %g: sampled %d, not the argmax 2\n", (double)temps[t],
+                            (double)top_ps[p], id);
+                CHECK(id == 2);
+            }
+            ra_sampler_free(&s);
+        }
+}
+
+/* Non-finite logits are an error before sampling (generate checks them), but
+ * the sampler on its own must still stay inside its buffers and the vocabulary. */
+static void test_sampler_nonfinite(void)
+{
+    const float nan = NAN, inf = INFINITY;
+    const float cases[][4] = { { nan, nan, nan, nan }, { 1.0f, nan, 2.0f, 0.0f }, { 1.0f, inf, 2.0f, -inf },
+                               { -inf, -inf, -inf, -inf }, { inf, inf, 0.0f, 1.0f } };
+    const float top_ps[] = { 0.9f, 1.0f };
+    float work[4];
+    struct ra_sampler s;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t p = 0; p < 2; p++) {
+            CHECK_OK(ra_sampler_init(&s, 4, 0.8f, top_ps[p], 5));
+            for (int i = 0; i < 10; i++) {
+                memcpy(work, cases[c], sizeof work);
+                int id = ra_sampler_sample(&s, work);
+                CHECK(id >= 0 && id < 4);
+            }
+            ra_sampler_free(&s);
+        }
+}
+
+/* silu on NaN and infinities, on every kernel table: the result of NaN is NaN
+ * and nothing on the way is undefined behaviour (a NaN converted to int32_t
+ * was, in exp_clamped; -fsanitize=float-cast-overflow reports it). */
+static void test_kernels_nonfinite(void)
+{
+    for (int isa = 0; isa < RA_CPU_ISA_COUNT; isa++) {
+        const struct ra_cpu_kernels *k = ra_cpu_kernels_for((enum ra_cpu_isa)isa);
+        if (!k || !ra_cpu_isa_supported((enum ra_cpu_isa)isa))
+            continue;
+        float gate[8] = { NAN, INFINITY, -INFINITY, 1e30f, -1e30f, 0.0f, 1.0f, -NAN };
+        const float up[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+        k->swiglu(gate, up, 8, 1);
+        CHECK(isnan(gate[0]) && isnan(gate[7]));
+        CHECK(gate[1] == INFINITY && gate[3] == 1e30f && gate[5] == 0.0f);
+        CHECK(fabsf(gate[6] - 0.7310586f) < 1e-6f);
+    }
+}
+
 int main(void)
 {
     test_status();
     test_parse_ids();
+    test_args();
     test_sampler();
+    test_sampler_tiny_temperature();
+    test_sampler_nonfinite();
+    test_kernels_nonfinite();
     return test_result("test_util");
 }
