@@ -99,21 +99,3 @@ check_fits() {
 report_ranks() {
     python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ranks"])' "$1" 2>/dev/null || echo "?"
 }
-
-# with_lock FILE CMD...: runs CMD holding an exclusive lock on FILE (flock from
-# util-linux; else a mkdir lock, which works on any shared filesystem).
-with_lock() {
-    lock=$1; shift
-    if command -v flock >/dev/null 2>&1; then
-        flock "$lock" "$@"
-        return
-    fi
-    i=0
-    until mkdir "$lock.d" 2>/dev/null; do
-        i=$((i + 1)); [ $i -lt 6000 ] || die "could not take the lock $lock.d in 10 minutes (stale? remove it)"
-        sleep 0.1
-    done
-    set +e; "$@"; s=$?; set -e
-    rmdir "$lock.d"
-    return $s
-}

@@ -2,8 +2,10 @@
 #include "config.h"
 #include "netem.h"
 #include "cpu_isa.h"
+#include "outfile.h"
 #include "status.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,19 +53,24 @@ static json_t *int_array(const int32_t *v, int n)
     return a;
 }
 
-static int dump(json_t *root, const char *path)
+/* Into the temporary file opened before the run, then renamed over the target (outfile.h). */
+static int dump(json_t *root, struct ra_outfile *of)
 {
-    /* Write beside the target and rename, so a reader never sees half a file. */
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int rc = json_dump_file(root, tmp, JSON_INDENT(1)) == 0 && rename(tmp, path) == 0
-                 ? RA_OK
-                 : ra_error_set(RA_EIO, "%s: cannot write", path);
+    int rc = RA_OK;
+    errno = 0;
+    if (!of->fp)
+        rc = ra_error_set(RA_EINVAL, "%s: not open for writing", of->path);
+    else if (json_dumpf(root, of->fp, JSON_INDENT(1)) != 0 || fputc('\n', of->fp) == EOF || fflush(of->fp) != 0)
+        rc = ra_error_set(RA_EIO, "%s: cannot write %s: %s", of->path, of->tmp,
+                          errno ? strerror(errno) : "out of memory");
     json_decref(root);
+    if (rc == RA_OK)
+        return ra_outfile_commit(of);
+    ra_outfile_abort(of);
     return rc;
 }
 
-int ra_report_write(const char *path, const struct ra_run_info *run, const struct ra_all_stats *all)
+int ra_report_write(struct ra_outfile *of, const struct ra_run_info *run, const struct ra_all_stats *all)
 {
     const struct ra_config *c = run->config;
     json_t *root = json_object(), *ranks = json_array(), *ttfts = json_array(), *bounds = json_array();
@@ -113,7 +120,7 @@ int ra_report_write(const char *path, const struct ra_run_info *run, const struc
     json_object_set_new(root, "first_token", run->n_generated > 0 ? json_integer(run->generated[0]) : json_null());
     json_object_set_new(root, "generated_ids", int_array(run->generated, run->n_generated));
     json_object_set_new(root, "decode_s", json_real(run->t_decode));
-    return dump(root, path);
+    return dump(root, of);
 }
 
 static void add_span(json_t *ev, const char *name, const char *cat, int rank, int layer, double b, double e)
@@ -125,7 +132,7 @@ static void add_span(json_t *ev, const char *name, const char *cat, int rank, in
                                         "args", "layer", layer));
 }
 
-int ra_trace_write(const char *path, const struct ra_run_info *run, const struct ra_all_stats *all)
+int ra_trace_write(struct ra_outfile *of, const struct ra_run_info *run, const struct ra_all_stats *all)
 {
     json_t *root = json_object(), *ev = json_array();
     char name[64];
@@ -150,7 +157,7 @@ int ra_trace_write(const char *path, const struct ra_run_info *run, const struct
     }
     json_object_set_new(root, "traceEvents", ev);
     json_object_set_new(root, "displayTimeUnit", json_string("ms"));
-    return dump(root, path);
+    return dump(root, of);
 }
 
 void ra_report_print(FILE *f, const struct ra_run_info *run, const struct ra_all_stats *all)

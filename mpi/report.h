@@ -7,6 +7,7 @@
 #include "prefill.h"
 
 struct ra_netem_config;
+struct ra_outfile;
 
 struct ra_run_info {
     const char *model_path, *partition_spec;
@@ -24,8 +25,10 @@ struct ra_run_info {
 };
 
 double ra_median(const double *v, int n);
-int ra_report_write(const char *path, const struct ra_run_info *run, const struct ra_all_stats *all);
-int ra_trace_write(const char *path, const struct ra_run_info *run, const struct ra_all_stats *all);
+/* Write the record / the timeline into `of`, opened with ra_outfile_open before the run (so a
+ * place that cannot be written fails at once), and commit it; on failure of is aborted. */
+int ra_report_write(struct ra_outfile *of, const struct ra_run_info *run, const struct ra_all_stats *all);
+int ra_trace_write(struct ra_outfile *of, const struct ra_run_info *run, const struct ra_all_stats *all);
 /* A few lines for humans on stderr. */
 void ra_report_print(FILE *f, const struct ra_run_info *run, const struct ra_all_stats *all);
 

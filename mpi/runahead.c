@@ -40,6 +40,11 @@ struct options {
     struct ra_netem_config netem;  /* an emulated link; link_gbps 0 = none */
 };
 
+/* The output files, opened by the last rank (which writes them) before any work. */
+struct outputs {
+    struct ra_outfile report, trace;
+};
+
 /* What one run produced, for the output stage. */
 struct result {
     int32_t *prompt;
@@ -98,6 +103,9 @@ static void usage(FILE *f)
 "  -o, --output KIND         text | ids | json (default: text with a tokenizer, else ids)\n"
 "      --report FILE.json    one JSON record: config, partition, TTFTs, per-rank figures\n"
 "      --trace FILE.json     Chrome-trace/Perfetto timeline, one track per rank\n"
+"                            (both checked before any work; each must be absent or a regular\n"
+"                            file, not a link, FIFO, device or directory; written to a temporary\n"
+"                            file beside it and renamed over it at the end)\n"
 "      --tokenize-only       print the prompt's token ids and exit (needs no model)\n"
 "  -h, --help                this help\n"
 "  -V, --version             version\n"
@@ -404,8 +412,23 @@ static int decode(const struct options *o, struct ra_model *m, struct ra_kvcache
     return rc;
 }
 
-static int write_reports(const struct options *o, struct ra_exchange *x, const struct ra_model *m,
-                         const struct result *r, const int *bounds)
+/* The last rank creates the temporary files of --report and --trace now: a directory that
+ * does not exist or a target that must not be replaced fails before the model loads. */
+static int open_outputs(const struct options *o, struct outputs *out)
+{
+    FILE *fp;
+    int rc = RA_OK;
+    if (rank != world - 1)
+        return RA_OK;
+    if (o->report)
+        rc = ra_outfile_open(&out->report, o->report, &fp);
+    if (rc == RA_OK && o->trace)
+        rc = ra_outfile_open(&out->trace, o->trace, &fp);
+    return rc;
+}
+
+static int write_reports(const struct options *o, struct outputs *out, struct ra_exchange *x,
+                         const struct ra_model *m, const struct result *r, const int *bounds)
 {
     struct ra_all_stats all;
     int rc = ra_stats_gather(x, &all);
@@ -422,10 +445,10 @@ static int write_reports(const struct options *o, struct ra_exchange *x, const s
     if (r->n_generated > 1)
         fprintf(stderr, "decode: %d tokens in %.3f s (%.1f tokens/s)\n", r->n_generated - 1, r->t_decode,
                 (r->n_generated - 1) / r->t_decode);
-    if (o->report && (rc = ra_report_write(o->report, &info, &all)) != RA_OK)
+    if (o->report && (rc = ra_report_write(&out->report, &info, &all)) != RA_OK)
         goto out;
     if (o->trace)
-        rc = ra_trace_write(o->trace, &info, &all);
+        rc = ra_trace_write(&out->trace, &info, &all);
 out:
     ra_stats_free(&all);
     return rc;
@@ -440,6 +463,7 @@ static int run(int argc, char **argv)
     struct ra_exchange x = { .row = MPI_DATATYPE_NULL };
     struct ra_kvcache kv = { 0 };
     struct result r = { 0 };
+    struct outputs outs = { RA_OUTFILE_INIT, RA_OUTFILE_INIT };
     float *logits = NULL;
     char tok_path[4096];
     int bounds[RA_MAX_RANKS + 1];
@@ -456,6 +480,8 @@ static int run(int argc, char **argv)
                             "the ranks into one MPI job (under Slurm use srun --mpi=pmix; Open MPI without PMIx "
                             "starts separate one-rank copies)", world, world == 1 ? "" : "s", o.expect_ranks);
     }
+    if ((rc = agree(open_outputs(&o, &outs))) != RA_OK)
+        goto out;
     if (world > RA_MAX_RANKS)
         rc = ra_error_set(RA_EINVAL, "%d ranks exceed the limit of %d", world, RA_MAX_RANKS);
     else if (find_tokenizer(&o, tok_path, sizeof tok_path)) {
@@ -506,14 +532,17 @@ static int run(int argc, char **argv)
         if ((rc = ra_prefill_run(&m, &x, &kv, r.prompt, logits, &r.ttft[i])) != RA_OK) {
             /* Peers may be blocked on this rank's KV rows: nothing else ends them. */
             fprintf(stderr, "runahead: rank %d: %s\n", rank, ra_error_message());
+            ra_outfile_cleanup_all(); /* MPI_Abort ends the process without exit handlers */
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
     }
     if (last && (rc = decode(&o, &m, &kv, tok, logits, &r, bounds[world - 1])) == RA_OK)
         rc = print_output(&o, tok, &r);
     if ((rc = agree(rc)) == RA_OK)
-        rc = agree(write_reports(&o, &x, &m, &r, bounds));
+        rc = agree(write_reports(&o, &outs, &x, &m, &r, bounds));
 out:
+    ra_outfile_abort(&outs.report); /* no-ops once committed */
+    ra_outfile_abort(&outs.trace);
     free(logits);
     free(r.prompt);
     free(r.generated);

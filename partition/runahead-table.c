@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define PROG "runahead-table"
 
@@ -26,7 +27,7 @@ static void usage(FILE *fp)
             "usage: " PROG " show FILE\n"
             "       " PROG " lookup FILE --model M --ranks P --context N [--hw-tag T]\n"
             "       " PROG " validate FILE\n"
-            "       " PROG " merge OUT IN [IN ...]\n"
+            "       " PROG " merge [--lock-timeout S] OUT IN [IN ...]\n"
             "\n"
             "Partition lookup tables (HDF5: /<model-id>/<hardware-tag>/p<P>/, see DESIGN.md).\n"
             "\n"
@@ -37,13 +38,19 @@ static void usage(FILE *fp)
             "             Prints lines 'bounds:...' and 'ratios:...' usable as --partition specs\n"
             "  validate   checks the whole file and prints every problem; exit 1 if any\n"
             "  merge      merges every table and cost-model profile of each IN into OUT (created if\n"
-            "             absent), as runahead-tune merges: entries at a context length OUT has are\n"
-            "             replaced. Not safe against two writers of OUT at once: run it under flock\n"
+            "             absent), as runahead-tune merges. Each entry keeps its own provenance.\n"
+            "             Two entries for one model, hardware, rank count and context length are a\n"
+            "             conflict, reported on stderr: the newer search (its date) wins, at the same\n"
+            "             date the lower KVR-S TTFT, then the entry already in OUT; so merges in any\n"
+            "             order give the same table. Writers of OUT (merges, runahead-tune) take turns\n"
+            "             on the lock file OUT.lock (an fcntl lock), so none loses another's entries\n"
             "\n"
             "  --model M      a model path (its config gives the id) or a literal model id\n"
             "  --ranks P      rank count\n"
             "  --context N    prompt length in tokens\n"
             "  --hw-tag T     hardware tag (default: this machine's, e.g. Intel_R_Xeon_R_Processor-2c)\n"
+            "  --lock-timeout S  how long merge waits for another writer's lock on OUT.lock\n"
+            "                 (default: RA_TABLE_LOCK_TIMEOUT, else 120 s); a timeout names the holder\n"
             "  --help, --version\n");
 }
 
@@ -72,27 +79,52 @@ static void print_ttft(double t)
         printf(" %11.6f", t);
 }
 
+/* "; objective measure, min_stride 16, repeats 3" when every entry was searched alike. */
+static void search_summary(const struct ra_table_group *g, char *buf, size_t len)
+{
+    const struct ra_table_prov *a = &g->prov[0];
+    for (int i = 1; i < g->n; i++) {
+        const struct ra_table_prov *b = &g->prov[i];
+        if (strcmp(a->objective, b->objective) || a->min_stride != b->min_stride || a->repeats != b->repeats) {
+            snprintf(buf, len, "; searches differ (see each entry)");
+            return;
+        }
+    }
+    snprintf(buf, len, g->n ? "; objective %s, min_stride %d, repeats %d" : "", a->objective, a->min_stride,
+             a->repeats);
+}
+
+static void print_entry(const struct ra_table_group *g, int i)
+{
+    const struct ra_table_prov *pv = &g->prov[i];
+    char list[4096];
+    int p = g->p;
+    size_t used = 0;
+    printf("  %8d", g->context_lengths[i]);
+    print_ttft(g->ttft_kvr_s[i]);
+    print_ttft(g->ttft_even_s[i]);
+    print_ttft(g->ttft_tsp_s[i]);
+    for (int r = 0; r <= p && used < sizeof list; r++)
+        used += (size_t)snprintf(list + used, sizeof list - used, r ? ",%d" : "%d", g->boundaries[i * (p + 1) + r]);
+    for (int r = 0; r < p && used < sizeof list; r++)
+        used += (size_t)snprintf(list + used, sizeof list - used, r ? ",%.6f" : " / %.6f", g->ratios[i * p + r]);
+    printf("  %s\n", list);
+    printf("  %8s searched %s on %s, objective %s, min_stride %d, repeats %d, runahead %s\n", "",
+           pv->date[0] ? pv->date : "(date unknown)", pv->host[0] ? pv->host : "(host unknown)", pv->objective,
+           pv->min_stride, pv->repeats, pv->version[0] ? pv->version : "(unknown)");
+}
+
 static int show_table(const char *path, const char *m, const char *hw, int p)
 {
     struct ra_table_group g;
-    char list[4096];
+    char summary[128];
     if (ra_table_read(path, m, hw, p, &g) != RA_OK)
         return -1;
-    printf("\n/%s/%s/p%d: %d entr%s; objective %s, min_stride %d, repeats %d, date %s, runahead %s\n", m, hw, p, g.n,
-           g.n == 1 ? "y" : "ies", g.objective, g.min_stride, g.repeats, g.date, g.version);
+    search_summary(&g, summary, sizeof summary);
+    printf("\n/%s/%s/p%d: %d entr%s%s\n", m, hw, p, g.n, g.n == 1 ? "y" : "ies", summary);
     printf("  %8s %11s %11s %11s  %s\n", "context", "ttft_kvr_s", "ttft_even_s", "ttft_tsp_s", "boundaries / ratios");
-    for (int i = 0; i < g.n; i++) {
-        printf("  %8d", g.context_lengths[i]);
-        print_ttft(g.ttft_kvr_s[i]);
-        print_ttft(g.ttft_even_s[i]);
-        print_ttft(g.ttft_tsp_s[i]);
-        size_t used = 0;
-        for (int r = 0; r <= p && used < sizeof list; r++)
-            used += (size_t)snprintf(list + used, sizeof list - used, r ? ",%d" : "%d", g.boundaries[i * (p + 1) + r]);
-        for (int r = 0; r < p && used < sizeof list; r++)
-            used += (size_t)snprintf(list + used, sizeof list - used, r ? ",%.6f" : " / %.6f", g.ratios[i * p + r]);
-        printf("  %s\n", list);
-    }
+    for (int i = 0; i < g.n; i++)
+        print_entry(&g, i);
     ra_table_group_free(&g);
     return 0;
 }
@@ -128,7 +160,11 @@ static int show_one(const char *m, const char *hw, const char *leaf, void *ctx)
 
 static int cmd_show(const char *path)
 {
-    printf("%s: schema_version %d\n", path, RA_TABLE_SCHEMA_VERSION);
+    int version = 0;
+    if (ra_table_schema_version(path, &version) != RA_OK)
+        return fail();
+    printf("%s: schema_version %d%s\n", path, version,
+           version < RA_TABLE_SCHEMA_VERSION ? " (provenance per group; a merge rewrites it per entry)" : "");
     return ra_table_each(path, show_one, (void *)path) == RA_OK ? 0 : fail();
 }
 
@@ -269,18 +305,18 @@ static int write_example(const char *path, const char *model, const char *hw)
     if (rc == RA_OK && (rc = ra_table_group_init(&g, id, hw, 2, 2)) == RA_OK) {
         ra_table_entry_set(&g, 0, (const int[]){ 0, 1126, 2048 }, 0.21, 0.25, 0.30);
         ra_table_entry_set(&g, 1, (const int[]){ 0, 5325, 8192 }, 1.9, 2.4, NAN);
-        g.min_stride = 16, g.repeats = 3;
+        ra_table_group_set_search(&g, "measure", 16, 3);
         rc = ra_table_merge(path, &g);
         ra_table_group_free(&g);
     }
     if (rc == RA_OK && (rc = ra_table_group_init(&g, id, hw, 4, 1)) == RA_OK) {
         ra_table_entry_set(&g, 0, (const int[]){ 0, 1434, 2458, 3318, 4096 }, 0.5, 0.6, 0.7);
-        snprintf(g.objective, sizeof g.objective, "model");
+        ra_table_group_set_search(&g, "model", 1, 1);
         rc = ra_table_merge(path, &g);
         ra_table_group_free(&g);
     }
     if (rc == RA_OK)
-        rc = ra_table_profile_write(path, id, hw, names, values, 3);
+        rc = ra_table_profile_write(path, id, hw, names, values, 3, NULL);
     return rc == RA_OK ? 0 : fail();
 }
 
@@ -312,19 +348,23 @@ static int cmd_write_example(int argc, char **argv)
 /* ------------------------------------------------------------------ merge */
 
 /* Tables written by separate runahead-tune runs (e.g. the tasks of a
- * jobs/tune.sbatch array) merged into one, each IN validated first. */
+ * jobs/tune.sbatch array) merged into one, each IN validated first. Each group is one locked
+ * read-modify-write of OUT (ra_table_merge_with), so concurrent merges interleave safely. */
 struct merge_ctx {
     const char *in, *out;
-    int groups, profiles, entries;
+    const struct ra_table_writer *w;
+    int groups, profiles, entries, conflicts;
 };
 
 static int merge_table(struct merge_ctx *m, const char *model, const char *hw, int p)
 {
     struct ra_table_group g = { 0 };
+    struct ra_table_merge_stats st = { 0 };
     int rc = ra_table_read(m->in, model, hw, p, &g);
     if (rc == RA_OK && g.n > 0) {
-        rc = ra_table_merge(m->out, &g);
+        rc = ra_table_merge_with(m->out, &g, m->w, &st);
         m->entries += g.n;
+        m->conflicts += st.replaced + st.kept;
     }
     if (rc == RA_OK)
         m->groups++;
@@ -342,7 +382,7 @@ static int merge_profile(struct merge_ctx *m, const char *model, const char *hw)
     for (int i = 0; i < n; i++)
         ptr[i] = names[i];
     if (rc == RA_OK && n > 0)
-        rc = ra_table_profile_write(m->out, model, hw, ptr, values, n);
+        rc = ra_table_profile_write(m->out, model, hw, ptr, values, n, m->w);
     if (rc == RA_OK)
         m->profiles++;
     return rc;
@@ -360,22 +400,87 @@ static int merge_one(const char *model, const char *hw, const char *leaf, void *
     return merge_table(m, model, hw, (int)p);
 }
 
+static void merge_summary(const struct merge_ctx *m)
+{
+    char conflicts[64] = "";
+    if (m->conflicts)
+        snprintf(conflicts, sizeof conflicts, "; %d conflict%s (see above)", m->conflicts,
+                 m->conflicts == 1 ? "" : "s");
+    fprintf(stderr, PROG ": %s: %d table%s (%d entries) and %d profile%s merged into %s%s\n", m->in, m->groups,
+            m->groups == 1 ? "" : "s", m->entries, m->profiles, m->profiles == 1 ? "" : "s", m->out, conflicts);
+}
+
+/* --lock-timeout S, else the environment's default; returns 0 or an exit code. */
+static int writer_options(int argc, char **argv, struct ra_table_writer *w, const char *cmd)
+{
+    static const struct option opts[] = { { "lock-timeout", required_argument, NULL, 't' }, { NULL, 0, NULL, 0 } };
+    int c;
+    if (ra_table_writer_init(w, PROG, stderr) != RA_OK)
+        return fail();
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *end;
+        errno = 0;
+        double t = c == 't' ? strtod(optarg, &end) : -1;
+        if (c != 't')
+            return usage_error("%s: unknown or incomplete option", cmd);
+        if (*end || errno || !(t >= 0) || !isfinite(t))
+            return usage_error("--lock-timeout '%s': want a number of seconds >= 0", optarg);
+        w->lock_timeout_s = t;
+    }
+    return 0;
+}
+
 static int cmd_merge(int argc, char **argv)
 {
-    if (argc < 3)
+    struct ra_table_writer w;
+    int rc = writer_options(argc, argv, &w, "merge");
+    if (rc)
+        return rc;
+    if (argc - optind < 2)
         return usage_error("merge needs OUT and at least one IN");
-    for (int i = 2; i < argc; i++) {
-        struct merge_ctx m = { .in = argv[i], .out = argv[1] };
-        if (!strcmp(m.in, m.out))
-            return usage_error("merge: %s is both the output and an input", m.in);
-        int rc = ra_table_validate(m.in, NULL, NULL);
+    const char *out = argv[optind];
+    for (int i = optind + 1; i < argc; i++)
+        if (!strcmp(argv[i], out))
+            return usage_error("merge: %s is both the output and an input", out);
+    if (ra_table_check_target(out) != RA_OK) /* before reading the inputs: a bad OUT fails at once */
+        return fail();
+    for (int i = optind + 1; i < argc; i++) {
+        struct merge_ctx m = { .in = argv[i], .out = out, .w = &w };
+        rc = ra_table_validate(m.in, NULL, NULL);
         if (rc == RA_OK)
             rc = ra_table_each(m.in, merge_one, &m);
         if (rc != RA_OK)
             return fail();
-        fprintf(stderr, PROG ": %s: %d table%s (%d entries) and %d profile%s merged into %s\n", m.in, m.groups,
-                m.groups == 1 ? "" : "s", m.entries, m.profiles, m.profiles == 1 ? "" : "s", m.out);
+        merge_summary(&m);
     }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ hold-lock (hidden) */
+
+/* Holds TABLE's writers' lock for SECONDS, saying "locked" on stdout once it has it: for the
+ * tests, and for a person who wants to keep writers off a table for a while. */
+static int cmd_hold_lock(int argc, char **argv)
+{
+    struct ra_table_writer w;
+    struct ra_filelock lock;
+    int rc = writer_options(argc, argv, &w, "hold-lock");
+    if (rc)
+        return rc;
+    if (argc - optind != 2)
+        return usage_error("hold-lock needs TABLE and SECONDS");
+    char *end;
+    double seconds = strtod(argv[optind + 1], &end);
+    if (*end || !(seconds >= 0) || seconds > 1e6)
+        return usage_error("hold-lock: SECONDS '%s': want a number of seconds >= 0", argv[optind + 1]);
+    if (ra_table_lock(argv[optind], &w, &lock) != RA_OK)
+        return fail();
+    printf("locked\n");
+    fflush(stdout);
+    struct timespec ts = { (time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9) };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    ra_filelock_release(&lock);
     return 0;
 }
 
@@ -401,6 +506,8 @@ int main(int argc, char **argv)
         return cmd_merge(argc - 1, argv + 1);
     if (!strcmp(cmd, "write-example"))
         return cmd_write_example(argc - 1, argv + 1);
+    if (!strcmp(cmd, "hold-lock"))
+        return cmd_hold_lock(argc - 1, argv + 1);
     if (strcmp(cmd, "show") && strcmp(cmd, "validate"))
         return usage_error("unknown command '%s'", cmd);
     if (argc != 3 || argv[2][0] == '-')

@@ -31,6 +31,7 @@
 
 struct options {
     const char *model, *out, *hw_tag, *evaluate;
+    struct ra_table_writer writer; /* how merges into --out wait for other writers */
     int contexts[MAX_CONTEXTS], n_contexts;
     int repeats, min_stride, points, ranks, threads, calibrate, baselines, no_check_weights;
     int model_objective;
@@ -77,6 +78,8 @@ static void usage(FILE *f)
 "      --min-stride N      smallest grid stride in tokens (default 16)\n"
 "      --points N          grid values per axis (default 5)\n"
 "      --no-baselines      skip measuring KVR-E and TSP beside each searched split\n"
+"      --lock-timeout S    how long a merge into --out waits for another writer's lock\n"
+"                          on FILE.h5.lock (default: RA_TABLE_LOCK_TIMEOUT, else 120 s)\n"
 "      --evaluate SPEC     measure this partition (even, ratios:..., bounds:..., or\n"
 "                          table:FILE.h5 interpolated) at each context instead of searching,\n"
 "                          beside the cost model's prediction; writes no entries\n"
@@ -84,7 +87,11 @@ static void usage(FILE *f)
 "  -s, --seed S            seed of the synthetic prompt ids (default 1)\n"
 "  -h, --help, -V, --version\n"
 "\n"
-"Progress goes to stderr: trials done and planned, best TTFT so far, elapsed time.\n");
+"Progress goes to stderr: trials done and planned, best TTFT so far, elapsed time.\n"
+"--out is checked before any work (a place that cannot be written fails at once). Each\n"
+"finished context length is merged into it under its lock, so concurrent runs and\n"
+"runahead-table merge into one table lose nothing; an entry for a context the table has\n"
+"is a conflict, reported, and the newer search wins (see runahead-table --help).\n");
 }
 
 
@@ -94,11 +101,19 @@ static int cmp_int(const void *a, const void *b)
     return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
 }
 
+static int lock_timeout(const char *arg, double *t)
+{
+    int rc = ra_arg_double(arg, "--lock-timeout", t);
+    if (rc == RA_OK && !(*t >= 0))
+        rc = ra_error_set(RA_EINVAL, "--lock-timeout %g: want seconds >= 0", *t);
+    return rc;
+}
+
 /* RA_OK, a negative status, or 1 to exit 0 (help, version). */
 static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_HW = 256, OPT_OBJECTIVE, OPT_RANKS, OPT_CALIBRATE, OPT_MIN_STRIDE, OPT_POINTS, OPT_NO_BASE, OPT_EVAL,
-           OPT_NO_CHECK };
+           OPT_NO_CHECK, OPT_LOCK_TIMEOUT };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },     { "contexts", required_argument, NULL, 'c' },
         { "out", required_argument, NULL, 'o' },       { "hw-tag", required_argument, NULL, OPT_HW },
@@ -107,12 +122,15 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "repeats", required_argument, NULL, 'r' },   { "min-stride", required_argument, NULL, OPT_MIN_STRIDE },
         { "points", required_argument, NULL, OPT_POINTS }, { "no-baselines", no_argument, NULL, OPT_NO_BASE },
         { "evaluate", required_argument, NULL, OPT_EVAL }, { "no-check-weights", no_argument, NULL, OPT_NO_CHECK },
+        { "lock-timeout", required_argument, NULL, OPT_LOCK_TIMEOUT },
         { "threads", required_argument, NULL, 'T' },   { "seed", required_argument, NULL, 's' },
         { "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
     };
     int c, rc = RA_OK, seed = 1;
     *o = (struct options){ .repeats = 3, .min_stride = 16, .points = 5, .ranks = world, .baselines = 1 };
+    if ((rc = ra_table_writer_init(&o->writer, "runahead-tune", stderr)) != RA_OK)
+        return rc;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:c:o:r:T:s:hV", longopts, NULL)) != -1) {
         switch (c) {
@@ -133,6 +151,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_NO_BASE: o->baselines = 0; break;
         case OPT_EVAL: o->evaluate = optarg; break;
         case OPT_NO_CHECK: o->no_check_weights = 1; break;
+        case OPT_LOCK_TIMEOUT: rc = lock_timeout(optarg, &o->writer.lock_timeout_s); break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
         case 's': rc = ra_arg_int(optarg, "--seed", 0, 1 << 30, &seed); break;
         case 'h': if (rank == 0) usage(stdout); return 1;
@@ -193,6 +212,7 @@ static int objective_measure(void *ctx, const int *bounds, int p, double *value)
                                t->o->repeats, value);
     if (rc != RA_OK) { /* the other ranks may be blocked on this one's KV rows */
         fprintf(stderr, "runahead-tune: rank %d: %s\n", rank, ra_error_message());
+        ra_outfile_cleanup_all(); /* MPI_Abort ends the process without exit handlers */
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     return rc;
@@ -326,16 +346,18 @@ static int tune_all(struct tune *t)
 {
     struct ra_table_group g;
     const int p = t->o->model_objective ? t->o->ranks : world;
+    const char *objective = t->o->model_objective ? "model" : "measure";
     int rc = ra_table_group_init(&g, t->model_id, t->hw_tag, p, t->o->n_contexts);
-    if (rc != RA_OK)
+    if (rc == RA_OK)
+        rc = ra_table_group_set_search(&g, objective, t->o->min_stride, t->o->model_objective ? 1 : t->o->repeats);
+    if (rc != RA_OK) {
+        ra_table_group_free(&g);
         return rc;
-    snprintf(g.objective, sizeof g.objective, "%s", t->o->model_objective ? "model" : "measure");
-    g.min_stride = t->o->min_stride;
-    g.repeats = t->o->model_objective ? 1 : t->o->repeats;
+    }
     if (rank == 0) {
         const struct ra_search_opts so = { .points_per_axis = t->o->points, .min_stride = t->o->min_stride };
         fprintf(stderr, "runahead-tune: model %s, hardware %s, %d ranks, objective %s, search %s\n", t->model_id,
-                t->hw_tag, p, g.objective, ra_search_method_name(p, &so));
+                t->hw_tag, p, objective, ra_search_method_name(p, &so));
         printf("%-8s %-40s %10s %10s %10s %8s %8s %7s\n", "context", "KVR-S bounds", "KVR-S_s", "KVR-E_s", "TSP_s",
                "E/S", "TSP/S", "trials");
     }
@@ -343,8 +365,8 @@ static int tune_all(struct tune *t)
         rc = tune_context(t, &g, i);
         if (rc == RA_OK && rank == 0) { /* merge what is found so far: an interrupted sweep keeps it */
             const int n = g.n;
-            g.n = i + 1;
-            rc = ra_table_merge(t->o->out, &g);
+            g.n = i + 1; /* the earlier entries again: identical to the table's, so no conflict */
+            rc = ra_table_merge_with(t->o->out, &g, &t->o->writer, NULL);
             g.n = n;
         }
         rc = agree(rc);
@@ -473,12 +495,13 @@ out:
     return rc;
 }
 
-static int profile_store(const char *path, const char *model_id, const char *hw_tag,
-                                 const struct ra_cost_profile *pf)
+static int profile_store(const struct options *o, const char *model_id, const char *hw_tag,
+                         const struct ra_cost_profile *pf)
 {
     double values[RA_COST_PROFILE_N];
     ra_cost_profile_pack(pf, values);
-    return ra_table_profile_write(path, model_id, hw_tag, ra_cost_profile_names(), values, RA_COST_PROFILE_N);
+    return ra_table_profile_write(o->out, model_id, hw_tag, ra_cost_profile_names(), values, RA_COST_PROFILE_N,
+                                  &o->writer);
 }
 
 static int profile_load(const char *path, const char *model_id, const char *hw_tag, struct ra_cost_profile *pf)
@@ -511,7 +534,7 @@ static int calibrate(struct tune *t)
                 "other %.2f us/token/layer, p2p %.2f GB/s + %.1f us, all-gather %.2f GB/s + %.1f us\n", world,
                 t->be->n_threads, pf.gemm_flops / 1e9, pf.attn_flops / 1e9, pf.other_s_per_token_layer * 1e6,
                 pf.p2p_bandwidth / 1e9, pf.p2p_latency * 1e6, pf.allgather_bandwidth / 1e9, pf.allgather_latency * 1e6);
-        rc = profile_store(t->o->out, t->model_id, t->hw_tag, &pf);
+        rc = profile_store(t->o, t->model_id, t->hw_tag, &pf);
     }
     if ((rc = agree(rc)) == RA_OK) {
         t->profile = pf;
@@ -575,6 +598,10 @@ static int run(int argc, char **argv)
         return rc > 0 ? RA_OK : rc;
     }
     t.t_start = MPI_Wtime();
+    /* --out before any work (--evaluate alone writes nothing): a typo fails in a second, not
+     * after the search. Rank 0 is the one that writes. */
+    if ((!o.evaluate || o.calibrate) && (rc = agree(rank == 0 ? ra_table_check_target(o.out) : RA_OK)) != RA_OK)
+        goto out;
     if ((rc = agree(setup(&t))) != RA_OK)
         goto out;
     if (o.calibrate && (rc = calibrate(&t)) != RA_OK)

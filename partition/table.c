@@ -1,4 +1,4 @@
-/* Partition lookup tables in HDF5: reading, checking, atomic merging, interpolation.
+/* Partition lookup tables in HDF5: reading, checking, locked atomic merging, interpolation.
  *
  * One checker serves read and validate: it reports problems one line each through a
  * `struct problems`; validate prints them all, read turns the first into its error. So a
@@ -9,14 +9,14 @@
  * H5F_CLOSE_STRONG, so closing it closes whatever an error path left open. */
 #include "config.h"
 #include "table.h"
+#include "outfile.h"
 #include "status.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <hdf5.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,9 +26,14 @@
 
 #define MAX_VALUES (1 << 24) /* n * (p + 1): a corrupt shape must not allocate gigabytes */
 
-static const char *const ds_names[] = { "context_lengths", "boundaries", "ratios",
-                                        "ttft_kvr_s", "ttft_even_s", "ttft_tsp_s" };
-enum { DS_CONTEXT, DS_BOUNDS, DS_RATIOS, DS_KVR, DS_EVEN, DS_TSP, DS_COUNT };
+/* A table group's datasets: the first DS_V1_COUNT in every schema, the provenance per entry
+ * since schema 2 (schema 1 had it as group attributes). */
+static const char *const ds_names[] = { "context_lengths", "boundaries", "ratios", "ttft_kvr_s", "ttft_even_s",
+                                        "ttft_tsp_s", "objective", "min_stride", "repeats", "date", "host",
+                                        "runahead_version" };
+enum { DS_CONTEXT, DS_BOUNDS, DS_RATIOS, DS_KVR, DS_EVEN, DS_TSP, DS_V1_COUNT,
+       DS_OBJECTIVE = DS_V1_COUNT, DS_MIN_STRIDE, DS_REPEATS, DS_DATE, DS_HOST, DS_VERSION, DS_COUNT };
+#define ALL_DATA ((1u << DS_V1_COUNT) - 1) /* every numeric dataset loaded */
 
 /* ------------------------------------------------------------------ problems */
 
@@ -128,6 +133,8 @@ static int file_open(const char *path, hid_t *fid)
         return ra_error_set(RA_EIO, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode))
         return ra_error_set(RA_EIO, "%s: is a directory, not an HDF5 table", path);
+    if (!S_ISREG(st.st_mode)) /* a FIFO would block the signature check forever */
+        return ra_error_set(RA_EIO, "%s: is not a regular file, not an HDF5 table", path);
     if (H5Fis_hdf5(path) <= 0)
         return ra_error_set(RA_EFORMAT, "%s: not an HDF5 file (no HDF5 signature)", path);
     hid_t fapl = strong_fapl();
@@ -303,6 +310,26 @@ static int check_name(const char *what, const char *s)
     return RA_OK;
 }
 
+static void utc_now(char *buf, size_t len)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+}
+
+/* A new entry's provenance: a measured search of this build on this host, finished now. */
+static void prov_default(struct ra_table_prov *pv)
+{
+    memset(pv, 0, sizeof *pv);
+    snprintf(pv->objective, sizeof pv->objective, "measure");
+    pv->min_stride = pv->repeats = 1;
+    utc_now(pv->date, sizeof pv->date);
+    if (gethostname(pv->host, sizeof pv->host) != 0)
+        pv->host[0] = '\0';
+    pv->host[sizeof pv->host - 1] = '\0';
+    snprintf(pv->version, sizeof pv->version, "%s", PACKAGE_VERSION);
+}
+
 int ra_table_group_init(struct ra_table_group *g, const char *model_id, const char *hw_tag, int p, int n)
 {
     memset(g, 0, sizeof *g);
@@ -325,18 +352,18 @@ int ra_table_group_init(struct ra_table_group *g, const char *model_id, const ch
     g->ttft_kvr_s = malloc(m * sizeof(double));
     g->ttft_even_s = malloc(m * sizeof(double));
     g->ttft_tsp_s = malloc(m * sizeof(double));
-    if (!g->context_lengths || !g->boundaries || !g->ratios || !g->ttft_kvr_s || !g->ttft_even_s || !g->ttft_tsp_s) {
+    g->prov = malloc(m * sizeof *g->prov);
+    if (!g->context_lengths || !g->boundaries || !g->ratios || !g->ttft_kvr_s || !g->ttft_even_s || !g->ttft_tsp_s ||
+        !g->prov) {
         ra_table_group_free(g);
         return ra_error_set(RA_ENOMEM, "table: out of memory for %d entries of %d ranks", n, p);
     }
-    for (int i = 0; i < n; i++)
+    struct ra_table_prov pv;
+    prov_default(&pv);
+    for (int i = 0; i < n; i++) {
         g->ttft_kvr_s[i] = g->ttft_even_s[i] = g->ttft_tsp_s[i] = NAN;
-    snprintf(g->objective, sizeof g->objective, "measure");
-    g->min_stride = g->repeats = 1;
-    time_t now = time(NULL);
-    struct tm tm;
-    strftime(g->date, sizeof g->date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
-    snprintf(g->version, sizeof g->version, "%s", PACKAGE_VERSION);
+        g->prov[i] = pv;
+    }
     return RA_OK;
 }
 
@@ -348,9 +375,25 @@ void ra_table_group_free(struct ra_table_group *g)
     free(g->ttft_kvr_s);
     free(g->ttft_even_s);
     free(g->ttft_tsp_s);
+    free(g->prov);
     g->context_lengths = g->boundaries = NULL;
     g->ratios = g->ttft_kvr_s = g->ttft_even_s = g->ttft_tsp_s = NULL;
+    g->prov = NULL;
     g->n = 0;
+}
+
+int ra_table_group_set_search(struct ra_table_group *g, const char *objective, int min_stride, int repeats)
+{
+    if (strcmp(objective, "measure") && strcmp(objective, "model"))
+        return ra_error_set(RA_EINVAL, "table: objective '%s' is not measure or model", objective);
+    if (min_stride < 1 || repeats < 1)
+        return ra_error_set(RA_EINVAL, "table: min_stride %d and repeats %d must be >= 1", min_stride, repeats);
+    for (int i = 0; i < g->n; i++) {
+        snprintf(g->prov[i].objective, sizeof g->prov[i].objective, "%s", objective);
+        g->prov[i].min_stride = min_stride;
+        g->prov[i].repeats = repeats;
+    }
+    return RA_OK;
 }
 
 int ra_table_entry_set(struct ra_table_group *g, int i, const int *bounds,
@@ -370,6 +413,7 @@ int ra_table_entry_set(struct ra_table_group *g, int i, const int *bounds,
     g->ttft_kvr_s[i] = ttft_kvr_s;
     g->ttft_even_s[i] = ttft_even_s;
     g->ttft_tsp_s[i] = ttft_tsp_s;
+    utc_now(g->prov[i].date, sizeof g->prov[i].date);
     return RA_OK;
 }
 
@@ -435,32 +479,50 @@ static void check_ttfts(const double *t, const char *name, int n, const char *wh
         }
 }
 
-static void check_attrs(const struct ra_table_group *g, const char *where, struct problems *pr)
+static int objective_ok(const char *s)
 {
-    if (strcmp(g->objective, "measure") && strcmp(g->objective, "model"))
-        problem(pr, "%s: attribute objective is '%s', want 'measure' or 'model'", where, g->objective);
-    if (g->min_stride < 1)
-        problem(pr, "%s: attribute min_stride is %d, want >= 1", where, g->min_stride);
-    if (g->repeats < 1)
-        problem(pr, "%s: attribute repeats is %d, want >= 1", where, g->repeats);
+    return !strcmp(s, "measure") || !strcmp(s, "model");
 }
 
-/* Checks the values of the datasets that loaded (bit DS_x of `have`) and the attributes. */
-static void check_entries(const struct ra_table_group *g, unsigned have, const char *where, struct problems *pr)
+/* Schema 1: the provenance is the group's attributes. */
+static void check_prov_attrs(const struct ra_table_prov *pv, const char *where, struct problems *pr)
+{
+    if (!objective_ok(pv->objective))
+        problem(pr, "%s: attribute objective is '%s', want 'measure' or 'model'", where, pv->objective);
+    if (pv->min_stride < 1)
+        problem(pr, "%s: attribute min_stride is %d, want >= 1", where, pv->min_stride);
+    if (pv->repeats < 1)
+        problem(pr, "%s: attribute repeats is %d, want >= 1", where, pv->repeats);
+}
+
+/* Schema 2: one value per entry; the first bad entry of each dataset is reported. */
+static void check_prov_entries(const struct ra_table_group *g, const char *where, struct problems *pr)
+{
+    int bad_o = 0, bad_s = 0, bad_r = 0;
+    for (int i = 0; i < g->n; i++) {
+        const struct ra_table_prov *pv = &g->prov[i];
+        int c = g->context_lengths[i];
+        if (!bad_o && (bad_o = !objective_ok(pv->objective)))
+            problem(pr, "%s/objective: entry %d (context %d) is '%s', want 'measure' or 'model'", where, i, c,
+                    pv->objective);
+        if (!bad_s && (bad_s = pv->min_stride < 1))
+            problem(pr, "%s/min_stride: entry %d (context %d) is %d, want >= 1", where, i, c, pv->min_stride);
+        if (!bad_r && (bad_r = pv->repeats < 1))
+            problem(pr, "%s/repeats: entry %d (context %d) is %d, want >= 1", where, i, c, pv->repeats);
+    }
+}
+
+/* Checks each entry's values in the datasets that loaded (bit DS_x of `have`), and with
+ * prov_per_entry its provenance (schema 1's attributes are checked as they load). */
+static void check_rows(const struct ra_table_group *g, unsigned have, int prov_per_entry, const char *where,
+                       struct problems *pr)
 {
     int has_c = have >> DS_CONTEXT & 1;
-    if (has_c && g->n < 1)
-        problem(pr, "%s/context_lengths: the table has no entries", where);
-    for (int i = 0; has_c && i < g->n; i++) {
-        int c = g->context_lengths[i];
-        if (c < g->p)
-            problem(pr, "%s/context_lengths: entry %d is %d, fewer tokens than the %d ranks", where, i, c, g->p);
-        else if (i > 0 && c <= g->context_lengths[i - 1])
-            problem(pr, "%s/context_lengths: entry %d (%d) is not greater than entry %d (%d): want ascending, unique",
-                    where, i, c, i - 1, g->context_lengths[i - 1]);
-    }
     for (int i = 0; has_c && i < g->n; i++) {
         int before = pr->n;
+        if (g->context_lengths[i] < g->p)
+            problem(pr, "%s/context_lengths: entry %d is %d, fewer tokens than the %d ranks", where, i,
+                    g->context_lengths[i], g->p);
         if (have >> DS_BOUNDS & 1)
             check_bounds_row(g, i, where, pr);
         if (have >> DS_RATIOS & 1)
@@ -470,7 +532,24 @@ static void check_entries(const struct ra_table_group *g, unsigned have, const c
     for (int k = 0; k < 3; k++)
         if (have >> (DS_KVR + k) & 1)
             check_ttfts(t[k], ds_names[DS_KVR + k], g->n, where, pr);
-    check_attrs(g, where, pr);
+    if (prov_per_entry && has_c)
+        check_prov_entries(g, where, pr);
+}
+
+/* check_rows, and the group as a whole: entries present, context lengths ascending, unique. */
+static void check_entries(const struct ra_table_group *g, unsigned have, int prov_per_entry, const char *where,
+                          struct problems *pr)
+{
+    int has_c = have >> DS_CONTEXT & 1;
+    if (has_c && g->n < 1)
+        problem(pr, "%s/context_lengths: the table has no entries", where);
+    for (int i = 1; has_c && i < g->n; i++) {
+        int c = g->context_lengths[i];
+        if (c >= g->p && c <= g->context_lengths[i - 1])
+            problem(pr, "%s/context_lengths: entry %d (%d) is not greater than entry %d (%d): want ascending, unique",
+                    where, i, c, i - 1, g->context_lengths[i - 1]);
+    }
+    check_rows(g, have, prov_per_entry, where, pr);
 }
 
 /* Checks dataset k's kind and shape and, when there is an N to size it (have_n), reads it
@@ -489,9 +568,96 @@ static unsigned load_dataset(hid_t grp, const char *where, int k, H5T_class_t cl
     return ds_read(d, memtype, buf, where, ds_names[k], pr) == 0 ? 1u << k : 0;
 }
 
-/* Loads the open group `grp` (named `where`) for p ranks into g, reporting every problem;
- * g is initialised here and always needs ra_table_group_free(). */
-static void load_group(hid_t grp, const char *where, const char *model_id, const char *hw_tag, int p,
+/* Schema 1: the group's attributes, given to every entry (its host is unknown). */
+static void load_prov_attrs(hid_t grp, const char *where, struct ra_table_group *g, struct problems *pr)
+{
+    struct ra_table_prov pv;
+    prov_default(&pv);
+    pv.host[0] = '\0';
+    attr_read_str(grp, where, "objective", pv.objective, sizeof pv.objective, pr);
+    attr_read_num(grp, where, "min_stride", H5T_NATIVE_INT, H5T_INTEGER, &pv.min_stride, pr);
+    attr_read_num(grp, where, "repeats", H5T_NATIVE_INT, H5T_INTEGER, &pv.repeats, pr);
+    attr_read_str(grp, where, "date", pv.date, sizeof pv.date, pr);
+    attr_read_str(grp, where, "runahead_version", pv.version, sizeof pv.version, pr);
+    check_prov_attrs(&pv, where, pr);
+    for (int i = 0; i < g->n; i++)
+        g->prov[i] = pv;
+}
+
+/* A fixed-length string dataset [n] into the char[cap] field at `off` of each entry's
+ * provenance. Variable-length strings are refused: they live in HDF5's global heap, which has
+ * no checksum (see ds_write_strings). */
+static void load_strings(hid_t grp, const char *where, int k, int have_n, struct ra_table_group *g, size_t off,
+                         size_t cap, struct problems *pr)
+{
+    hsize_t dims[1], want[1] = { have_n ? (hsize_t)g->n : 0 };
+    hid_t d = ds_open(grp, where, ds_names[k], H5T_STRING, 1, want, dims, pr), t = -1;
+    char *buf = NULL, cause[200];
+    if (d < 0 || !have_n)
+        goto cleanup;
+    t = H5Dget_type(d);
+    size_t size = t < 0 ? 0 : H5Tget_size(t);
+    if (t < 0 || H5Tis_variable_str(t) != 0 || size < 1 || size > 4096) {
+        problem(pr, "%s/%s: want fixed-length strings of 1..4096 bytes", where, ds_names[k]);
+        goto cleanup;
+    }
+    if (!(buf = calloc(g->n ? (size_t)g->n : 1, size))) {
+        problem(pr, "%s/%s: out of memory", where, ds_names[k]);
+        goto cleanup;
+    }
+    if (H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) { /* the raw bytes, as attr_read_str */
+        problem(pr, "%s/%s: values cannot be read%s", where, ds_names[k], h5_cause(cause));
+        goto cleanup;
+    }
+    for (int i = 0; i < g->n; i++) {
+        const char *s = buf + (size_t)i * size;
+        size_t len = strnlen(s, size);
+        if (len >= cap) {
+            problem(pr, "%s/%s: entry %d is longer than %zu characters", where, ds_names[k], i, cap - 1);
+            break;
+        }
+        char *field = (char *)&g->prov[i] + off;
+        memcpy(field, s, len);
+        field[len] = '\0';
+    }
+cleanup:
+    free(buf);
+    h5_close(t);
+    h5_close(d);
+}
+
+/* An integer dataset [n] into the int field at `off` of each entry's provenance. */
+static void load_ints(hid_t grp, const char *where, int k, int have_n, struct ra_table_group *g, size_t off,
+                      struct problems *pr)
+{
+    hsize_t want[1] = { have_n ? (hsize_t)g->n : 0 };
+    int *v = malloc(sizeof(int) * (g->n ? (size_t)g->n : 1));
+    if (!v) {
+        problem(pr, "%s/%s: out of memory", where, ds_names[k]);
+        return;
+    }
+    if (load_dataset(grp, where, k, H5T_INTEGER, H5T_NATIVE_INT, 1, want, have_n, v, pr))
+        for (int i = 0; i < g->n; i++)
+            memcpy((char *)&g->prov[i] + off, &v[i], sizeof(int));
+    free(v);
+}
+
+/* Schema 2: one provenance dataset per field. */
+static void load_prov_datasets(hid_t grp, const char *where, struct ra_table_group *g, int have_n, struct problems *pr)
+{
+    const struct ra_table_prov *z = NULL;
+    load_strings(grp, where, DS_OBJECTIVE, have_n, g, offsetof(struct ra_table_prov, objective),
+                 sizeof z->objective, pr);
+    load_ints(grp, where, DS_MIN_STRIDE, have_n, g, offsetof(struct ra_table_prov, min_stride), pr);
+    load_ints(grp, where, DS_REPEATS, have_n, g, offsetof(struct ra_table_prov, repeats), pr);
+    load_strings(grp, where, DS_DATE, have_n, g, offsetof(struct ra_table_prov, date), sizeof z->date, pr);
+    load_strings(grp, where, DS_HOST, have_n, g, offsetof(struct ra_table_prov, host), sizeof z->host, pr);
+    load_strings(grp, where, DS_VERSION, have_n, g, offsetof(struct ra_table_prov, version), sizeof z->version, pr);
+}
+
+/* Loads the open group `grp` (named `where`) of a schema-`version` file for p ranks into g,
+ * reporting every problem; g is initialised here and always needs ra_table_group_free(). */
+static void load_group(hid_t grp, const char *where, const char *model_id, const char *hw_tag, int p, int version,
                        struct ra_table_group *g, struct problems *pr)
 {
     hsize_t dims[2], any[1] = { 0 };
@@ -517,24 +683,28 @@ static void load_group(hid_t grp, const char *where, const char *model_id, const
     double *t[3] = { g->ttft_kvr_s, g->ttft_even_s, g->ttft_tsp_s };
     for (int k = 0; k < 3; k++)
         have |= load_dataset(grp, where, DS_KVR + k, H5T_FLOAT, H5T_NATIVE_DOUBLE, 1, &n_want, have & 1, t[k], pr);
-    attr_read_str(grp, where, "objective", g->objective, sizeof g->objective, pr);
-    attr_read_num(grp, where, "min_stride", H5T_NATIVE_INT, H5T_INTEGER, &g->min_stride, pr);
-    attr_read_num(grp, where, "repeats", H5T_NATIVE_INT, H5T_INTEGER, &g->repeats, pr);
-    attr_read_str(grp, where, "date", g->date, sizeof g->date, pr);
-    attr_read_str(grp, where, "runahead_version", g->version, sizeof g->version, pr);
-    check_entries(g, have, where, pr);
+    if (version == 1)
+        load_prov_attrs(grp, where, g, pr);
+    else
+        load_prov_datasets(grp, where, g, have & 1, pr);
+    check_entries(g, have, version != 1, where, pr);
 }
 
-static void check_schema(hid_t fid, struct problems *pr)
+/* The file's schema version (1 or 2), or 0 after reporting why it is neither. */
+static int check_schema(hid_t fid, struct problems *pr)
 {
     int v = 0;
     if (H5Aexists(fid, "schema_version") <= 0) {
         problem(pr, "/: attribute schema_version is missing (not a runahead partition table?)");
-        return;
+        return 0;
     }
-    if (attr_read_num(fid, "/", "schema_version", H5T_NATIVE_INT, H5T_INTEGER, &v, pr) == 0 &&
-        v != RA_TABLE_SCHEMA_VERSION)
-        problem(pr, "/: schema_version is %d; this runahead reads version %d", v, RA_TABLE_SCHEMA_VERSION);
+    if (attr_read_num(fid, "/", "schema_version", H5T_NATIVE_INT, H5T_INTEGER, &v, pr) != 0)
+        return 0;
+    if (v < 1 || v > RA_TABLE_SCHEMA_VERSION) {
+        problem(pr, "/: schema_version is %d; this runahead reads versions 1 to %d", v, RA_TABLE_SCHEMA_VERSION);
+        return 0;
+    }
+    return v;
 }
 
 /* ------------------------------------------------------------------ walking a file */
@@ -684,14 +854,16 @@ static int group_open(hid_t fid, const char *path, const char *model_id, const c
     return *grp < 0 ? ra_error_set(RA_EFORMAT, "%s: %s cannot be opened", path, gp) : RA_OK;
 }
 
-/* Opens the file and checks its schema version. */
-static int file_open_checked(const char *path, hid_t *fid)
+/* Opens the file and checks its schema version; *version (may be NULL) gets it. */
+static int file_open_checked(const char *path, hid_t *fid, int *version)
 {
     struct problems pr = { .path = path };
     int rc = file_open(path, fid);
     if (rc != RA_OK)
         return rc;
-    check_schema(*fid, &pr);
+    int v = check_schema(*fid, &pr);
+    if (version)
+        *version = v;
     if (pr.n) {
         h5_close(*fid), *fid = -1;
         return ra_error_set(RA_EFORMAT, "%s", pr.first);
@@ -704,6 +876,7 @@ int ra_table_read(const char *path, const char *model_id, const char *hw_tag, in
     hid_t fid = -1, grp = -1;
     char leaf[16], where[300];
     struct problems pr = { .path = path };
+    int version = 0;
     h5_quiet();
     memset(g, 0, sizeof *g);
     int rc = check_name("model id", model_id);
@@ -714,13 +887,13 @@ int ra_table_read(const char *path, const char *model_id, const char *hw_tag, in
     if (rc != RA_OK)
         return rc;
     snprintf(leaf, sizeof leaf, "p%d", p);
-    rc = file_open_checked(path, &fid);
+    rc = file_open_checked(path, &fid, &version);
     if (rc == RA_OK)
         rc = group_open(fid, path, model_id, hw_tag, leaf, "partition table", &grp);
     if (rc != RA_OK)
         goto cleanup;
     group_path(where, sizeof where, model_id, hw_tag, leaf);
-    load_group(grp, where, model_id, hw_tag, p, g, &pr);
+    load_group(grp, where, model_id, hw_tag, p, version, g, &pr);
     if (pr.n) {
         ra_table_group_free(g);
         rc = ra_error_set(RA_EFORMAT, "%s", pr.first);
@@ -735,8 +908,8 @@ cleanup:
 
 static void check_profile(hid_t fid, const char *name, struct problems *pr);
 
-/* Checks one node of the walk by where it sits in the layout. */
-static void check_node(hid_t fid, const struct node *nd, struct problems *pr)
+/* Checks one node of the walk by where it sits in the layout of schema `version`. */
+static void check_node(hid_t fid, const struct node *nd, int version, struct problems *pr)
 {
     char buf[1200], where[1200], *m, *hw, *leaf;
     if (!nd->hard) {
@@ -760,17 +933,18 @@ static void check_node(hid_t fid, const struct node *nd, struct problems *pr)
         char *rest = strchr(leaf, '/');
         *rest++ = '\0';
         int known = 0;
-        for (int k = 0; k < DS_COUNT; k++)
+        for (int k = 0; k < (version == 1 ? DS_V1_COUNT : DS_COUNT); k++)
             known |= !strcmp(rest, ds_names[k]);
         if (!(known && nd->depth == 4 && parse_pname(leaf)))
-            problem(pr, "%s: unexpected object (a table group holds only its six datasets)", where);
+            problem(pr, "%s: unexpected object (a table group holds only the datasets of schema %d)", where,
+                    version == 1 ? 1 : RA_TABLE_SCHEMA_VERSION);
         return;
     }
     int p = parse_pname(leaf);
     if (p && h5_exists(fid, nd->name, H5I_GROUP) == 1) {
         struct ra_table_group g;
         hid_t grp = H5Gopen2(fid, nd->name, H5P_DEFAULT);
-        load_group(grp, where, m, hw, p, &g, pr);
+        load_group(grp, where, m, hw, p, version, &g, pr);
         ra_table_group_free(&g);
         h5_close(grp);
     } else if (!strcmp(leaf, "profile")) {
@@ -831,10 +1005,11 @@ int ra_table_validate(const char *path, FILE *out, int *n_problems)
     struct problems pr = { .path = path, .out = out };
     struct walk w = { 0 };
     hid_t fid = -1;
+    int version = 0;
     h5_quiet();
     int rc = file_open(path, &fid);
     if (rc == RA_OK) {
-        check_schema(fid, &pr);
+        version = check_schema(fid, &pr); /* 0 when unknown: the groups are checked as the current schema */
         rc = walk_file(fid, path, &w);
     }
     if (rc != RA_OK) {
@@ -842,7 +1017,7 @@ int ra_table_validate(const char *path, FILE *out, int *n_problems)
         goto cleanup;
     }
     for (int i = 0; i < w.n; i++)
-        check_node(fid, &w.v[i], &pr);
+        check_node(fid, &w.v[i], version, &pr);
     rc = pr.n ? RA_EFORMAT : RA_OK;
     if (pr.n)
         ra_error_set(rc, "%s", pr.first);
@@ -872,18 +1047,6 @@ static int attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, con
     return e < 0 ? -1 : 0;
 }
 
-/* A fixed-length string (h5py reads it as bytes, h5dump prints it). Not variable-length:
- * those live in the global heap, which has no checksum and which HDF5 1.10 reads unchecked. */
-static int attr_write_str(hid_t obj, const char *name, const char *s)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    int rc = -1;
-    if (t >= 0 && H5Tset_size(t, strlen(s) + 1) >= 0 && H5Tset_strpad(t, H5T_STR_NULLTERM) >= 0)
-        rc = attr_write(obj, name, t, t, s);
-    h5_close(t);
-    return rc;
-}
-
 static int ds_write(hid_t grp, const char *name, hid_t ftype, hid_t mtype, int rank, const hsize_t *dims,
                     const void *data)
 {
@@ -908,6 +1071,59 @@ static hid_t group_create(hid_t fid, const char *model_id, const char *hw_tag, c
     return grp;
 }
 
+/* A fixed-length string dataset [n] from the char[cap] field at `off` of each entry's
+ * provenance, as long as its longest value and NUL-padded, as h5py writes numpy byte strings
+ * (h5py reads them as bytes, h5dump prints them). Not variable-length: those live in the
+ * global heap, which has no checksum and which HDF5 1.10 reads unchecked. */
+static int ds_write_strings(hid_t grp, const char *name, const struct ra_table_group *g, size_t off, size_t cap)
+{
+    hsize_t n = (hsize_t)g->n;
+    size_t size = 1;
+    for (int i = 0; i < g->n; i++) {
+        size_t len = strnlen((const char *)&g->prov[i] + off, cap - 1);
+        size = len > size ? len : size;
+    }
+    char *buf = calloc(g->n ? (size_t)g->n : 1, size);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    int rc = -1;
+    if (buf && t >= 0 && H5Tset_size(t, size) >= 0 && H5Tset_strpad(t, H5T_STR_NULLPAD) >= 0) {
+        for (int i = 0; i < g->n; i++)
+            strncpy(buf + (size_t)i * size, (const char *)&g->prov[i] + off, size);
+        rc = ds_write(grp, name, t, t, 1, &n, buf);
+    }
+    h5_close(t);
+    free(buf);
+    return rc;
+}
+
+/* An integer dataset [n] from the int field at `off` of each entry's provenance. */
+static int ds_write_ints(hid_t grp, const char *name, const struct ra_table_group *g, size_t off)
+{
+    hsize_t n = (hsize_t)g->n;
+    int *v = malloc(sizeof(int) * (g->n ? (size_t)g->n : 1)), rc = -1;
+    if (v) {
+        for (int i = 0; i < g->n; i++)
+            memcpy(&v[i], (const char *)&g->prov[i] + off, sizeof(int));
+        rc = ds_write(grp, name, H5T_STD_I32LE, H5T_NATIVE_INT, 1, &n, v);
+    }
+    free(v);
+    return rc;
+}
+
+static int prov_write(hid_t grp, const struct ra_table_group *g)
+{
+    const struct ra_table_prov *z = NULL;
+    int bad = ds_write_strings(grp, ds_names[DS_OBJECTIVE], g, offsetof(struct ra_table_prov, objective),
+                               sizeof z->objective);
+    bad = bad || ds_write_ints(grp, ds_names[DS_MIN_STRIDE], g, offsetof(struct ra_table_prov, min_stride));
+    bad = bad || ds_write_ints(grp, ds_names[DS_REPEATS], g, offsetof(struct ra_table_prov, repeats));
+    bad = bad || ds_write_strings(grp, ds_names[DS_DATE], g, offsetof(struct ra_table_prov, date), sizeof z->date);
+    bad = bad || ds_write_strings(grp, ds_names[DS_HOST], g, offsetof(struct ra_table_prov, host), sizeof z->host);
+    bad = bad || ds_write_strings(grp, ds_names[DS_VERSION], g, offsetof(struct ra_table_prov, version),
+                                  sizeof z->version);
+    return bad ? -1 : 0;
+}
+
 static int group_write(hid_t fid, const char *path, const struct ra_table_group *g)
 {
     char leaf[16];
@@ -921,11 +1137,7 @@ static int group_write(hid_t fid, const char *path, const struct ra_table_group 
     bad = bad || ds_write(grp, "ttft_kvr_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, &n, g->ttft_kvr_s);
     bad = bad || ds_write(grp, "ttft_even_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, &n, g->ttft_even_s);
     bad = bad || ds_write(grp, "ttft_tsp_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, &n, g->ttft_tsp_s);
-    bad = bad || attr_write_str(grp, "objective", g->objective);
-    bad = bad || attr_write(grp, "min_stride", H5T_STD_I32LE, H5T_NATIVE_INT, &g->min_stride);
-    bad = bad || attr_write(grp, "repeats", H5T_STD_I32LE, H5T_NATIVE_INT, &g->repeats);
-    bad = bad || attr_write_str(grp, "date", g->date);
-    bad = bad || attr_write_str(grp, "runahead_version", g->version);
+    bad = bad || prov_write(grp, g);
     int rc = bad ? h5_fail(path, "the table group") : RA_OK;
     h5_close(grp);
     return rc;
@@ -937,69 +1149,97 @@ static herr_t copy_cb(hid_t src, const char *name, const H5L_info_t *info, void 
     return H5Ocopy(src, name, *(hid_t *)dst, name, H5P_DEFAULT, H5P_DEFAULT);
 }
 
-/* Makes the data durable before the rename makes it visible. */
-static int fsync_path(const char *path, int dir)
+/* A schema-1 file's table groups, copied as they were into the new file, rewritten in the
+ * current layout: its per-group provenance becomes each entry's. */
+static int upgrade_groups(hid_t old, hid_t fid, const char *path, const char *tmp)
 {
-    int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-    int ok = fd >= 0 && fsync(fd) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok ? 0 : -1;
+    struct walk w;
+    char *m, *hw, *leaf, where[1200];
+    int rc = walk_file(old, path, &w);
+    for (int i = 0; rc == RA_OK && i < w.n; i++) {
+        if (w.v[i].depth != 3 || strlen(w.v[i].name) + 2 > sizeof where)
+            continue;
+        snprintf(where, sizeof where, "/%s", w.v[i].name);
+        split3(w.v[i].name, &m, &hw, &leaf);
+        int p = parse_pname(leaf);
+        if (!p)
+            continue;
+        struct ra_table_group g;
+        struct problems pr = { .path = path };
+        hid_t grp = H5Gopen2(old, where, H5P_DEFAULT);
+        load_group(grp, where, m, hw, p, 1, &g, &pr);
+        h5_close(grp);
+        if (pr.n)
+            rc = ra_error_set(RA_EFORMAT, "%s", pr.first);
+        else if (H5Ldelete(fid, where, H5P_DEFAULT) < 0)
+            rc = h5_fail(tmp, "the file (upgrading a schema-1 group)");
+        else
+            rc = group_write(fid, tmp, &g);
+        ra_table_group_free(&g);
+    }
+    walk_free(&w);
+    return rc;
 }
 
 typedef int (*writer_fn)(hid_t fid, const char *tmp, const void *ctx);
 
+/* The new file as the temporary file of `of`: created by name with O_EXCL (H5F_ACC_EXCL), so
+ * a link put at its name is never followed, and stamped with the current schema. */
+static int tmp_create(struct ra_outfile *of, hid_t fapl, hid_t *fid)
+{
+    char cause[200];
+    int version = RA_TABLE_SCHEMA_VERSION;
+    *fid = -1;
+    int rc = ra_outfile_detach(of);
+    if (rc != RA_OK)
+        return rc;
+    *fid = H5Fcreate(of->tmp, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    if (*fid < 0)
+        return ra_error_set(RA_EIO, "%s: cannot create the temporary file %s beside it%s", of->path, of->tmp,
+                            h5_cause(cause));
+    if (attr_write(*fid, "schema_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version) < 0)
+        return h5_fail(of->tmp, "schema_version");
+    return RA_OK;
+}
+
 /* Copies every object of the (validated) old file to a new one except /m/hw/leaf, which
- * `writer` then adds; the new file replaces the old by rename. */
+ * `writer` then adds; the new file replaces the old by rename. Callers hold the table's lock. */
 static int file_rewrite(const char *path, const char *model_id, const char *hw_tag, const char *leaf,
                         writer_fn writer, const void *ctx)
 {
-    char tmp[4200], gp[400], dir[4200];
-    int version = RA_TABLE_SCHEMA_VERSION, exists = access(path, F_OK) == 0, rc = RA_OK;
+    struct ra_outfile of = RA_OUTFILE_INIT;
+    char gp[400];
+    int exists = access(path, F_OK) == 0, old_version = 0;
     hid_t old = -1, fid = -1, fapl = write_fapl();
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     group_path(gp, sizeof gp, model_id, hw_tag, leaf);
-    fid = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    if (fid < 0) {
-        char cause[200];
-        rc = ra_error_set(RA_EIO, "%s: cannot create the temporary file %s beside it%s", path, tmp, h5_cause(cause));
-        goto cleanup;
-    }
-    if (attr_write(fid, "schema_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version) < 0) {
-        rc = h5_fail(tmp, "schema_version");
-        goto cleanup;
-    }
-    if (exists && (rc = file_open(path, &old)) != RA_OK)
+    int rc = ra_outfile_begin(&of, path);
+    if (rc == RA_OK)
+        rc = tmp_create(&of, fapl, &fid);
+    if (rc == RA_OK && exists)
+        rc = file_open_checked(path, &old, &old_version);
+    if (rc != RA_OK)
         goto cleanup;
     if (exists && H5Literate(old, H5_INDEX_NAME, H5_ITER_INC, NULL, copy_cb, &fid) < 0) {
-        rc = h5_fail(tmp, "a copy of the other groups");
+        rc = h5_fail(of.tmp, "a copy of the other groups");
         goto cleanup;
     }
+    if (exists && old_version == 1 && (rc = upgrade_groups(old, fid, path, of.tmp)) != RA_OK)
+        goto cleanup;
     /* The copy's old group goes; HDF5 reuses its space for the new one within this session. */
     if (h5_exists(fid, gp, H5I_GROUP) == 1 && H5Ldelete(fid, gp, H5P_DEFAULT) < 0) {
-        rc = h5_fail(tmp, "the file (deleting the old group)");
+        rc = h5_fail(of.tmp, "the file (deleting the old group)");
         goto cleanup;
     }
-    if ((rc = writer(fid, tmp, ctx)) != RA_OK)
+    if ((rc = writer(fid, of.tmp, ctx)) != RA_OK)
         goto cleanup;
     herr_t e = H5Fclose(fid);
     fid = -1;
-    if (e < 0) {
-        rc = h5_fail(tmp, "the file (closing it)");
-        goto cleanup;
-    }
-    snprintf(dir, sizeof dir, "%s", path);
-    if (fsync_path(tmp, 0) < 0 || rename(tmp, path) < 0) {
-        rc = ra_error_set(RA_EIO, "%s: cannot replace it with %s: %s", path, tmp, strerror(errno));
-        goto cleanup;
-    }
-    fsync_path(dirname(dir), 1); /* the rename itself; failure here loses nothing already written */
+    rc = e < 0 ? h5_fail(of.tmp, "the file (closing it)") : ra_outfile_commit(&of);
 cleanup:
     h5_close(old);
     h5_close(fid);
     h5_close(fapl);
-    if (rc != RA_OK)
-        unlink(tmp);
+    ra_outfile_abort(&of); /* after the close: nothing left open on it; a no-op once committed */
     return rc;
 }
 
@@ -1015,6 +1255,71 @@ static int check_existing(const char *path)
                         first, n, n == 1 ? "" : "s");
 }
 
+int ra_table_check_target(const char *path)
+{
+    h5_quiet();
+    int rc = ra_outfile_check(path);
+    return rc == RA_OK ? check_existing(path) : rc;
+}
+
+int ra_table_schema_version(const char *path, int *version)
+{
+    hid_t fid = -1;
+    h5_quiet();
+    int rc = file_open_checked(path, &fid, version);
+    h5_close(fid);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ locking */
+
+int ra_table_writer_init(struct ra_table_writer *w, const char *prog, FILE *notes)
+{
+    const char *env = getenv("RA_TABLE_LOCK_TIMEOUT");
+    char *end;
+    *w = (struct ra_table_writer){ RA_TABLE_LOCK_TIMEOUT_S, prog, notes };
+    if (!env || !*env)
+        return RA_OK;
+    errno = 0;
+    double t = strtod(env, &end);
+    if (*end || errno || !(t >= 0) || !isfinite(t))
+        return ra_error_set(RA_EINVAL, "RA_TABLE_LOCK_TIMEOUT='%s': want a number of seconds >= 0", env);
+    w->lock_timeout_s = t;
+    return RA_OK;
+}
+
+int ra_table_lock(const char *path, const struct ra_table_writer *w, struct ra_filelock *l)
+{
+    char lock_path[RA_OUTFILE_PATH_MAX + 8];
+    l->fd = -1;
+    if (strlen(path) + 6 > sizeof lock_path)
+        return ra_error_set(RA_ERANGE, "%.200s...: path too long", path);
+    snprintf(lock_path, sizeof lock_path, "%s.lock", path);
+    return ra_filelock_acquire(l, lock_path, w->lock_timeout_s, w->prog, w->notes);
+}
+
+/* A locked read-modify-write of the table at `path`: checks the target first (so a FIFO is
+ * never opened and a bad place fails before any wait), then holds the lock through `fn`. */
+static int locked(const char *path, const struct ra_table_writer *w, int (*fn)(const char *, const void *, void *),
+                  const void *in, void *out)
+{
+    struct ra_table_writer dflt;
+    struct ra_filelock lock = RA_FILELOCK_INIT;
+    int rc = RA_OK;
+    if (!w && (rc = ra_table_writer_init(&dflt, NULL, NULL)) == RA_OK)
+        w = &dflt;
+    if (rc == RA_OK)
+        rc = ra_outfile_check(path);
+    if (rc == RA_OK)
+        rc = ra_table_lock(path, w, &lock);
+    if (rc == RA_OK)
+        rc = fn(path, in, out);
+    ra_filelock_release(&lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ merging */
+
 struct entry_key {
     int context, src, idx; /* src 0: old group, 1: new */
 };
@@ -1024,7 +1329,7 @@ static int key_cmp(const void *a, const void *b)
     const struct entry_key *x = a, *y = b;
     if (x->context != y->context)
         return x->context < y->context ? -1 : 1;
-    return y->src - x->src; /* the new entry first: it replaces the old */
+    return y->src - x->src; /* the new entry first */
 }
 
 static void entry_copy(struct ra_table_group *dst, int i, const struct ra_table_group *src, int j)
@@ -1036,42 +1341,132 @@ static void entry_copy(struct ra_table_group *dst, int i, const struct ra_table_
     dst->ttft_kvr_s[i] = src->ttft_kvr_s[j];
     dst->ttft_even_s[i] = src->ttft_even_s[j];
     dst->ttft_tsp_s[i] = src->ttft_tsp_s[j];
+    dst->prov[i] = src->prov[j];
 }
 
-/* out = old's entries with g's added or replacing them by context length, sorted; g's attributes. */
-static int entries_merge(const char *path, const struct ra_table_group *old, const struct ra_table_group *g,
+static int same_time(double a, double b)
+{
+    return (isnan(a) && isnan(b)) || a == b;
+}
+
+static int prov_same(const struct ra_table_prov *a, const struct ra_table_prov *b)
+{
+    return !strcmp(a->objective, b->objective) && a->min_stride == b->min_stride && a->repeats == b->repeats &&
+           !strcmp(a->date, b->date) && !strcmp(a->host, b->host) && !strcmp(a->version, b->version);
+}
+
+static int entry_same(const struct ra_table_group *a, int i, const struct ra_table_group *b, int j)
+{
+    int p = a->p;
+    return !memcmp(a->boundaries + (size_t)i * (p + 1), b->boundaries + (size_t)j * (p + 1),
+                   sizeof(int) * (size_t)(p + 1)) &&
+           !memcmp(a->ratios + (size_t)i * p, b->ratios + (size_t)j * p, sizeof(double) * (size_t)p) &&
+           same_time(a->ttft_kvr_s[i], b->ttft_kvr_s[j]) && same_time(a->ttft_even_s[i], b->ttft_even_s[j]) &&
+           same_time(a->ttft_tsp_s[i], b->ttft_tsp_s[j]) && prov_same(&a->prov[i], &b->prov[j]);
+}
+
+/* The conflict rule: the newer search wins (ISO dates in UTC compare as strings), so merges in
+ * any order, concurrent ones included, give the same table and a re-run replaces what it
+ * re-measured; TTFTs of two searches are not compared first, as another run's load or another
+ * cost-model calibration moves them more than a better split does. At the same date the lower
+ * KVR-S TTFT; then the entry already in the table. Returns 1 when the given entry wins. */
+static int given_wins(const struct ra_table_group *old, int i, const struct ra_table_group *g, int j,
+                      const char **why)
+{
+    int c = strcmp(g->prov[j].date, old->prov[i].date);
+    double a = g->ttft_kvr_s[j], b = old->ttft_kvr_s[i];
+    if (c != 0) {
+        *why = "the newer search wins";
+        return c > 0;
+    }
+    if (!isnan(a) && (isnan(b) || a < b)) {
+        *why = "same date: the lower KVR-S TTFT wins";
+        return 1;
+    }
+    *why = !isnan(b) && (isnan(a) || b < a) ? "same date: the lower KVR-S TTFT wins"
+                                            : "a tie: the entry already in the table stays";
+    return 0;
+}
+
+static void describe_entry(const struct ra_table_group *g, int i, char *buf, size_t len)
+{
+    const struct ra_table_prov *pv = &g->prov[i];
+    char t[32];
+    if (isnan(g->ttft_kvr_s[i]))
+        snprintf(t, sizeof t, "-");
+    else
+        snprintf(t, sizeof t, "%.4g s", g->ttft_kvr_s[i]);
+    snprintf(buf, len, "searched %s on %s (objective %s, min_stride %d, repeats %d, runahead %s, KVR-S %s)",
+             pv->date[0] ? pv->date : "at an unknown date", pv->host[0] ? pv->host : "an unknown host",
+             pv->objective, pv->min_stride, pv->repeats, pv->version[0] ? pv->version : "?", t);
+}
+
+struct merge_job {
+    const char *path;
+    const struct ra_table_writer *w;
+    struct ra_table_merge_stats st;
+};
+
+/* Two entries for one context: *keep gets the one that stays; a real conflict is counted and
+ * reported (one line) with both entries and the rule that decided. */
+static void resolve(struct merge_job *job, const struct ra_table_group *old, const struct ra_table_group *g,
+                    const struct entry_key *given, const struct entry_key *there, struct entry_key *keep)
+{
+    const char *why;
+    char kept[400], dropped[400];
+    if (entry_same(old, there->idx, g, given->idx)) {
+        job->st.same++;
+        *keep = *there;
+        return;
+    }
+    int wins = given_wins(old, there->idx, g, given->idx, &why);
+    *keep = wins ? *given : *there;
+    if (wins)
+        job->st.replaced++;
+    else
+        job->st.kept++;
+    if (!job->w->notes)
+        return;
+    describe_entry(wins ? g : old, keep->idx, kept, sizeof kept);
+    describe_entry(wins ? old : g, wins ? there->idx : given->idx, dropped, sizeof dropped);
+    fprintf(job->w->notes, "%s%s%s: /%s/%s/p%d context %d: conflict: kept the entry %s, dropped the one %s: %s\n",
+            job->w->prog ? job->w->prog : "", job->w->prog ? ": " : "", job->path, g->model_id, g->hw_tag, g->p,
+            given->context, kept, dropped, why);
+    fflush(job->w->notes);
+}
+
+/* out = old's entries and g's, sorted by context length, one per context (resolve). */
+static int entries_merge(struct merge_job *job, const struct ra_table_group *old, const struct ra_table_group *g,
                          struct ra_table_group *out)
 {
-    int n_old = old ? old->n : 0, total = n_old + g->n, k = 0, rc;
+    int n_old = old ? old->n : 0, total = n_old + g->n, k = 0, n = 0, rc;
     struct entry_key *keys = malloc(sizeof *keys * (size_t)(total ? total : 1));
     if (!keys)
-        return ra_error_set(RA_ENOMEM, "%s: out of memory merging %d entries", path, total);
+        return ra_error_set(RA_ENOMEM, "%s: out of memory merging %d entries", job->path, total);
     for (int i = 0; i < n_old; i++)
         keys[k++] = (struct entry_key){ old->context_lengths[i], 0, i };
     for (int i = 0; i < g->n; i++)
         keys[k++] = (struct entry_key){ g->context_lengths[i], 1, i };
     qsort(keys, (size_t)total, sizeof *keys, key_cmp);
-    int n = 0;
     for (int i = 0; i < total; i++) {
         int dup = i > 0 && keys[i].context == keys[i - 1].context;
-        if (dup && keys[i].src == 1) {
+        if (dup && keys[i].src == 1) { /* two given entries (the old group is valid: unique) */
             int c = keys[i].context;
             free(keys);
-            return ra_error_set(RA_EINVAL, "%s: the entries to write have context length %d twice", path, c);
+            return ra_error_set(RA_EINVAL, "%s: the entries to write have context length %d twice", job->path, c);
         }
-        keys[n] = keys[i];
-        n += !dup;
+        if (dup) { /* keys[i - 1] is the given entry, already at n - 1 */
+            struct entry_key given = keys[i - 1];
+            resolve(job, old, g, &given, &keys[i], &keys[n - 1]);
+            job->st.added--;
+        } else {
+            keys[n++] = keys[i];
+            job->st.added += keys[i].src;
+        }
     }
     rc = ra_table_group_init(out, g->model_id, g->hw_tag, g->p, n);
     for (int i = 0; rc == RA_OK && i < n; i++)
         entry_copy(out, i, keys[i].src ? g : old, keys[i].idx);
-    if (rc == RA_OK) {
-        memcpy(out->objective, g->objective, sizeof out->objective);
-        memcpy(out->date, g->date, sizeof out->date);
-        memcpy(out->version, g->version, sizeof out->version);
-        out->min_stride = g->min_stride;
-        out->repeats = g->repeats;
-    }
     free(keys);
     return rc;
 }
@@ -1081,34 +1476,29 @@ static int write_group_cb(hid_t fid, const char *tmp, const void *ctx)
     return group_write(fid, tmp, ctx);
 }
 
-int ra_table_merge(const char *path, const struct ra_table_group *g)
+/* The merge itself, under the lock: read, merge, check, rewrite. */
+static int merge_locked(const char *path, const void *in, void *out)
 {
+    const struct ra_table_group *g = in;
+    struct merge_job *job = out;
     struct ra_table_group old = { 0 }, merged = { 0 };
     char where[300], leaf[16];
-    int have_old = 0;
-    h5_quiet();
-    int rc = check_name("model id", g->model_id);
-    if (rc == RA_OK)
-        rc = check_name("hardware tag", g->hw_tag);
-    if (rc == RA_OK && (g->p < 1 || g->p > RA_TABLE_MAX_RANKS || g->n < 1))
-        rc = ra_error_set(RA_EINVAL, "%s: nothing to merge (%d entries for %d ranks)", path, g->n, g->p);
-    if (rc == RA_OK)
-        rc = check_existing(path);
-    if (rc != RA_OK)
-        return rc;
+    struct problems pr = { .path = path };
+    int have_old = 0, rc = check_existing(path);
     snprintf(leaf, sizeof leaf, "p%d", g->p);
-    if (access(path, F_OK) == 0) {
+    group_path(where, sizeof where, g->model_id, g->hw_tag, leaf);
+    if (rc == RA_OK && access(path, F_OK) == 0) {
         rc = ra_table_read(path, g->model_id, g->hw_tag, g->p, &old);
         have_old = rc == RA_OK;
         if (rc == RA_EINVAL) /* the group is new */
             rc = RA_OK;
     }
     if (rc == RA_OK)
-        rc = entries_merge(path, have_old ? &old : NULL, g, &merged);
+        rc = entries_merge(job, have_old ? &old : NULL, g, &merged);
     if (rc == RA_OK) {
-        struct problems pr = { .path = path };
-        group_path(where, sizeof where, g->model_id, g->hw_tag, leaf);
-        check_entries(&merged, (1u << DS_COUNT) - 1, where, &pr);
+        check_rows(g, ALL_DATA, 1, where, &pr); /* refused even where the entry in the table stays */
+        if (!pr.n)
+            check_entries(&merged, ALL_DATA, 1, where, &pr);
         if (pr.n)
             rc = ra_error_set(RA_EINVAL, "not writing an invalid entry: %s", pr.first);
     }
@@ -1117,6 +1507,29 @@ int ra_table_merge(const char *path, const struct ra_table_group *g)
     ra_table_group_free(&old);
     ra_table_group_free(&merged);
     return rc;
+}
+
+int ra_table_merge_with(const char *path, const struct ra_table_group *g, const struct ra_table_writer *w,
+                        struct ra_table_merge_stats *stats)
+{
+    struct ra_table_writer none = { RA_TABLE_LOCK_TIMEOUT_S, NULL, NULL };
+    struct merge_job job = { path, w ? w : &none, { 0 } };
+    h5_quiet();
+    int rc = check_name("model id", g->model_id);
+    if (rc == RA_OK)
+        rc = check_name("hardware tag", g->hw_tag);
+    if (rc == RA_OK && (g->p < 1 || g->p > RA_TABLE_MAX_RANKS || g->n < 1))
+        rc = ra_error_set(RA_EINVAL, "%s: nothing to merge (%d entries for %d ranks)", path, g->n, g->p);
+    if (rc == RA_OK)
+        rc = locked(path, w, merge_locked, g, &job);
+    if (stats)
+        *stats = job.st;
+    return rc;
+}
+
+int ra_table_merge(const char *path, const struct ra_table_group *g)
+{
+    return ra_table_merge_with(path, g, NULL, NULL);
 }
 
 /* ------------------------------------------------------------------ cost-model profiles */
@@ -1139,8 +1552,16 @@ static int write_profile_cb(hid_t fid, const char *tmp, const void *ctx)
     return bad ? h5_fail(tmp, "the profile") : RA_OK;
 }
 
+static int profile_locked(const char *path, const void *in, void *out)
+{
+    const struct profile *pf = in;
+    (void)out;
+    int rc = check_existing(path);
+    return rc == RA_OK ? file_rewrite(path, pf->model_id, pf->hw_tag, "profile", write_profile_cb, pf) : rc;
+}
+
 int ra_table_profile_write(const char *path, const char *model_id, const char *hw_tag,
-                           const char *const *names, const double *values, int n)
+                           const char *const *names, const double *values, int n, const struct ra_table_writer *w)
 {
     struct profile pf = { model_id, hw_tag, names, values, n };
     h5_quiet();
@@ -1158,9 +1579,7 @@ int ra_table_profile_write(const char *path, const char *model_id, const char *h
                 rc = ra_error_set(RA_EINVAL, "%s: profile name '%s' given twice", path, names[i]);
     }
     if (rc == RA_OK)
-        rc = check_existing(path);
-    if (rc == RA_OK)
-        rc = file_rewrite(path, model_id, hw_tag, "profile", write_profile_cb, &pf);
+        rc = locked(path, w, profile_locked, &pf, NULL);
     return rc;
 }
 
@@ -1178,7 +1597,7 @@ int ra_table_profile_read(const char *path, const char *model_id, const char *hw
     if (rc == RA_OK)
         rc = check_name("hardware tag", hw_tag);
     if (rc == RA_OK)
-        rc = file_open_checked(path, &fid);
+        rc = file_open_checked(path, &fid, NULL);
     if (rc == RA_OK)
         rc = group_open(fid, path, model_id, hw_tag, "profile", "cost-model profile", &grp);
     if (rc != RA_OK)
@@ -1212,7 +1631,7 @@ int ra_table_each(const char *path, ra_table_each_fn fn, void *ctx)
     struct walk w = { 0 };
     char *m, *hw, *leaf;
     h5_quiet();
-    int rc = file_open_checked(path, &fid);
+    int rc = file_open_checked(path, &fid, NULL);
     if (rc == RA_OK)
         rc = walk_file(fid, path, &w);
     h5_close(fid);

@@ -1,29 +1,47 @@
 /* Partition lookup tables (HDF5) and their interpolation (paper §4.2).
  *
- * Layout (see DESIGN.md, "Partitions and lookup tables"):
+ * Layout, schema_version 2 (README.md, "Partition tables"):
  *   /                          attribute schema_version (int) = RA_TABLE_SCHEMA_VERSION
  *   /<model-id>/<hw-tag>/p<P>/ datasets context_lengths[N] (int, ascending, unique),
  *                              boundaries[N][P+1] (int), ratios[N][P] (double),
- *                              ttft_kvr_s[N], ttft_even_s[N], ttft_tsp_s[N] (double, NaN = not measured);
- *                              attributes objective ("measure"|"model"), min_stride (int),
- *                              repeats (int), date (string), runahead_version (string)
+ *                              ttft_kvr_s[N], ttft_even_s[N], ttft_tsp_s[N] (double, NaN = not measured),
+ *                              and each entry's provenance: objective[N] ("measure"|"model"),
+ *                              min_stride[N], repeats[N] (int), date[N], host[N],
+ *                              runahead_version[N] (fixed-length strings)
  *   /<model-id>/<hw-tag>/profile  scalar double attributes of the cost model
+ * Schema 1 (read, and rewritten as 2 by any write) held the provenance once per group, as
+ * attributes objective, min_stride, repeats, date, runahead_version: a merge overwrote it.
+ *
+ * Writers (merge, profile write) hold an fcntl lock on TABLE.lock beside the table from the read
+ * to the rename (filelock.h), so concurrent writers never lose each other's entries, and write
+ * the new file through a mkstemp temporary file (outfile.h).
  *
  * Nothing here uses MPI or exposes HDF5 types: callers include only this header.
- * Errors: RA_EIO (cannot open / not HDF5 / I/O failed), RA_EFORMAT (a malformed file),
- * RA_EINVAL (bad arguments, or the asked-for group is not in the file), RA_ENOMEM. */
+ * Errors: RA_EIO (cannot open / not HDF5 / I/O failed / lock timed out), RA_EFORMAT (a malformed
+ * file), RA_EINVAL (bad arguments, or the asked-for group is not in the file), RA_ENOMEM. */
 #ifndef RA_TABLE_H
 #define RA_TABLE_H
 
 #include <stddef.h>
 #include <stdio.h>
 
+#include "filelock.h"
 #include "model.h"
 
-#define RA_TABLE_SCHEMA_VERSION 1
+#define RA_TABLE_SCHEMA_VERSION 2    /* written; 1 and 2 are read */
 #define RA_TABLE_MAX_RANKS 4096      /* guards allocations against corrupt shapes */
 #define RA_TABLE_MAX_ENTRIES 1000000
 #define RA_TABLE_MAX_PROFILE 256     /* attributes in one profile group */
+#define RA_TABLE_LOCK_TIMEOUT_S 120  /* default wait for another writer's lock */
+
+/* Where one entry came from: its search's settings, and when, where and by what it ran. */
+struct ra_table_prov {
+    char objective[16];  /* "measure" or "model" */
+    int min_stride, repeats;
+    char date[32];       /* when its search finished, UTC "YYYY-MM-DDTHH:MM:SSZ" */
+    char host[64];       /* the host it ran on; "" when unknown (schema 1 tables) */
+    char version[32];    /* the runahead version that searched it */
+};
 
 struct ra_table_group {
     char model_id[128], hw_tag[128];
@@ -32,18 +50,39 @@ struct ra_table_group {
     int *boundaries;          /* [n][p+1] */
     double *ratios;           /* [n][p] */
     double *ttft_kvr_s, *ttft_even_s, *ttft_tsp_s; /* [n]; NaN where not measured */
-    char objective[16];       /* "measure" or "model" */
-    int min_stride, repeats;
-    char date[32], version[32];
+    struct ra_table_prov *prov; /* [n] */
 };
 
-/* Allocates n entries (n >= 0) for p ranks: zero bounds and ratios, NaN TTFTs, and search
- * attributes defaulting to objective "measure", min_stride 1, repeats 1, today's UTC date and
- * this build's version. model_id and hw_tag must be usable as HDF5 group names (no '/'). */
+/* How a writer waits for the others and where it says so. */
+struct ra_table_writer {
+    double lock_timeout_s; /* wait at most this long for TABLE.lock (0: one try) */
+    const char *prog;      /* prefix of the notes, e.g. "runahead-table" */
+    FILE *notes;           /* one line per long wait and per merge conflict; NULL: none */
+};
+
+/* lock_timeout_s from the environment's RA_TABLE_LOCK_TIMEOUT (seconds), else
+ * RA_TABLE_LOCK_TIMEOUT_S; RA_EINVAL if that variable is set but not a number >= 0. */
+int ra_table_writer_init(struct ra_table_writer *w, const char *prog, FILE *notes);
+
+/* What a merge did with the entries it was given. */
+struct ra_table_merge_stats {
+    int added;    /* context lengths new to the group */
+    int replaced; /* conflicts won by the given entry */
+    int kept;     /* conflicts won by the entry already in the table */
+    int same;     /* entries identical to the table's (no conflict) */
+};
+
+/* Allocates n entries (n >= 0) for p ranks: zero bounds and ratios, NaN TTFTs, and provenance
+ * defaulting to objective "measure", min_stride 1, repeats 1, the current UTC time, this host
+ * and this build's version. model_id and hw_tag must be usable as HDF5 group names (no '/'). */
 int ra_table_group_init(struct ra_table_group *g, const char *model_id, const char *hw_tag, int p, int n);
 void ra_table_group_free(struct ra_table_group *g);
 
-/* Sets entry i from a partition: context = bounds[p], ratios = slice lengths / context. */
+/* The search settings of every entry (objective "measure" or "model"). */
+int ra_table_group_set_search(struct ra_table_group *g, const char *objective, int min_stride, int repeats);
+
+/* Sets entry i from a partition: context = bounds[p], ratios = slice lengths / context; its
+ * date becomes now (its search has just finished). */
 int ra_table_entry_set(struct ra_table_group *g, int i, const int *bounds,
                        double ttft_kvr_s, double ttft_even_s, double ttft_tsp_s);
 
@@ -53,12 +92,31 @@ int ra_table_entry_set(struct ra_table_group *g, int i, const int *bounds,
 int ra_table_read(const char *path, const char *model_id, const char *hw_tag, int p,
                   struct ra_table_group *g);
 
-/* Adds or replaces (by context length) g's entries in the file's group, keeping every other
- * group and entry; the group's search attributes become g's. Creates the file if absent.
- * Writes a temporary file beside it (PATH.tmp.PID, fsynced) and renames it over, so a crash
- * mid-write never leaves a corrupt table. g's entries need not be sorted but must be valid.
- * Not safe against two concurrent writers of one file (the last rename wins). */
-int ra_table_merge(const char *path, const struct ra_table_group *g);
+/* Adds g's entries to the file's group, keeping every other group and entry with its own
+ * provenance. Creates the file if absent. Two entries for one context length are a conflict,
+ * reported to w->notes and resolved by one rule, so merges in any order give the same table:
+ * the newer search (its date) wins; at the same date the lower KVR-S TTFT; then the entry
+ * already in the table stays. Identical entries are no conflict. g's entries need not be
+ * sorted but must be valid.
+ *
+ * Holds TABLE.lock from the read to the rename (waiting up to w->lock_timeout_s for another
+ * writer), writes a mkstemp temporary file beside the table, fsyncs it and renames it over, so
+ * neither a concurrent writer nor a crash mid-write loses entries or leaves a corrupt table.
+ * The target must be absent or a regular file (outfile.h). w may be NULL (defaults, no notes);
+ * stats (may be NULL) gets what happened to the entries. */
+int ra_table_merge_with(const char *path, const struct ra_table_group *g, const struct ra_table_writer *w,
+                        struct ra_table_merge_stats *stats);
+int ra_table_merge(const char *path, const struct ra_table_group *g); /* w and stats NULL */
+
+/* Takes the writers' lock of the table at `path` (the file path + ".lock"), as merges do. */
+int ra_table_lock(const char *path, const struct ra_table_writer *w, struct ra_filelock *l);
+
+/* Whether a table could be written at `path`, before any work: it is absent or a regular file
+ * that validates, and a file can be created beside it. */
+int ra_table_check_target(const char *path);
+
+/* The schema version of a table file (after checking it is one this runahead reads). */
+int ra_table_schema_version(const char *path, int *version);
 
 /* The shares at `context`: linear interpolation in context length between the two nearest
  * entries (a convex combination, so every share stays > 0 and they sum to 1). Outside
@@ -78,7 +136,8 @@ int ra_table_interpolate(const struct ra_table_group *g, int context, int *bound
 /* Checks the whole file: schema version, every group's datasets present with matching shapes
  * and types, boundaries strictly increasing from 0 to the context length, ratios in (0,1]
  * summing to 1 within 1e-6 and consistent with the boundaries (within 1 token), context lengths
- * ascending and unique, search attributes present, profile attributes scalar doubles.
+ * ascending and unique, provenance present and sound (per entry; per group in schema 1),
+ * profile attributes scalar doubles.
  * Prints every problem (one line each, naming the group and dataset) to `out` (may be NULL);
  * *n_problems (may be NULL) gets their count. Returns RA_OK if none, else RA_EFORMAT (or RA_EIO
  * when the file cannot be opened as HDF5) with the first problem as the error message. */
@@ -86,10 +145,11 @@ int ra_table_validate(const char *path, FILE *out, int *n_problems);
 
 /* The cost model's measured rates: /<model_id>/<hw_tag>/profile with one scalar double
  * attribute per name. Writing replaces the whole profile (stale rates would mislead) and keeps
- * everything else, atomically as ra_table_merge does. Names: 1..63 characters. Reading returns
- * them sorted by name; more than `max` is RA_ERANGE. */
+ * everything else, locked and atomically as ra_table_merge_with does (w may be NULL). Names:
+ * 1..63 characters. Reading returns them sorted by name; more than `max` is RA_ERANGE. */
 int ra_table_profile_write(const char *path, const char *model_id, const char *hw_tag,
-                           const char *const *names, const double *values, int n);
+                           const char *const *names, const double *values, int n,
+                           const struct ra_table_writer *w);
 int ra_table_profile_read(const char *path, const char *model_id, const char *hw_tag,
                           char (*names)[64], double *values, int max, int *n);
 

@@ -11,6 +11,7 @@
 #include "args.h"
 #include "half.h"
 #include "model.h"
+#include "outfile.h"
 #include "safetensors.h"
 #include "status.h"
 
@@ -388,25 +389,25 @@ static json_t *make_config(const struct ra_config *c, int tied, enum ra_dtype dt
                      "use_cache", 1);
 }
 
+/* Through a mkstemp temporary file (outfile.h): a link planted at a guessable name such as
+ * config.json.tmp is never followed. */
 static int write_config(const struct ra_config *c, int tied, enum ra_dtype dtype, const char *dir)
 {
-    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    struct ra_outfile of = RA_OUTFILE_INIT;
+    char path[PATH_MAX];
     json_t *root = make_config(c, tied, dtype);
-    int rc = RA_OK;
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
+    FILE *fp;
+    int rc;
 
     snprintf(path, sizeof path, "%s/config.json", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (!root)
-        return ra_error_set(RA_ENOMEM, "%s: out of memory", path);
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
-    FILE *fp = text ? fopen(tmp, "w") : NULL;
-    int ok = fp && fprintf(fp, "%s\n", text) > 0;
-    if (fp && fclose(fp) != 0)
-        ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        rc = ra_error_set(RA_EIO, "%s: cannot write: %s", path, text ? strerror(errno) : "out of memory");
-        unlink(tmp);
-    }
+    if (!text)
+        rc = ra_error_set(RA_ENOMEM, "%s: out of memory", path);
+    else if ((rc = ra_outfile_open(&of, path, &fp)) == RA_OK && fprintf(fp, "%s\n", text) < 0)
+        rc = ra_error_set(RA_EIO, "%s: cannot write %s: %s", path, of.tmp, strerror(errno));
+    if (rc == RA_OK)
+        rc = ra_outfile_commit(&of);
+    ra_outfile_abort(&of);
     free(text);
     json_decref(root);
     return rc;

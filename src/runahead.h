@@ -14,5 +14,7 @@
 #include "generate.h"
 #include "tokenizer.h"
 #include "prompt.h"
+#include "outfile.h"
+#include "filelock.h"
 
 #endif

@@ -21,6 +21,9 @@ expect_out() {
 expect_out '^/example-model/test-hw/p2: 2 entries; objective measure, min_stride 16, repeats 3' "$RT" show "$T"
 expect_out '^ +2048 +0\.210000 +0\.250000 +0\.300000  0,1126,2048 / 0\.549805,0\.450195$' "$RT" show "$T"
 expect_out '^ +8192 +1\.900000 +2\.400000 +-  0,5325,8192 /' "$RT" show "$T"
+# Each entry's provenance on the line below it.
+expect_out "^ +searched 20[0-9-]+T[0-9:]+Z on $(hostname), objective measure, min_stride 16, repeats 3, runahead [0-9]" "$RT" show "$T"
+expect_out '^[^ ]*example.h5: schema_version 2$' "$RT" show "$T"
 expect_out '^/example-model/test-hw/p4: 1 entry; objective model' "$RT" show "$T"
 expect_out '^  p2p_latency_s +2e-06$' "$RT" show "$T"
 expect_out "^$TMP/example.h5: ok\$" "$RT" validate "$T"
@@ -54,7 +57,7 @@ if ! command -v h5dump >/dev/null 2>&1; then
 else
     h5dump -H "$T" >"$TMP/dump" 2>&1 || fail "h5dump -H failed: $(head -3 "$TMP/dump")"
     for want in 'ATTRIBUTE "schema_version"' 'GROUP "p2"' 'DATASET "boundaries"' 'DATASPACE  SIMPLE { ( 2, 3 ) / ( 2, 3 ) }' \
-                'ATTRIBUTE "objective"' 'GROUP "profile"'; do
+                'DATASET "objective"' 'DATASET "host"' 'DATASET "date"' 'GROUP "profile"'; do
         grep -qF "$want" "$TMP/dump" || fail "h5dump -H has no '$want'"
     done
 fi

@@ -1,4 +1,5 @@
-/* Partition lookup tables: write/merge/read round trips, interpolation against hand-computed
+/* Partition lookup tables: write/merge/read round trips, per-entry provenance and the merge
+ * conflict rule, reading and upgrading schema-1 tables, interpolation against hand-computed
  * splits, cost-model profiles, and malformed files crafted with the HDF5 API. */
 #include "status.h"
 #include "table.h"
@@ -44,6 +45,12 @@ static void make_group(struct ra_table_group *g, const char *m, const char *hw, 
     }
 }
 
+static int same_prov(const struct ra_table_prov *a, const struct ra_table_prov *b)
+{
+    return !strcmp(a->objective, b->objective) && a->min_stride == b->min_stride && a->repeats == b->repeats &&
+           !strcmp(a->date, b->date) && !strcmp(a->host, b->host) && !strcmp(a->version, b->version);
+}
+
 static int same_group(const struct ra_table_group *a, const struct ra_table_group *b)
 {
     int ok = a->p == b->p && a->n == b->n && !strcmp(a->model_id, b->model_id) && !strcmp(a->hw_tag, b->hw_tag);
@@ -53,17 +60,15 @@ static int same_group(const struct ra_table_group *a, const struct ra_table_grou
         ok = a->ratios[i] == b->ratios[i];
     for (int i = 0; ok && i < a->n; i++)
         ok = same_double(a->ttft_kvr_s[i], b->ttft_kvr_s[i]) && same_double(a->ttft_even_s[i], b->ttft_even_s[i]) &&
-             same_double(a->ttft_tsp_s[i], b->ttft_tsp_s[i]);
-    return ok && !strcmp(a->objective, b->objective) && a->min_stride == b->min_stride && a->repeats == b->repeats &&
-           !strcmp(a->date, b->date) && !strcmp(a->version, b->version);
+             same_double(a->ttft_tsp_s[i], b->ttft_tsp_s[i]) && same_prov(&a->prov[i], &b->prov[i]);
+    return ok;
 }
 
 /* The example of the brief: (0.55, 0.45) at 2048 tokens, (0.65, 0.35) at 8192. */
 static void make_p2(struct ra_table_group *g, const char *m, const char *hw)
 {
     make_group(g, m, hw, 2, 2, (const int[]){ 2048, 8192 }, (const double[]){ 0.55, 0.45, 0.65, 0.35 });
-    g->min_stride = 16;
-    g->repeats = 3;
+    CHECK_OK(ra_table_group_set_search(g, "measure", 16, 3));
 }
 
 static int read_back(const char *path, const struct ra_table_group *want)
@@ -88,7 +93,7 @@ static void test_round_trip(void)
     make_group(&b, "mA", "hw1", 4, 1, (const int[]){ 3000 }, (const double[]){ 0.35, 0.25, 0.21, 0.19 });
     make_p2(&c, "mB", "hw2");
     make_p2(&d, "mA", "hw2");
-    snprintf(d.objective, sizeof d.objective, "model");
+    CHECK_OK(ra_table_group_set_search(&d, "model", 16, 3));
     CHECK_OK(ra_table_merge(path, &a));
     CHECK_OK(ra_table_merge(path, &b));
     CHECK_OK(ra_table_merge(path, &c));
@@ -105,15 +110,19 @@ static void test_round_trip(void)
     CHECK(got.n == 4 && got.boundaries[4] == 2458 && isnan(got.ttft_tsp_s[0]) && got.ttft_kvr_s[2] == 0.2);
     ra_table_group_free(&got);
 
-    /* An existing context length is replaced; the attributes become the new search's. */
+    /* A newer search of an existing context length replaces it; every other entry keeps its
+     * own provenance. */
     make_group(&repl, "mA", "hw1", 2, 1, (const int[]){ 4096 }, (const double[]){ 0.5, 0.5 });
-    snprintf(repl.objective, sizeof repl.objective, "model");
-    repl.repeats = 7;
+    CHECK_OK(ra_table_group_set_search(&repl, "model", 16, 7));
+    snprintf(repl.prov[0].date, sizeof repl.prov[0].date, "2099-01-01T00:00:00Z");
     CHECK_OK(ra_table_merge(path, &repl));
     CHECK_OK(ra_table_read(path, "mA", "hw1", 2, &got));
     CHECK(got.n == 4 && got.context_lengths[1] == 4096 && got.ratios[2] == 0.5 && got.boundaries[4] == 2048);
     CHECK(got.n == 4 && got.ratios[0] == 0.55 && got.context_lengths[3] == 16384);
-    CHECK(!strcmp(got.objective, "model") && got.repeats == 7);
+    CHECK(got.n == 4 && same_prov(&got.prov[1], &repl.prov[0]) && !strcmp(got.prov[1].objective, "model") &&
+          got.prov[1].repeats == 7);
+    CHECK(got.n == 4 && same_prov(&got.prov[0], &a.prov[0]) && got.prov[0].repeats == 3 &&
+          same_prov(&got.prov[2], &a.prov[1]) && same_prov(&got.prov[3], &add.prov[0]) && got.prov[3].repeats == 1);
     ra_table_group_free(&got);
     CHECK(read_back(path, &b) && read_back(path, &c) && read_back(path, &d));
 
@@ -159,7 +168,15 @@ static void test_entry_set(void)
     CHECK(g.context_lengths[0] == 40 && g.ratios[0] == 0.25 && g.ratios[1] == 0.5 && g.ratios[2] == 0.25);
     CHECK(ra_table_entry_set(&g, 0, (const int[]){ 0, 10, 10, 40 }, 1, 1, 1) == RA_EINVAL);
     CHECK(ra_table_entry_set(&g, 1, (const int[]){ 0, 10, 20, 40 }, 1, 1, 1) == RA_EINVAL);
-    CHECK(!strcmp(g.objective, "measure") && g.min_stride == 1 && strlen(g.date) == 20 && g.version[0]);
+    const struct ra_table_prov *pv = &g.prov[0];
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    CHECK(!strcmp(pv->objective, "measure") && pv->min_stride == 1 && pv->repeats == 1 && strlen(pv->date) == 20 &&
+          pv->version[0] && !strcmp(pv->host, host));
+    CHECK(ra_table_group_set_search(&g, "random", 1, 1) == RA_EINVAL);
+    CHECK(ra_table_group_set_search(&g, "model", 0, 1) == RA_EINVAL);
+    CHECK_OK(ra_table_group_set_search(&g, "model", 8, 2));
+    CHECK(!strcmp(pv->objective, "model") && pv->min_stride == 8 && pv->repeats == 2);
     ra_table_group_free(&g);
 }
 
@@ -235,19 +252,19 @@ static void test_profile(void)
     char got[8][64];
     double v[8];
     int n = 0;
-    CHECK_OK(ra_table_profile_write(path, "mA", "hw1", names, values, 3));
+    CHECK_OK(ra_table_profile_write(path, "mA", "hw1", names, values, 3, NULL));
     CHECK_OK(ra_table_profile_read(path, "mA", "hw1", got, v, 8, &n));
     CHECK(n == 3 && !strcmp(got[0], "attn_flops") && v[0] == 3e10 && !strcmp(got[1], "gemm_flops") &&
           v[1] == 5e10 && !strcmp(got[2], "p2p_latency_s") && v[2] == 2e-6);
     CHECK(ra_table_profile_read(path, "mA", "hw1", got, v, 2, &n) == RA_ERANGE);
     /* Rewriting replaces the profile and keeps the tables. */
-    CHECK_OK(ra_table_profile_write(path, "mA", "hw1", names + 1, values + 1, 1));
+    CHECK_OK(ra_table_profile_write(path, "mA", "hw1", names + 1, values + 1, 1, NULL));
     CHECK_OK(ra_table_profile_read(path, "mA", "hw1", got, v, 8, &n));
     CHECK(n == 1 && !strcmp(got[0], "gemm_flops") && v[0] == 5e10);
     int rc = ra_table_profile_read(path, "mB", "hw1", got, v, 8, &n);
     CHECK(rc == RA_EINVAL && strstr(ra_error_message(), "no cost-model profile for model mB"));
     const char *dup[] = { "a", "a" };
-    CHECK(ra_table_profile_write(path, "mA", "hw1", dup, values, 2) == RA_EINVAL);
+    CHECK(ra_table_profile_write(path, "mA", "hw1", dup, values, 2, NULL) == RA_EINVAL);
     struct ra_table_group g;
     CHECK_OK(ra_table_read(path, "mA", "hw1", 4, &g));
     ra_table_group_free(&g);
@@ -310,6 +327,34 @@ static void write_attr_fixed_str(hid_t f, const char *obj, const char *name, con
     H5Tset_strpad(t, H5T_STR_NULLPAD);
     hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
     CHECK(a >= 0 && H5Awrite(a, t, s) >= 0);
+    H5Aclose(a), H5Sclose(sp), H5Tclose(t), H5Oclose(o);
+}
+
+/* A string dataset of n values: fixed-length `size` bytes NUL-padded, or variable-length. */
+static void write_str_ds(hid_t f, const char *name, const char *const *v, int n, size_t size, int vlen)
+{
+    hsize_t dims[1] = { (hsize_t)n };
+    char buf[8][64] = { { 0 } };
+    H5Ldelete(f, name, H5P_DEFAULT);
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate_simple(1, dims, NULL);
+    H5Tset_size(t, vlen ? H5T_VARIABLE : size);
+    H5Tset_strpad(t, H5T_STR_NULLPAD);
+    hid_t d = H5Dcreate2(f, name, t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    for (int i = 0; !vlen && i < n; i++)
+        memcpy(buf[0] + i * size, v[i], strlen(v[i]) < size ? strlen(v[i]) : size);
+    CHECK(d >= 0 && H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, vlen ? (const void *)v : (const void *)buf) >= 0);
+    H5Dclose(d), H5Sclose(sp), H5Tclose(t);
+}
+
+/* A variable-length string, as h5py writes Python str. */
+static void write_attr_vlen_str(hid_t f, const char *obj, const char *name, const char *s)
+{
+    hid_t o = H5Oopen(f, obj, H5P_DEFAULT);
+    H5Adelete(o, name);
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+    H5Tset_size(t, H5T_VARIABLE);
+    hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(a >= 0 && H5Awrite(a, t, &s) >= 0);
     H5Aclose(a), H5Sclose(sp), H5Tclose(t), H5Oclose(o);
 }
 
@@ -421,15 +466,40 @@ static void test_malformed(void)
 
     path = good_file("objective.h5");
     f = open_rw(path);
-    write_attr_fixed_str(f, "/mA/hw1/p2", "objective", "random");
+    write_str_ds(f, "/mA/hw1/p2/objective", (const char *[]){ "random", "measure" }, 2, 16, 0);
     H5Fclose(f);
-    expect_bad(path, "attribute objective is 'random'", 1);
+    expect_bad(path, "/mA/hw1/p2/objective: entry 0 (context 2048) is 'random', want 'measure' or 'model'", 1);
+
+    path = good_file("stride.h5");
+    f = open_rw(path);
+    write_ds(f, "/mA/hw1/p2/min_stride", H5T_NATIVE_INT, 1, d1, (const int[]){ 16, 0 });
+    H5Fclose(f);
+    expect_bad(path, "/mA/hw1/p2/min_stride: entry 1 (context 8192) is 0, want >= 1", 1);
+
+    path = good_file("nohost.h5");
+    f = open_rw(path);
+    H5Ldelete(f, "/mA/hw1/p2/host", H5P_DEFAULT);
+    H5Fclose(f);
+    expect_bad(path, "/mA/hw1/p2/host: dataset is missing", 1);
+
+    path = good_file("longstr.h5");
+    f = open_rw(path);
+    write_str_ds(f, "/mA/hw1/p2/date", (const char *[]){ "2026-01-02T00:00:00Z", "2026-01-02T00:00:00Z and more text" },
+                 2, 40, 0);
+    H5Fclose(f);
+    expect_bad(path, "/mA/hw1/p2/date: entry 1 is longer than 31 characters", 1);
+
+    path = good_file("vlenstr.h5");
+    f = open_rw(path);
+    write_str_ds(f, "/mA/hw1/p2/runahead_version", (const char *[]){ "0.1", "0.1" }, 2, 0, 1);
+    H5Fclose(f);
+    expect_bad(path, "/mA/hw1/p2/runahead_version: want fixed-length strings", 1);
 
     path = good_file("schema99.h5");
     f = open_rw(path);
     write_attr_int(f, "schema_version", 99);
     H5Fclose(f);
-    expect_bad(path, "schema_version is 99; this runahead reads version 1", 1);
+    expect_bad(path, "schema_version is 99; this runahead reads versions 1 to 2", 1);
 
     path = good_file("noschema.h5");
     f = open_rw(path);
@@ -469,15 +539,148 @@ static void test_malformed(void)
     CHECK(rc == RA_EFORMAT && strstr(ra_error_message(), "not an HDF5 file"));
     ra_table_group_free(&t);
 
-    /* Fixed-length strings (as h5py may write them) are read like variable-length ones. */
-    path = good_file("fixedstr.h5");
-    f = open_rw(path);
-    write_attr_fixed_str(f, "/mA/hw1/p2", "objective", "model");
-    write_attr_fixed_str(f, "/mA/hw1/p2", "date", "2026-01-02");
+}
+
+/* ------------------------------------------------------------------ schema 1 */
+
+static const char *const prov_ds[] = { "objective", "min_stride", "repeats", "date", "host", "runahead_version" };
+
+/* A schema-1 file: good_file's groups with their provenance as group attributes (fixed-length
+ * strings as h5py writes numpy byte strings, and one variable-length as it writes str). */
+static const char *v1_file(const char *name, const char *objective)
+{
+    const char *path = good_file(name);
+    hid_t f = open_rw(path);
+    const char *groups[] = { "/mA/hw1/p2", "/mB/hw1/p2" };
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 6; i++) {
+            char ds[64];
+            snprintf(ds, sizeof ds, "%s/%s", groups[k], prov_ds[i]);
+            H5Ldelete(f, ds, H5P_DEFAULT);
+        }
+        hid_t g = H5Oopen(f, groups[k], H5P_DEFAULT);
+        write_attr_int(g, "min_stride", 16);
+        write_attr_int(g, "repeats", 3);
+        H5Oclose(g);
+        write_attr_fixed_str(f, groups[k], "objective", objective);
+        write_attr_vlen_str(f, groups[k], "date", "2026-01-02");
+        write_attr_fixed_str(f, groups[k], "runahead_version", "0.0.9");
+    }
+    write_attr_int(f, "schema_version", 1);
     H5Fclose(f);
+    return path;
+}
+
+static void test_schema1(void)
+{
+    struct ra_table_group t, add;
+    int n = -1, version = 0;
+
+    /* Read and validated; every entry gets the group's provenance, host unknown. */
+    const char *path = v1_file("v1.h5", "model");
+    CHECK_OK(ra_table_validate(path, stderr, &n));
+    CHECK_OK(ra_table_schema_version(path, &version));
+    CHECK(n == 0 && version == 1);
     CHECK_OK(ra_table_read(path, "mA", "hw1", 2, &t));
-    CHECK(!strcmp(t.objective, "model") && !strcmp(t.date, "2026-01-02"));
+    for (int i = 0; i < t.n; i++)
+        CHECK(!strcmp(t.prov[i].objective, "model") && t.prov[i].min_stride == 16 && t.prov[i].repeats == 3 &&
+              !strcmp(t.prov[i].date, "2026-01-02") && !strcmp(t.prov[i].version, "0.0.9") && !t.prov[i].host[0]);
     ra_table_group_free(&t);
+
+    /* Its malformed attributes are reported as before. */
+    path = v1_file("v1-objective.h5", "random");
+    expect_bad(path, "/mA/hw1/p2: attribute objective is 'random', want 'measure' or 'model'", 2); /* mA and mB */
+
+    /* A schema-2 dataset in a schema-1 group is not part of its layout (validate checks that). */
+    path = v1_file("v1-mixed.h5", "model");
+    hid_t f = open_rw(path);
+    write_ds(f, "/mA/hw1/p2/repeats", H5T_NATIVE_INT, 1, (const hsize_t[]){ 2 }, (const int[]){ 1, 1 });
+    H5Fclose(f);
+    CHECK(ra_table_validate(path, NULL, &n) == RA_EFORMAT && n == 1 &&
+          strstr(ra_error_message(), "/mA/hw1/p2/repeats: unexpected object"));
+
+    /* A merge rewrites the whole file as schema 2, every group keeping its provenance. */
+    path = v1_file("v1-merge.h5", "model");
+    make_group(&add, "mA", "hw1", 2, 1, (const int[]){ 4096 }, (const double[]){ 0.6, 0.4 });
+    CHECK_OK(ra_table_merge(path, &add));
+    CHECK_OK(ra_table_validate(path, stderr, &n));
+    CHECK_OK(ra_table_schema_version(path, &version));
+    CHECK(n == 0 && version == RA_TABLE_SCHEMA_VERSION);
+    CHECK_OK(ra_table_read(path, "mA", "hw1", 2, &t));
+    CHECK(t.n == 3 && !strcmp(t.prov[0].date, "2026-01-02") && !strcmp(t.prov[1].date, add.prov[0].date) &&
+          !strcmp(t.prov[2].objective, "model") && !t.prov[2].host[0] && t.prov[1].host[0]);
+    ra_table_group_free(&t);
+    CHECK_OK(ra_table_read(path, "mB", "hw1", 2, &t));
+    CHECK(t.n == 2 && !strcmp(t.prov[1].date, "2026-01-02") && t.prov[1].repeats == 3);
+    ra_table_group_free(&t);
+    ra_table_group_free(&add);
+}
+
+/* ------------------------------------------------------------------ conflicts */
+
+/* Merges a one-entry group at 2048 with this date and KVR-S TTFT into path; returns its stats
+ * and the notes it printed (in notes[len]). */
+static struct ra_table_merge_stats merge_one(const char *path, const char *date, double kvr, double ratio,
+                                             char *notes, size_t len)
+{
+    struct ra_table_group g;
+    struct ra_table_merge_stats st = { -1, -1, -1, -1 };
+    struct ra_table_writer w;
+    char *text = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&text, &size);
+    CHECK_OK(ra_table_writer_init(&w, "test", out));
+    make_group(&g, "mA", "hw1", 2, 1, (const int[]){ 2048 }, (const double[]){ ratio, 1 - ratio });
+    snprintf(g.prov[0].date, sizeof g.prov[0].date, "%s", date);
+    g.ttft_kvr_s[0] = kvr;
+    CHECK_OK(ra_table_merge_with(path, &g, &w, &st));
+    fclose(out);
+    snprintf(notes, len, "%s", text ? text : "");
+    free(text);
+    ra_table_group_free(&g);
+    return st;
+}
+
+/* The ratio of the entry at 2048 in path. */
+static double ratio_at_2048(const char *path)
+{
+    struct ra_table_group g;
+    double r = -1;
+    if (ra_table_read(path, "mA", "hw1", 2, &g) == RA_OK) {
+        r = g.ratios[0];
+        ra_table_group_free(&g);
+    }
+    return r;
+}
+
+static void test_conflicts(void)
+{
+    const char *path = file("conflict.h5");
+    char notes[2048];
+    struct ra_table_merge_stats st;
+    unlink(path);
+    st = merge_one(path, "2026-03-01T10:00:00Z", 0.5, 0.5, notes, sizeof notes);
+    CHECK(st.added == 1 && st.replaced == 0 && st.kept == 0 && !notes[0]);
+    /* The same entry again: no conflict. */
+    st = merge_one(path, "2026-03-01T10:00:00Z", 0.5, 0.5, notes, sizeof notes);
+    CHECK(st.same == 1 && st.added == 0 && st.replaced + st.kept == 0 && !notes[0]);
+    /* An older search, even a faster one, stays out. */
+    st = merge_one(path, "2026-02-01T10:00:00Z", 0.1, 0.625, notes, sizeof notes);
+    CHECK(st.kept == 1 && ratio_at_2048(path) == 0.5);
+    CHECK(strstr(notes, "test: ") == notes && strstr(notes, "conflict.h5: /mA/hw1/p2 context 2048: conflict: kept the "
+          "entry searched 2026-03-01T10:00:00Z") && strstr(notes, "dropped the one searched 2026-02-01T10:00:00Z") &&
+          strstr(notes, "the newer search wins\n"));
+    /* A newer one, even a slower one, replaces it. */
+    st = merge_one(path, "2026-04-01T10:00:00Z", 0.9, 0.5625, notes, sizeof notes);
+    CHECK(st.replaced == 1 && ratio_at_2048(path) == 0.5625 && strstr(notes, "kept the entry searched 2026-04-01"));
+    /* The same date: the lower KVR-S TTFT. */
+    st = merge_one(path, "2026-04-01T10:00:00Z", 0.8, 0.625, notes, sizeof notes);
+    CHECK(st.replaced == 1 && ratio_at_2048(path) == 0.625 && strstr(notes, "same date: the lower KVR-S TTFT wins"));
+    st = merge_one(path, "2026-04-01T10:00:00Z", 0.85, 0.5, notes, sizeof notes);
+    CHECK(st.kept == 1 && ratio_at_2048(path) == 0.625 && strstr(notes, "same date: the lower KVR-S TTFT wins"));
+    /* A full tie: the entry already there. */
+    st = merge_one(path, "2026-04-01T10:00:00Z", 0.8, 0.5, notes, sizeof notes);
+    CHECK(st.kept == 1 && ratio_at_2048(path) == 0.625 && strstr(notes, "a tie: the entry already in the table stays"));
     int n;
     CHECK_OK(ra_table_validate(path, NULL, &n));
 }
@@ -513,6 +716,8 @@ int main(void)
     test_interpolate();
     test_profile();
     test_malformed();
+    test_schema1();
+    test_conflicts();
     test_ids();
     return test_result("test_table");
 }
