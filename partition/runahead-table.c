@@ -78,8 +78,10 @@ static int show_table(const char *path, const char *m, const char *hw, int p)
     char list[4096];
     if (ra_table_read(path, m, hw, p, &g) != RA_OK)
         return -1;
-    printf("\n/%s/%s/p%d: %d entr%s; objective %s, min_stride %d, repeats %d, date %s, runahead %s\n", m, hw, p, g.n,
-           g.n == 1 ? "y" : "ies", g.objective, g.min_stride, g.repeats, g.date, g.version);
+    /* Names and attributes come from the file: escaped, so the listing stays plain lines of text. */
+    printf("\n/%s/%s/p%d: %d entr%s; objective %s, min_stride %d, repeats %d, date %s, runahead %s\n", ra_esc(m),
+           ra_esc(hw), p, g.n, g.n == 1 ? "y" : "ies", ra_esc(g.objective), g.min_stride, g.repeats, ra_esc(g.date),
+           ra_esc(g.version));
     printf("  %8s %11s %11s %11s  %s\n", "context", "ttft_kvr_s", "ttft_even_s", "ttft_tsp_s", "boundaries / ratios");
     for (int i = 0; i < g.n; i++) {
         printf("  %8d", g.context_lengths[i]);
@@ -107,9 +109,9 @@ static int show_profile(const char *path, const char *m, const char *hw)
     else if (ra_table_profile_read(path, m, hw, names, values, RA_TABLE_MAX_PROFILE, &n) == RA_OK)
         rc = 0;
     if (rc == 0) {
-        printf("\n/%s/%s/profile: %d value%s\n", m, hw, n, n == 1 ? "" : "s");
+        printf("\n/%s/%s/profile: %d value%s\n", ra_esc(m), ra_esc(hw), n, n == 1 ? "" : "s");
         for (int i = 0; i < n; i++)
-            printf("  %-32s %.9g\n", names[i], values[i]);
+            printf("  %-32s %.9g\n", ra_esc(names[i]), values[i]);
     }
     free(names);
     free(values);
@@ -123,7 +125,8 @@ static int show_one(const char *m, const char *hw, const char *leaf, void *ctx)
         return show_profile(path, m, hw);
     if (leaf[0] == 'p' && atoi(leaf + 1) > 0)
         return show_table(path, m, hw, atoi(leaf + 1));
-    return ra_error_set(RA_EFORMAT, "%s: /%s/%s/%s is not a table p<P> or a profile", path, m, hw, leaf);
+    return ra_error_set(RA_EFORMAT, "%s: /%s/%s/%s is not a table p<P> or a profile", path, ra_esc(m), ra_esc(hw),
+                        ra_esc(leaf));
 }
 
 static int cmd_show(const char *path)
