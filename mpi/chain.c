@@ -10,6 +10,7 @@
 #include "exchange.h"
 #include "netem.h"
 #include "ra_mpi.h"
+#include "watchdog.h"
 
 /* A message carries K or V (kind) of one layer, for the rows of one rank's
  * slice (piece; chain uses piece 0 for the whole prefix). */
@@ -48,6 +49,7 @@ static int relay_forward(struct ra_exchange *x, struct ra_kvcache *kv, int l, in
             MPI_CHECK(MPI_Testsome(x->n_recv, x->recv, &done, idx, x->recv_status));
         if (done == MPI_UNDEFINED || done == 0)
             break;
+        ra_watchdog_pet(); /* a piece arrived: the chain moves */
         if ((rc = ra_exchange_count_recvs(x, x->recv_status, done)) != RA_OK)
             goto out;
         for (int i = 0; i < done && !last; i++) {
@@ -94,6 +96,8 @@ static int chain_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, in
     int rc = RA_OK;
 
     t->wait_begin = MPI_Wtime() - x->t0;
+    if (r > 0)
+        ra_watchdog_wait(RA_WATCH_KV_ROWS, l, x->route == RA_ROUTE_DIRECT ? -1 : r - 1);
     if (x->route == RA_ROUTE_RELAY)
         rc = relay_forward(x, kv, l, 1);
     else {
@@ -102,6 +106,7 @@ static int chain_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, in
     }
     if (rc == RA_OK && x->netem)
         rc = ra_netem_wait_recvs(x);
+    ra_watchdog_done();
     t->wait_end = MPI_Wtime() - x->t0;
     x->stats.t_wait += t->wait_end - t->wait_begin;
     if (rc != RA_OK || r == p - 1)
@@ -119,6 +124,7 @@ static int chain_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, in
     }
     t->send = MPI_Wtime() - x->t0;
 out:
+    ra_watchdog_done(); /* also when MPI_CHECK left the wait early */
     return rc;
 }
 

@@ -1,6 +1,7 @@
 #include "exchange.h"
 #include "netem.h"
 #include "ra_mpi.h"
+#include "watchdog.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,7 @@ int ra_exchange_finish(struct ra_exchange *x)
 {
     int rc = RA_OK;
     const double t = MPI_Wtime();
+    ra_watchdog_wait(RA_WATCH_DRAIN, -1, -1);
     MPI_CHECK(MPI_Waitall(x->n_send, x->send, MPI_STATUSES_IGNORE));
     if (x->netem && (rc = ra_netem_finish(x)) != RA_OK)
         goto out;
@@ -110,6 +112,7 @@ int ra_exchange_finish(struct ra_exchange *x)
     x->stats.t_drain += MPI_Wtime() - t;
     x->n_send = 0;
 out:
+    ra_watchdog_done();
     x->stats.t_total = MPI_Wtime() - x->t0;
     return rc;
 }

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "netem.h"
 #include "ra_mpi.h"
+#include "watchdog.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -24,18 +25,50 @@ struct ra_netem {
 
 int ra_netem_config_check(const struct ra_netem_config *c)
 {
-    if (!(c->link_gbps >= 0 && isfinite(c->link_gbps)))
-        return ra_error_set(RA_EINVAL, "--link-gbps %g must be a bandwidth > 0 in GB/s", c->link_gbps);
-    if (!(c->latency_us >= 0 && isfinite(c->latency_us)))
-        return ra_error_set(RA_EINVAL, "--link-latency-us %g must be >= 0", c->latency_us);
-    if (!(c->noise_gbps >= 0 && isfinite(c->noise_gbps)))
-        return ra_error_set(RA_EINVAL, "--noise-gbps %g must be >= 0", c->noise_gbps);
-    if (!(c->noise_slot_ms > 0 && isfinite(c->noise_slot_ms)))
-        return ra_error_set(RA_EINVAL, "--noise-slot-ms %g must be > 0", c->noise_slot_ms);
+    if (!(c->link_gbps == 0 || (c->link_gbps >= RA_NETEM_GBPS_MIN && c->link_gbps <= RA_NETEM_GBPS_MAX)))
+        return ra_error_set(RA_EINVAL, "--link-gbps %g must be 0 (no emulated link) or in [%g, %g] GB/s",
+                            c->link_gbps, RA_NETEM_GBPS_MIN, RA_NETEM_GBPS_MAX);
+    if (!(c->latency_us >= 0 && c->latency_us <= RA_NETEM_LATENCY_US_MAX))
+        return ra_error_set(RA_EINVAL, "--link-latency-us %g must be in [0, %g] us", c->latency_us,
+                            RA_NETEM_LATENCY_US_MAX);
+    if (!(c->noise_gbps >= 0 && c->noise_gbps <= RA_NETEM_GBPS_MAX))
+        return ra_error_set(RA_EINVAL, "--noise-gbps %g must be in [0, %g] GB/s", c->noise_gbps, RA_NETEM_GBPS_MAX);
+    if (!(c->noise_slot_ms >= RA_NETEM_SLOT_MS_MIN && c->noise_slot_ms <= RA_NETEM_SLOT_MS_MAX))
+        return ra_error_set(RA_EINVAL, "--noise-slot-ms %g must be in [%g, %g] ms", c->noise_slot_ms,
+                            RA_NETEM_SLOT_MS_MIN, RA_NETEM_SLOT_MS_MAX);
     if (c->link_gbps == 0 && (c->latency_us > 0 || c->noise_gbps > 0))
         return ra_error_set(RA_EINVAL, "%s needs --link-gbps G: the emulation runs on an emulated link",
                             c->noise_gbps > 0 ? "--noise-gbps" : "--link-latency-us");
     return RA_OK;
+}
+
+/* The flags' ranges bound one message; this bounds what a rank can wait for in
+ * one pass: the busiest link's emulated time, at worst half the bandwidth (noise
+ * takes at most half), latency on as many messages as any route sends on it. */
+static int check_pass_time(const struct ra_exchange *x, const struct ra_netem_config *c)
+{
+    const int p = x->size;
+    double rows = x->bounds[p - 1]; /* KVR: rows [0, b_{p-1}) reach the last rank over one link */
+    if (x->method == RA_METHOD_TSP) { /* the ring moves p-1 blocks of the largest slice over every link */
+        int most = 0;
+        for (int r = 0; r < p; r++)
+            most = x->bounds[r + 1] - x->bounds[r] > most ? x->bounds[r + 1] - x->bounds[r] : most;
+        rows = (double)(p - 1) * most;
+    }
+    const double bytes = 2.0 * x->n_layers * rows * (double)x->row_bytes; /* K and V, every layer */
+    const double bw = c->link_gbps * 1e9 / (c->noise_gbps > 0 ? 2 : 1);
+    const double lat = 2.0 * x->n_layers * (p - 1) * c->latency_us * 1e-6;
+    const double pass_s = bytes / bw + lat;
+    if (pass_s <= RA_NETEM_PASS_S_MAX)
+        return RA_OK;
+    if (lat >= RA_NETEM_PASS_S_MAX)
+        return ra_error_set(RA_EINVAL, "--link-latency-us %g: the latency alone of one prompt pass's %d messages on "
+                            "the busiest emulated link would take %.3g s; the limit is %g s", c->latency_us,
+                            2 * x->n_layers * (p - 1), lat, RA_NETEM_PASS_S_MAX);
+    return ra_error_set(RA_EINVAL, "--link-gbps %g: one prompt pass would keep the busiest emulated link busy for "
+                        "%.3g s (%.3g MB of KV rows); the limit is %g s: use --link-gbps >= %.3g", c->link_gbps,
+                        pass_s, bytes / 1e6, RA_NETEM_PASS_S_MAX,
+                        bytes / (RA_NETEM_PASS_S_MAX - lat) * (c->noise_gbps > 0 ? 2 : 1) / 1e9);
 }
 
 void ra_netem_free(struct ra_netem *n)
@@ -58,6 +91,9 @@ int ra_netem_attach(struct ra_exchange *x, const struct ra_netem_config *c)
     struct ra_netem *n = NULL;
     if (c->link_gbps <= 0)
         return RA_OK;
+    /* The same verdict on every rank (the same flags and split), so all return before the collective. */
+    if ((rc = check_pass_time(x, c)) != RA_OK)
+        return rc;
     if (!(n = calloc(1, sizeof *n))) { /* still take part in the collective the others enter */
         MPI_Comm dup;
         if (MPI_Comm_dup(x->comm, &dup) == MPI_SUCCESS)
@@ -168,6 +204,7 @@ static int wait_until(struct ra_exchange *x, double target)
             struct timespec ts = { 0, (long)(nap * 1e9) };
             nanosleep(&ts, NULL);
         }
+        ra_watchdog_pet(); /* a deliberate wait for the emulated link, not a stuck peer */
     }
 out:
     return rc;

@@ -44,11 +44,27 @@ struct ra_netem_config {
     unsigned long long noise_seed;
 };
 
-/* Checks the flags' values (noise needs a link). */
+/* The flags' accepted ranges. No emulated wait may last for ever: one message
+ * waits at most 1 s of latency plus its bytes at 1e-6 GB/s (1 kB/s), and the
+ * tighter bound is on the whole pass, checked when the split is known: the
+ * busiest link's emulated time in one prompt pass (every layer's K and V rows
+ * and latencies, at half bandwidth if noisy) must stay within an hour. The noise
+ * slot's lower bound keeps the slot-by-slot transfer arithmetic short: at most
+ * 3.6e7 slots in that hour. */
+#define RA_NETEM_GBPS_MIN 1e-6
+#define RA_NETEM_GBPS_MAX 1e6
+#define RA_NETEM_LATENCY_US_MAX 1e6
+#define RA_NETEM_SLOT_MS_MIN 0.1
+#define RA_NETEM_SLOT_MS_MAX 1e6
+#define RA_NETEM_PASS_S_MAX 3600.0
+
+/* Checks the flags' values against those ranges (noise needs a link). */
 int ra_netem_config_check(const struct ra_netem_config *c);
 
 /* Collective over x->comm: gives x an emulated link (x->netem) when c asks for
- * one, else leaves x->netem NULL. Freed by ra_exchange_free. */
+ * one, else leaves x->netem NULL. Freed by ra_exchange_free. Refuses (on every
+ * rank alike, before the collective) a link on which one prompt pass would take
+ * longer than RA_NETEM_PASS_S_MAX. */
 int ra_netem_attach(struct ra_exchange *x, const struct ra_netem_config *c);
 void ra_netem_free(struct ra_netem *n);
 

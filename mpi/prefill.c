@@ -1,6 +1,7 @@
 #include "prefill.h"
 #include "ra_mpi.h"
 #include "report.h"
+#include "watchdog.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,9 @@ int ra_prefill_run(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache 
     int rc = RA_OK;
     const int r = x->rank, start = x->bounds[r], n = x->bounds[r + 1] - start;
     const int last = r == x->size - 1;
+    ra_watchdog_wait(RA_WATCH_START, -1, -1);
     MPI_CHECK(MPI_Barrier(x->comm));
+    ra_watchdog_done();
     ra_exchange_begin(x);
     rc = ra_forward_span(m, tokens + start, start, n, kv, ra_exchange_hooks(x), last ? logits : NULL);
     if (last)
@@ -26,6 +29,7 @@ int ra_prefill_run(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache 
     if (rc == RA_OK)
         rc = ra_exchange_finish(x);
 out:
+    ra_watchdog_done(); /* when MPI_CHECK left a wait early */
     return rc;
 }
 
@@ -48,9 +52,12 @@ int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, 
         rc = ra_prefill_run(m, &x, kv, tokens, logits, &ttft[i]);
     if (rc == RA_OK) {
         *median_ttft = ra_median(ttft, repeats);
+        ra_watchdog_wait(RA_WATCH_RESULT, -1, x.size - 1);
         MPI_CHECK(MPI_Bcast(median_ttft, 1, MPI_DOUBLE, x.size - 1, comm));
+        ra_watchdog_done();
     }
 out:
+    ra_watchdog_done();
     if (x.send)
         ra_exchange_free(&x);
     free(ttft);

@@ -14,8 +14,14 @@ int ra_mpi_error(int mpi_rc, const char *call, const char *file, int line)
 
 int ra_mpi_init(int *argc, char ***argv, int *rank, int *size)
 {
+    return ra_mpi_init_threads(argc, argv, rank, size, 0);
+}
+
+int ra_mpi_init_threads(int *argc, char ***argv, int *rank, int *size, int multiple)
+{
     int provided, rc = RA_OK;
-    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    /* Only on request: MPI_THREAD_MULTIPLE makes the library lock around every call. */
+    MPI_CHECK(MPI_Init_thread(argc, argv, multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided));
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, size));

@@ -20,7 +20,11 @@ int ra_mpi_error(int mpi_rc, const char *call, const char *file, int line);
         }                                                                        \
     } while (0)
 
+/* MPI_Init_thread at MPI_THREAD_FUNNELED: only the main thread calls MPI. */
 int ra_mpi_init(int *argc, char ***argv, int *rank, int *size);
+/* The same, at MPI_THREAD_MULTIPLE when `multiple` is set: for --watchdog,
+ * whose thread may call MPI_Abort (watchdog.h). */
+int ra_mpi_init_threads(int *argc, char ***argv, int *rank, int *size, int multiple);
 double ra_mpi_wtime(void);
 
 /* Every rank passes its own status; all get the first failing rank's status

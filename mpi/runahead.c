@@ -14,6 +14,7 @@
 #include "report.h"
 #include "runahead.h"
 #include "table.h"
+#include "watchdog.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -37,6 +38,7 @@ struct options {
     const char *partition, *report, *trace, *hw_tag;
     int repeat;
     int expect_ranks;              /* 0, or the world size the launcher must have started */
+    int watchdog;                  /* seconds a rank may wait in a prompt pass; 0 = off */
     struct ra_netem_config netem;  /* an emulated link; link_gbps 0 = none */
 };
 
@@ -92,6 +94,9 @@ static void usage(FILE *f)
 "  -T, --threads N           CPU threads per rank (default: the node's cores / its ranks)\n"
 "      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
 "                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
+"      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
+"                            prompt pass (a stopped or hung rank); set it above the time\n"
+"                            of one pass. Default: off\n"
 "Emulated network (every report says so; the KV rows still move through MPI):\n"
 "      --link-gbps G         each message also waits for a link of G GB/s (1e9 bytes/s)\n"
 "      --link-latency-us U   ... and U microseconds of latency per message (default 0)\n"
@@ -122,7 +127,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
-           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS };
+           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -145,6 +150,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "hw-tag", required_argument, NULL, OPT_HW_TAG },
         { "threads", required_argument, NULL, 'T' },
         { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
+        { "watchdog", required_argument, NULL, OPT_WATCHDOG },
         { "link-gbps", required_argument, NULL, OPT_LINK_GBPS },
         { "link-latency-us", required_argument, NULL, OPT_LINK_LATENCY },
         { "noise-gbps", required_argument, NULL, OPT_NOISE_GBPS },
@@ -184,6 +190,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_HW_TAG: o->hw_tag = optarg; break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
         case OPT_EXPECT_RANKS: rc = ra_arg_int(optarg, "--expect-ranks", 1, RA_MAX_RANKS, &o->expect_ranks); break;
+        case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
         case OPT_LINK_GBPS: rc = ra_arg_double(optarg, "--link-gbps", &o->netem.link_gbps); break;
         case OPT_LINK_LATENCY: rc = ra_arg_double(optarg, "--link-latency-us", &o->netem.latency_us); break;
         case OPT_NOISE_GBPS: rc = ra_arg_double(optarg, "--noise-gbps", &o->netem.noise_gbps); break;
@@ -527,6 +534,8 @@ static int run(int argc, char **argv)
     /* Collective (it duplicates the communicator), so only once every rank is ready. */
     if ((rc = agree(ra_netem_attach(&x, &o.netem))) != RA_OK)
         goto out;
+    if ((rc = agree(ra_watchdog_start(o.watchdog, "runahead", rank))) != RA_OK)
+        goto out;
 
     for (int i = 0; i < o.repeat; i++) {
         if ((rc = ra_prefill_run(&m, &x, &kv, r.prompt, logits, &r.ttft[i])) != RA_OK) {
@@ -536,6 +545,8 @@ static int run(int argc, char **argv)
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
     }
+    /* The others now wait for the last rank's decoding, however long it takes. */
+    ra_watchdog_stop();
     if (last && (rc = decode(&o, &m, &kv, tok, logits, &r, bounds[world - 1])) == RA_OK)
         rc = print_output(&o, tok, &r);
     if ((rc = agree(rc)) == RA_OK)
@@ -547,6 +558,7 @@ out:
     free(r.prompt);
     free(r.generated);
     free(r.ttft);
+    ra_watchdog_stop();
     ra_kvcache_free(&kv);
     ra_exchange_free(&x);
     ra_model_free(&m);
@@ -558,7 +570,7 @@ out:
 
 int main(int argc, char **argv)
 {
-    int rc = ra_mpi_init(&argc, &argv, &rank, &world);
+    int rc = ra_mpi_init_threads(&argc, &argv, &rank, &world, ra_watchdog_requested(argc, argv));
     if (rc == RA_OK)
         rc = run(argc, argv);
     if (rc != RA_OK && (failed_rank == rank || failed_rank < 0))

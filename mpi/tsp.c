@@ -4,6 +4,7 @@
 #include "exchange.h"
 #include "netem.h"
 #include "ra_mpi.h"
+#include "watchdog.h"
 
 static int tsp_layer_begin(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
 {
@@ -22,6 +23,7 @@ static int tsp_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, int 
         counts[r] = x->bounds[r + 1] - x->bounds[r];
     }
     t->wait_begin = t->send = MPI_Wtime() - x->t0;
+    ra_watchdog_wait(RA_WATCH_ALLGATHER, l, -1);
     MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, kv->k[l], counts, displs, x->row, x->comm));
     MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, kv->v[l], counts, displs, x->row, x->comm));
     if (x->netem && (rc = ra_netem_allgather(x, t->wait_begin, counts)) != RA_OK)
@@ -38,6 +40,7 @@ static int tsp_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, int 
     x->stats.msgs_sent += 2 * (x->size - 1);
     x->stats.msgs_recv += 2 * (x->size - 1);
 out:
+    ra_watchdog_done();
     return rc;
 }
 

@@ -90,7 +90,7 @@ static void search_summary(const struct ra_table_group *g, char *buf, size_t len
             return;
         }
     }
-    snprintf(buf, len, g->n ? "; objective %s, min_stride %d, repeats %d" : "", a->objective, a->min_stride,
+    snprintf(buf, len, g->n ? "; objective %s, min_stride %d, repeats %d" : "", ra_esc(a->objective), a->min_stride,
              a->repeats);
 }
 
@@ -110,8 +110,8 @@ static void print_entry(const struct ra_table_group *g, int i)
         used += (size_t)snprintf(list + used, sizeof list - used, r ? ",%.6f" : " / %.6f", g->ratios[i * p + r]);
     printf("  %s\n", list);
     printf("  %8s searched %s on %s, objective %s, min_stride %d, repeats %d, runahead %s\n", "",
-           pv->date[0] ? pv->date : "(date unknown)", pv->host[0] ? pv->host : "(host unknown)", pv->objective,
-           pv->min_stride, pv->repeats, pv->version[0] ? pv->version : "(unknown)");
+           pv->date[0] ? ra_esc(pv->date) : "(date unknown)", pv->host[0] ? ra_esc(pv->host) : "(host unknown)",
+           ra_esc(pv->objective), pv->min_stride, pv->repeats, pv->version[0] ? ra_esc(pv->version) : "(unknown)");
 }
 
 static int show_table(const char *path, const char *m, const char *hw, int p)
@@ -121,7 +121,8 @@ static int show_table(const char *path, const char *m, const char *hw, int p)
     if (ra_table_read(path, m, hw, p, &g) != RA_OK)
         return -1;
     search_summary(&g, summary, sizeof summary);
-    printf("\n/%s/%s/p%d: %d entr%s%s\n", m, hw, p, g.n, g.n == 1 ? "y" : "ies", summary);
+    /* Names come from the file: escaped, so the listing stays plain lines of text. */
+    printf("\n/%s/%s/p%d: %d entr%s%s\n", ra_esc(m), ra_esc(hw), p, g.n, g.n == 1 ? "y" : "ies", summary);
     printf("  %8s %11s %11s %11s  %s\n", "context", "ttft_kvr_s", "ttft_even_s", "ttft_tsp_s", "boundaries / ratios");
     for (int i = 0; i < g.n; i++)
         print_entry(&g, i);
@@ -139,9 +140,9 @@ static int show_profile(const char *path, const char *m, const char *hw)
     else if (ra_table_profile_read(path, m, hw, names, values, RA_TABLE_MAX_PROFILE, &n) == RA_OK)
         rc = 0;
     if (rc == 0) {
-        printf("\n/%s/%s/profile: %d value%s\n", m, hw, n, n == 1 ? "" : "s");
+        printf("\n/%s/%s/profile: %d value%s\n", ra_esc(m), ra_esc(hw), n, n == 1 ? "" : "s");
         for (int i = 0; i < n; i++)
-            printf("  %-32s %.9g\n", names[i], values[i]);
+            printf("  %-32s %.9g\n", ra_esc(names[i]), values[i]);
     }
     free(names);
     free(values);
@@ -155,7 +156,8 @@ static int show_one(const char *m, const char *hw, const char *leaf, void *ctx)
         return show_profile(path, m, hw);
     if (leaf[0] == 'p' && atoi(leaf + 1) > 0)
         return show_table(path, m, hw, atoi(leaf + 1));
-    return ra_error_set(RA_EFORMAT, "%s: /%s/%s/%s is not a table p<P> or a profile", path, m, hw, leaf);
+    return ra_error_set(RA_EFORMAT, "%s: /%s/%s/%s is not a table p<P> or a profile", path, ra_esc(m), ra_esc(hw),
+                        ra_esc(leaf));
 }
 
 static int cmd_show(const char *path)

@@ -19,6 +19,7 @@
 #include "runahead.h"
 #include "search.h"
 #include "table.h"
+#include "watchdog.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -35,6 +36,7 @@ struct options {
     int contexts[MAX_CONTEXTS], n_contexts;
     int repeats, min_stride, points, ranks, threads, calibrate, baselines, no_check_weights;
     int model_objective;
+    int watchdog; /* seconds a rank may wait in a prompt pass; 0 = off */
     unsigned seed;
 };
 
@@ -85,6 +87,9 @@ static void usage(FILE *f)
 "                          beside the cost model's prediction; writes no entries\n"
 "  -T, --threads N         CPU threads per rank (default: the node's cores / its ranks)\n"
 "  -s, --seed S            seed of the synthetic prompt ids (default 1)\n"
+"      --watchdog SECONDS  abort the job when a rank has waited SECONDS for another in a\n"
+"                          prompt pass (a stopped or hung rank); set it above the time\n"
+"                          of one pass. Default: off\n"
 "  -h, --help, -V, --version\n"
 "\n"
 "Progress goes to stderr: trials done and planned, best TTFT so far, elapsed time.\n"
@@ -113,7 +118,8 @@ static int lock_timeout(const char *arg, double *t)
 static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_HW = 256, OPT_OBJECTIVE, OPT_RANKS, OPT_CALIBRATE, OPT_MIN_STRIDE, OPT_POINTS, OPT_NO_BASE, OPT_EVAL,
-           OPT_NO_CHECK, OPT_LOCK_TIMEOUT };
+           OPT_NO_CHECK, OPT_LOCK_TIMEOUT,
+           OPT_WATCHDOG };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },     { "contexts", required_argument, NULL, 'c' },
         { "out", required_argument, NULL, 'o' },       { "hw-tag", required_argument, NULL, OPT_HW },
@@ -123,6 +129,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "points", required_argument, NULL, OPT_POINTS }, { "no-baselines", no_argument, NULL, OPT_NO_BASE },
         { "evaluate", required_argument, NULL, OPT_EVAL }, { "no-check-weights", no_argument, NULL, OPT_NO_CHECK },
         { "lock-timeout", required_argument, NULL, OPT_LOCK_TIMEOUT },
+        { "watchdog", required_argument, NULL, OPT_WATCHDOG },
         { "threads", required_argument, NULL, 'T' },   { "seed", required_argument, NULL, 's' },
         { "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -152,6 +159,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_EVAL: o->evaluate = optarg; break;
         case OPT_NO_CHECK: o->no_check_weights = 1; break;
         case OPT_LOCK_TIMEOUT: rc = lock_timeout(optarg, &o->writer.lock_timeout_s); break;
+        case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
         case 's': rc = ra_arg_int(optarg, "--seed", 0, 1 << 30, &seed); break;
         case 'h': if (rank == 0) usage(stdout); return 1;
@@ -604,6 +612,8 @@ static int run(int argc, char **argv)
         goto out;
     if ((rc = agree(setup(&t))) != RA_OK)
         goto out;
+    if ((rc = agree(ra_watchdog_start(o.watchdog, "runahead-tune", rank))) != RA_OK)
+        goto out;
     if (o.calibrate && (rc = calibrate(&t)) != RA_OK)
         goto out;
     if (!t.have_profile && (rc = agree(load_profile(&t))) != RA_OK)
@@ -611,6 +621,7 @@ static int run(int argc, char **argv)
     if (o.n_contexts > 0)
         rc = o.evaluate ? evaluate_all(&t) : tune_all(&t);
 out:
+    ra_watchdog_stop();
     free(t.tokens);
     ra_kvcache_free(&t.kv);
     ra_model_free(&t.m);
@@ -620,7 +631,7 @@ out:
 
 int main(int argc, char **argv)
 {
-    int rc = ra_mpi_init(&argc, &argv, &rank, &world);
+    int rc = ra_mpi_init_threads(&argc, &argv, &rank, &world, ra_watchdog_requested(argc, argv));
     if (rc == RA_OK)
         rc = run(argc, argv);
     if (rc != RA_OK && (failed_rank == rank || failed_rank < 0))

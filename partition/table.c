@@ -10,6 +10,7 @@
 #include "config.h"
 #include "table.h"
 #include "outfile.h"
+#include "mapped_file.h"
 #include "status.h"
 
 #include <errno.h>
@@ -55,12 +56,13 @@ static void problem_line(struct problems *pr, const char *line)
 /* One problem "PATH: <what>". */
 __attribute__((format(printf, 2, 3))) static void problem(struct problems *pr, const char *fmt, ...)
 {
-    char msg[900], line[1024];
+    char msg[900], shown[900], line[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(line, sizeof line, "%s: %s", pr->path, msg);
+    /* Group, dataset and attribute names and values come from the file: one problem, one line. */
+    snprintf(line, sizeof line, "%s: %s", pr->path, ra_escape(msg, shown, sizeof shown));
     problem_line(pr, line);
 }
 
@@ -126,15 +128,13 @@ static hid_t write_fapl(void)
 /* Opens an existing table file read-only; errors name the file and the cause. */
 static int file_open(const char *path, hid_t *fid)
 {
-    struct stat st;
     char cause[200];
+    int fd, rc;
     *fid = -1;
-    if (stat(path, &st) != 0)
-        return ra_error_set(RA_EIO, "%s: cannot open: %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode))
-        return ra_error_set(RA_EIO, "%s: is a directory, not an HDF5 table", path);
-    if (!S_ISREG(st.st_mode)) /* a FIFO would block the signature check forever */
-        return ra_error_set(RA_EIO, "%s: is not a regular file, not an HDF5 table", path);
+    /* HDF5 opens by name and would block on a FIFO: refuse anything but a regular file first. */
+    if ((rc = ra_file_open_regular(path, &fd, NULL)) != RA_OK)
+        return rc;
+    close(fd);
     if (H5Fis_hdf5(path) <= 0)
         return ra_error_set(RA_EFORMAT, "%s: not an HDF5 file (no HDF5 signature)", path);
     hid_t fapl = strong_fapl();
@@ -809,12 +809,12 @@ int ra_table_list(const char *path, char *buf, size_t len)
     for (int i = 0; i < w.n; i++) {
         if (w.v[i].depth != 3)
             continue;
-        const char *sep = used ? ", " : "";
-        if (used + strlen(sep) + strlen(w.v[i].name) + 4 >= len) {
+        const char *sep = used ? ", " : "", *name = ra_esc(w.v[i].name); /* names from the file */
+        if (used + strlen(sep) + strlen(name) + 4 >= len) {
             snprintf(buf + used, len - used, "%s...", used + 4 < len ? sep : "");
             break;
         }
-        used += (size_t)snprintf(buf + used, len - used, "%s%s", sep, w.v[i].name);
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", sep, name);
     }
     if (!used && !buf[0])
         snprintf(buf, len, "no tables");

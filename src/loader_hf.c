@@ -44,15 +44,15 @@ static int join_path(char *out, size_t size, const char *dir, const char *name)
 static int read_json(const char *path, json_t **out)
 {
     json_error_t err;
-    FILE *fp = fopen(path, "rb");
+    int fd, rc = ra_file_open_regular(path, &fd, NULL);
     *out = NULL;
-    if (!fp)
-        return ra_error_set(RA_EIO, "%s: cannot open: %s", path, strerror(errno));
-    *out = json_loadf(fp, JSON_REJECT_DUPLICATES, &err);
-    fclose(fp);
-    if (!*out)
+    if (rc != RA_OK)
+        return rc;
+    *out = json_loadfd(fd, JSON_REJECT_DUPLICATES, &err);
+    close(fd);
+    if (!*out) /* jansson's text quotes the file ("invalid token near '...'") */
         return ra_error_set(RA_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)",
-                            path, err.text, err.line, err.column);
+                            path, ra_esc(err.text), err.line, err.column);
     if (!json_is_object(*out)) {
         json_decref(*out);
         *out = NULL;
@@ -128,12 +128,12 @@ static int check_architecture(const char *path, json_t *root)
         return ra_error_set(RA_EUNSUPPORTED, "%s: no model_type or architectures: cannot tell it is a Llama model", path);
     if (type && (!json_is_string(type) || strcmp(json_string_value(type), "llama") != 0))
         return ra_error_set(RA_EUNSUPPORTED, "%s: model_type %s is not supported (only llama)", path,
-                            json_is_string(type) ? json_string_value(type) : "(not a string)");
+                            json_is_string(type) ? ra_esc(json_string_value(type)) : "(not a string)");
     if (arch && (!json_is_array(arch) || !has_string(arch, "LlamaForCausalLM")))
         return ra_error_set(RA_EUNSUPPORTED, "%s: architectures does not list LlamaForCausalLM (the only one supported)", path);
     if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
         return ra_error_set(RA_EUNSUPPORTED, "%s: hidden_act %s is not supported (only silu)", path,
-                            json_is_string(act) ? json_string_value(act) : "(not a string)");
+                            json_is_string(act) ? ra_esc(json_string_value(act)) : "(not a string)");
     if (scaling && !json_is_null(scaling))
         return ra_error_set(RA_EUNSUPPORTED, "%s: rope_scaling is not supported (it must be null)", path);
     if ((rc = cfg_bool(path, root, "attention_bias", &bias)) != RA_OK ||
@@ -192,7 +192,7 @@ static int add_shard(struct hf_load *L, const char *name)
     /* The index names files beside it; a path could reach anywhere. */
     if (!*name || strchr(name, '/'))
         return ra_error_set(RA_EFORMAT, "%s: shard name \"%s\" is not a file name in the model directory",
-                            L->where, name);
+                            L->where, ra_esc(name));
     if (L->n_shards == RA_MAX_SHARDS)
         return ra_error_set(RA_EUNSUPPORTED, "%s: more than %d shards", L->where, RA_MAX_SHARDS);
     L->shard_names[L->n_shards++] = name;
@@ -211,7 +211,8 @@ static int read_index(struct hf_load *L)
         return ra_error_set(RA_EFORMAT, "%s: weight_map is missing or not a non-empty object", L->where);
     json_object_foreach(L->weight_map, name, v) {
         if (!json_is_string(v))
-            return ra_error_set(RA_EFORMAT, "%s: tensor %s: weight_map value is not a file name", L->where, name);
+            return ra_error_set(RA_EFORMAT, "%s: tensor %s: weight_map value is not a file name", L->where,
+                                ra_esc(name));
         if ((rc = add_shard(L, json_string_value(v))) != RA_OK)
             return rc;
     }

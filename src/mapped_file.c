@@ -9,32 +9,66 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int ra_mapped_file_open(struct ra_mapped_file *f, const char *path)
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a file";
+}
+
+int ra_file_open_regular(const char *path, int *fd, size_t *size)
 {
     struct stat st;
-    int fd = -1, rc = RA_OK;
+    int rc = RA_OK, flags;
+    /* O_NONBLOCK: open() on a FIFO would wait for a writer, before fstat could say what it is. */
+    *fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (*fd < 0)
+        return ra_error_set(RA_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(*fd, &st) != 0) {
+        rc = ra_error_set(RA_EIO, "%s: cannot stat: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = ra_error_set(RA_EIO, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
+        goto out;
+    }
+    /* Reads of a regular file never return EAGAIN, but stdio callers should see a plain descriptor. */
+    if ((flags = fcntl(*fd, F_GETFL)) < 0 || fcntl(*fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+        rc = ra_error_set(RA_EIO, "%s: fcntl failed: %s", path, strerror(errno));
+        goto out;
+    }
+    if (size)
+        *size = (size_t)st.st_size;
+out:
+    if (rc != RA_OK) {
+        close(*fd);
+        *fd = -1;
+    }
+    return rc;
+}
+
+int ra_mapped_file_open(struct ra_mapped_file *f, const char *path)
+{
+    size_t size = 0;
+    int fd = -1, rc;
 
     memset(f, 0, sizeof *f);
-    fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        rc = ra_error_set(RA_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if ((rc = ra_file_open_regular(path, &fd, &size)) != RA_OK)
         goto out;
-    }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = ra_error_set(RA_EIO, "%s: not a regular file", path);
-        goto out;
-    }
-    if (st.st_size == 0) {
+    if (size == 0) {
         rc = ra_error_set(RA_EFORMAT, "%s: file is empty", path);
         goto out;
     }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
         rc = ra_error_set(RA_EIO, "%s: mmap failed: %s", path, strerror(errno));
         goto out;
     }
     f->data = p;
-    f->size = (size_t)st.st_size;
+    f->size = size;
     f->path = strdup(path);
     if (!f->path) {
         ra_mapped_file_close(f);

@@ -11,7 +11,19 @@ struct ra_mapped_file {
     char *path; /* owned copy, for error messages */
 };
 
+/* Maps PATH (opened with ra_file_open_regular): a non-empty regular file. */
 int ra_mapped_file_open(struct ra_mapped_file *f, const char *path);
 void ra_mapped_file_close(struct ra_mapped_file *f);
+
+/* Opens PATH read-only to read it as data (weights, tokenizer, config and index
+ * JSON, prompts, tables): every program opens its input files through this.
+ * Anything but a regular file is refused with one error line before it can
+ * block or never end: a FIFO (a plain open would wait for a writer, so it is
+ * opened O_NONBLOCK, cleared again once fstat says it is a regular file), a
+ * directory, a device such as /dev/zero (endless) or a terminal, a socket.
+ * On success *fd is open (close-on-exec) and, if size is not NULL, *size is
+ * the file's size. Errors: "PATH: cannot open: CAUSE" or "PATH: is a FIFO,
+ * not a regular file". */
+int ra_file_open_regular(const char *path, int *fd, size_t *size);
 
 #endif

@@ -1,3 +1,4 @@
+#include "mapped_file.h"
 #include "prompt.h"
 #include "status.h"
 
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int ra_prompt_parse_ids(const char *text, const char *what, int32_t **ids, int *n)
 {
@@ -53,12 +55,16 @@ int ra_prompt_parse_ids(const char *text, const char *what, int32_t **ids, int *
 
 int ra_read_file(const char *path, char **data, size_t *size)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = NULL;
     char *buf = NULL;
     size_t len = 0, cap = 0;
-    int rc = RA_OK;
-    if (!f)
+    int fd, rc = ra_file_open_regular(path, &fd, NULL);
+    if (rc != RA_OK)
+        return rc;
+    if (!(f = fdopen(fd, "rb"))) {
+        close(fd);
         return ra_error_set(RA_EIO, "%s: cannot open: %s", path, strerror(errno));
+    }
     for (;;) {
         if (cap - len < 4096) {
             cap = cap ? 2 * cap : 65536;

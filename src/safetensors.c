@@ -64,9 +64,9 @@ static const char *st_path(const struct ra_safetensors *st)
 static int parse_dtype(const char *file, const char *name, json_t *v, enum ra_dtype *out)
 {
     if (!v)
-        return ra_error_set(RA_EFORMAT, "%s: tensor %s: header entry has no dtype", file, name);
+        return ra_error_set(RA_EFORMAT, "%s: tensor %s: header entry has no dtype", file, ra_esc(name));
     if (!json_is_string(v))
-        return ra_error_set(RA_EFORMAT, "%s: tensor %s: dtype is not a string", file, name);
+        return ra_error_set(RA_EFORMAT, "%s: tensor %s: dtype is not a string", file, ra_esc(name));
     const char *s = json_string_value(v);
     for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++) {
         if (strcmp(s, st_dtypes[i].name) == 0) {
@@ -75,7 +75,7 @@ static int parse_dtype(const char *file, const char *name, json_t *v, enum ra_dt
         }
     }
     return ra_error_set(RA_EUNSUPPORTED, "%s: tensor %s: dtype %s is not supported (only F32, F16, BF16)",
-                        file, name, s);
+                        file, ra_esc(name), ra_esc(s));
 }
 
 /* A JSON array of N non-negative integers (N = -1: any count up to MAX). */
@@ -83,16 +83,16 @@ static int parse_uints(const char *file, const char *name, const char *field, js
                        int want, int max, int64_t *out, int *count)
 {
     if (!v)
-        return ra_error_set(RA_EFORMAT, "%s: tensor %s: header entry has no %s", file, name, field);
+        return ra_error_set(RA_EFORMAT, "%s: tensor %s: header entry has no %s", file, ra_esc(name), field);
     size_t n = json_is_array(v) ? json_array_size(v) : 0;
     if (!json_is_array(v) || (want >= 0 && n != (size_t)want) || n > (size_t)max)
         return ra_error_set(RA_EFORMAT, "%s: tensor %s: %s is not an array of %s%d integers",
-                            file, name, field, want >= 0 ? "" : "at most ", want >= 0 ? want : max);
+                            file, ra_esc(name), field, want >= 0 ? "" : "at most ", want >= 0 ? want : max);
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(v, i);
         if (!json_is_integer(x) || json_integer_value(x) < 0)
             return ra_error_set(RA_EFORMAT, "%s: tensor %s: %s[%zu] is not a non-negative integer",
-                                file, name, field, i);
+                                file, ra_esc(name), field, i);
         out[i] = (int64_t)json_integer_value(x);
     }
     *count = (int)n;
@@ -106,7 +106,7 @@ static int parse_entry(struct ra_safetensors *st, const char *name, json_t *v, s
     int n_off, rc;
 
     if (!json_is_object(v))
-        return ra_error_set(RA_EFORMAT, "%s: tensor %s: header entry is not an object", file, name);
+        return ra_error_set(RA_EFORMAT, "%s: tensor %s: header entry is not an object", file, ra_esc(name));
     if ((rc = parse_dtype(file, name, json_object_get(v, "dtype"), &e->dtype)) != RA_OK)
         return rc;
     rc = parse_uints(file, name, "shape", json_object_get(v, "shape"), -1, RA_ST_MAX_DIMS, e->shape, &e->n_dims);
@@ -118,18 +118,18 @@ static int parse_entry(struct ra_safetensors *st, const char *name, json_t *v, s
     e->begin = (uint64_t)off[0];
     e->end = (uint64_t)off[1];
     if (e->begin > e->end)
-        return ra_error_set(RA_EFORMAT, "%s: tensor %s: data_offsets [%llu, %llu] end before they begin", file, name,
-                            (unsigned long long)e->begin, (unsigned long long)e->end);
+        return ra_error_set(RA_EFORMAT, "%s: tensor %s: data_offsets [%llu, %llu] end before they begin", file,
+                            ra_esc(name), (unsigned long long)e->begin, (unsigned long long)e->end);
     if (e->end > st->data_size)
         return ra_error_set(RA_EFORMAT, "%s: tensor %s: data_offsets [%llu, %llu] are outside the data region "
-                            "of %llu bytes (truncated file?)", file, name, (unsigned long long)e->begin,
+                            "of %llu bytes (truncated file?)", file, ra_esc(name), (unsigned long long)e->begin,
                             (unsigned long long)e->end, (unsigned long long)st->data_size);
     int64_t want = shape_bytes(e->shape, e->n_dims, e->dtype);
     if (want < 0)
-        return ra_error_set(RA_EFORMAT, "%s: tensor %s: shape is too large (its size overflows)", file, name);
+        return ra_error_set(RA_EFORMAT, "%s: tensor %s: shape is too large (its size overflows)", file, ra_esc(name));
     if ((uint64_t)want != e->end - e->begin)
         return ra_error_set(RA_EFORMAT, "%s: tensor %s: shape and dtype %s need %lld bytes, data_offsets "
-                            "give %llu", file, name, ra_safetensors_dtype_name(e->dtype), (long long)want,
+                            "give %llu", file, ra_esc(name), ra_safetensors_dtype_name(e->dtype), (long long)want,
                             (unsigned long long)(e->end - e->begin));
     e->name = strdup(name);
     if (!e->name)
@@ -150,7 +150,7 @@ static int parse_meta(struct ra_safetensors *st, json_t *v)
         return ra_error_set(RA_ENOMEM, "%s: out of memory", file);
     json_object_foreach(v, key, val) {
         if (!json_is_string(val))
-            return ra_error_set(RA_EFORMAT, "%s: %s value of %s is not a string", file, META_KEY, key);
+            return ra_error_set(RA_EFORMAT, "%s: %s value of %s is not a string", file, META_KEY, ra_esc(key));
         st->meta[2 * st->n_meta] = strdup(key);
         st->meta[2 * st->n_meta + 1] = strdup(json_string_value(val));
         st->n_meta++;
@@ -188,11 +188,11 @@ static int check_coverage(struct ra_safetensors *st)
         const struct ra_st_entry *e = &st->entries[i];
         if (e->begin < pos)
             return ra_error_set(RA_EFORMAT, "%s: tensor %s: data_offsets [%llu, %llu] overlap tensor %s [%llu, %llu]",
-                                st_path(st), e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
-                                prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end);
+                                st_path(st), ra_esc(e->name), (unsigned long long)e->begin, (unsigned long long)e->end,
+                                ra_esc(prev->name), (unsigned long long)prev->begin, (unsigned long long)prev->end);
         if (e->begin > pos)
             return ra_error_set(RA_EFORMAT, "%s: tensor %s: data_offsets [%llu, %llu] leave a gap: bytes [%llu, %llu) "
-                                "of the data region belong to no tensor", st_path(st), e->name,
+                                "of the data region belong to no tensor", st_path(st), ra_esc(e->name),
                                 (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)pos,
                                 (unsigned long long)e->begin);
         pos = e->end;
@@ -201,7 +201,7 @@ static int check_coverage(struct ra_safetensors *st)
     if (pos != st->data_size)
         return ra_error_set(RA_EFORMAT, "%s: the data region has %llu bytes but the tensors cover %llu%s%s: a wrong "
                             "header length (%llu) or data_offsets", st_path(st), (unsigned long long)st->data_size,
-                            (unsigned long long)pos, prev ? ", up to the end of tensor " : "", prev ? prev->name : "",
+                            (unsigned long long)pos, prev ? ", up to the end of tensor " : "", prev ? ra_esc(prev->name) : "",
                             (unsigned long long)(st->data - st->file->data - 8));
     return RA_OK;
 }
@@ -215,7 +215,7 @@ static int parse_header(struct ra_safetensors *st, const char *file, const unsig
 
     if (!root)
         return ra_error_set(RA_EFORMAT, "%s: header is not valid JSON: %s (line %d, column %d)",
-                            file, err.text, err.line, err.column);
+                            file, ra_esc(err.text), err.line, err.column);
     if (!json_is_object(root)) {
         rc = ra_error_set(RA_EFORMAT, "%s: header is not a JSON object", file);
         goto out;

@@ -1,6 +1,7 @@
 #include "status.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,17 +23,18 @@ const char *ra_strerror(int status)
     }
 }
 
-/* Formats into a local buffer first: an argument may be ra_error_message()
- * itself (a caller adding context to the error it got), and vsnprintf into
- * the buffer it is reading from overlaps, which garbles the text. */
+static const char *escape(const char *s, char *buf, size_t size, int backslashes);
+
 int ra_error_set(int status, const char *fmt, ...)
 {
-    char line[sizeof last_message];
+    /* Formatted apart first: an argument may be ra_error_message() itself. */
+    char raw[sizeof last_message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
-    memcpy(last_message, line, sizeof line);
+    /* A safety net under ra_esc(): whatever an argument held, one line of text. */
+    escape(raw, last_message, sizeof last_message, 0);
     return status;
 }
 
@@ -44,4 +46,101 @@ const char *ra_error_message(void)
 void ra_error_clear(void)
 {
     last_message[0] = '\0';
+}
+
+/* ------------------------------------------------------------------ escaping */
+
+/* The UTF-8 sequence at s: its length and code point, or 0 if it is not valid
+ * (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF). */
+static size_t utf8_decode(const unsigned char *s, uint32_t *cp)
+{
+    static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if (s[0] < 0xc2 || s[0] > 0xf4)
+        return 0;
+    const size_t n = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : 2;
+    uint32_t v = s[0] & (0x7fu >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) /* also stops at the terminating NUL */
+            return 0;
+        v = v << 6 | (s[i] & 0x3fu);
+    }
+    if (v < least[n] || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+        return 0;
+    *cp = v;
+    return n;
+}
+
+/* Code points that print nothing yet change how a line reads: C1 controls, zero
+ * widths, line and paragraph separators, bidirectional overrides and isolates. */
+static int invisible(uint32_t cp)
+{
+    return cp < 0xa0 || cp == 0x061c || (cp >= 0x200b && cp <= 0x200f) || (cp >= 0x2028 && cp <= 0x202e) ||
+           (cp >= 0x2060 && cp <= 0x206f) || cp == 0xfeff;
+}
+
+/* Writes the escaped form of the character at p into piece; returns the bytes it took. */
+static size_t escape_one(const unsigned char *p, char piece[12], int backslashes)
+{
+    uint32_t cp = 0;
+    size_t n;
+    if (*p >= 0x20 && *p < 0x7f) {
+        if (*p == '\\' && backslashes)
+            snprintf(piece, 12, "\\\\");
+        else
+            snprintf(piece, 12, "%c", *p);
+        return 1;
+    }
+    if (*p == '\n' || *p == '\t' || *p == '\r') {
+        snprintf(piece, 12, "\\%c", *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r');
+        return 1;
+    }
+    if (*p < 0x80 || !(n = utf8_decode(p, &cp))) {
+        snprintf(piece, 12, "\\x%02x", *p);
+        return 1;
+    }
+    if (invisible(cp)) {
+        snprintf(piece, 12, "\\u%04x", (unsigned)cp);
+    } else {
+        memcpy(piece, p, n);
+        piece[n] = '\0';
+    }
+    return n;
+}
+
+static const char *escape(const char *s, char *buf, size_t size, int backslashes)
+{
+    const unsigned char *p = (const unsigned char *)(s ? s : "(null)");
+    size_t used = 0, keep = 0; /* keep: the last cut that leaves room for "..." */
+    if (size < 4) {
+        if (size)
+            buf[0] = '\0';
+        return buf;
+    }
+    while (*p) {
+        char piece[12];
+        const size_t took = escape_one(p, piece, backslashes), n = strlen(piece);
+        if (used + n > size - 1) {
+            memcpy(buf + keep, "...", 4);
+            return buf;
+        }
+        memcpy(buf + used, piece, n);
+        used += n;
+        if (used <= size - 4)
+            keep = used;
+        p += took;
+    }
+    buf[used] = '\0';
+    return buf;
+}
+
+const char *ra_escape(const char *s, char *buf, size_t size)
+{
+    return escape(s, buf, size, 1);
+}
+
+const char *ra_esc(const char *s)
+{
+    static _Thread_local char ring[RA_ESC_SLOTS][RA_ESC_SIZE];
+    static _Thread_local unsigned next;
+    return escape(s, ring[next++ % RA_ESC_SLOTS], RA_ESC_SIZE, 1);
 }

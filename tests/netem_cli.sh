@@ -4,7 +4,8 @@
 # times travel as uncounted companion messages), their TTFT is at least the
 # link's transfer time, noise on the only adjacent pair halves the bandwidth,
 # every report and summary says "emulated", a run without the flags has no
-# "link" field; bad values and a wrong world size give one clear error.
+# "link" field; bad values and a wrong world size give one clear error, and so
+# do values whose emulated waits would never end.
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
 M="$MODELS/stories260K.bin"
@@ -64,8 +65,30 @@ done
 expect_error "--noise-gbps needs --link-gbps" $RA --noise-gbps 1
 expect_error "--link-latency-us needs --link-gbps" $RA --link-latency-us 5
 expect_error "--link-gbps -1 must be" $RA --link-gbps -1
-expect_error "--noise-slot-ms 0 must be > 0" $RA --link-gbps 1 --noise-slot-ms 0
+expect_error "--noise-slot-ms 0 must be in \\[0.1, 1e\\+06\\] ms" $RA --link-gbps 1 --noise-slot-ms 0
 expect_error "--link-gbps: 'fast' is not a number" $RA --link-gbps fast
+
+# Values whose emulated waits never end (2 ranks hung on them) are refused with the accepted
+# range, and so is a link on which one prompt pass would take over an hour (known once the
+# split is): one line from one rank, long before the timeout (124 = hung).
+refused() {
+    pattern=$1; shift
+    timeout 120 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || { fail "expected a clean failure, got rc $rc: $*"; return; }
+    n=$(grep -c "^runahead: rank" "$TMP/err")
+    grep -Eq -- "$pattern" "$TMP/err" && [ "$n" -eq 1 ] || { fail "wanted one line /$pattern/, got $n: $*"; cat "$TMP/err" >&2; }
+}
+refused "rank 0: --link-gbps 1e-09 must be 0 \\(no emulated link\\) or in \\[1e-06, 1e\\+06\\] GB/s" $RA --link-gbps 1e-9
+refused "rank 0: --link-latency-us 1e\\+300 must be in \\[0, 1e\\+06\\] us" $RA --link-gbps 1 --link-latency-us 1e300
+refused "rank 0: --noise-slot-ms 1e-300 must be in \\[0.1, 1e\\+06\\] ms" $RA --link-gbps 1 --noise-gbps 1 --noise-slot-ms 1e-300
+refused "rank 0: --noise-gbps 1e\\+300 must be in \\[0, 1e\\+06\\] GB/s" $RA --link-gbps 1 --noise-gbps 1e300
+# The tiny synthetic model (4 layers, 256-byte rows) with a 2048-token prompt: 1024 rows of K
+# and V per layer at 1 kB/s, halved by noise, is 4194 s.
+"$BUILD/runahead-synth" --preset tiny --out "$TMP/tiny" >/dev/null 2>&1 || fail "runahead-synth"
+python3 -c "print(' '.join(str(i % 500 + 3) for i in range(2048)))" >"$TMP/long.ids"
+refused "rank 0: --link-gbps 1e-06: one prompt pass would keep the busiest emulated link busy for 4.19e\\+03 s .*the limit is 3600 s: use --link-gbps >= 1.17e-06" \
+    "$BUILD/runahead" --model "$TMP/tiny" --prompt-ids-file "$TMP/long.ids" --generate 1 --output ids --threads 1 \
+    --link-gbps 1e-6 --noise-gbps 1
 
 # --expect-ranks: a wrong world size, and two one-rank copies started side by side
 # (what Open MPI does under a launcher without PMIx), each fail at once.

@@ -1,5 +1,6 @@
-/* Status codes, error messages, option numbers, prompt id parsing, the sampler
- * (tiny temperatures, non-finite logits) and the kernels on non-finite input. */
+/* Status codes, error messages and their escaping, option numbers, prompt id
+ * parsing, the sampler (tiny temperatures, non-finite logits) and the kernels
+ * on non-finite input. */
 #include "args.h"
 #include "cpu_kernels.h"
 #include "runahead.h"
@@ -55,6 +56,39 @@ static void test_args(void)
         CHECK(rc == RA_EINVAL && f == 42 && strstr(ra_error_message(), bad[i].msg));
         CHECK(strstr(ra_error_message(), "--temperature") != NULL);
     }
+}
+
+/* ra_escape/ra_esc: text from files as one line of text, cut with "...". */
+static void test_escape(void)
+{
+    char buf[16], big[64];
+    CHECK(strcmp(ra_escape("plain ascii", big, sizeof big), "plain ascii") == 0);
+    CHECK(strcmp(ra_escape("\x1b[31m\n\t\r\\", big, sizeof big), "\\x1b[31m\\n\\t\\r\\\\") == 0);
+    CHECK(strcmp(ra_escape("caf\xc3\xa9 \xe2\x82\xac", big, sizeof big), "caf\xc3\xa9 \xe2\x82\xac") == 0); /* UTF-8 stays */
+    CHECK(strcmp(ra_escape("\xff\xc3(\xc0\xaf", big, sizeof big), "\\xff\\xc3(\\xc0\\xaf") == 0); /* invalid, overlong */
+    CHECK(strcmp(ra_escape("\xed\xa0\x80", big, sizeof big), "\\xed\\xa0\\x80") == 0); /* a surrogate */
+    CHECK(strcmp(ra_escape("\xc2\x9b\xe2\x80\xae\xe2\x80\xa8", big, sizeof big), "\\u009b\\u202e\\u2028") == 0);
+    CHECK(strcmp(ra_escape(NULL, big, sizeof big), "(null)") == 0);
+    /* Cut: at most size-1 bytes, "..." at the end, never half an escape. */
+    CHECK(strcmp(ra_escape("0123456789abcdef", buf, sizeof buf), "0123456789ab...") == 0);
+    CHECK(strcmp(ra_escape("0123456789abcde", buf, sizeof buf), "0123456789abcde") == 0);
+    CHECK(strcmp(ra_escape("0123456789\x01\x01", buf, sizeof buf), "0123456789...") == 0);
+    CHECK(strcmp(ra_escape("abc", buf, 4), "abc") == 0);
+    CHECK(strcmp(ra_escape("abcd", buf, 4), "...") == 0);
+    /* The ring: several in one call, each its own buffer. */
+    char line[64];
+    snprintf(line, sizeof line, "%s|%s", ra_esc("a\nb"), ra_esc("c\x1b"));
+    CHECK(strcmp(line, "a\\nb|c\\x1b") == 0);
+    char longer[600];
+    memset(longer, 'x', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    const char *cut = ra_esc(longer);
+    CHECK(strlen(cut) == RA_ESC_SIZE - 1 && strcmp(cut + RA_ESC_SIZE - 4, "...") == 0);
+    /* The safety net: a message stays one line whatever its arguments hold; backslashes are kept. */
+    ra_error_set(RA_EFORMAT, "name %s and %s", "a\nb\x1b", ra_esc("c\\d"));
+    CHECK(strcmp(ra_error_message(), "name a\\nb\\x1b and c\\\\d") == 0);
+    ra_error_set(RA_EFORMAT, "again: %s", ra_error_message()); /* an argument may be the message itself */
+    CHECK(strcmp(ra_error_message(), "again: name a\\nb\\x1b and c\\\\d") == 0);
 }
 
 static void test_parse_ids(void)
@@ -187,6 +221,7 @@ static void test_kernels_nonfinite(void)
 int main(void)
 {
     test_status();
+    test_escape();
     test_parse_ids();
     test_args();
     test_sampler();
