@@ -493,7 +493,7 @@ static void rope(float *x, int ld, int n, int n_heads, int head_dim, const float
  * |g| > 87, where it is g or 0 to far below fp32 resolution of its use. */
 static inline float exp_clamped(float x)
 {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    x = !(x >= -87.0f) ? -87.0f : x > 88.0f ? 88.0f : x; /* NaN too: (int32_t)NaN is undefined */
     const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - k * 0.693145751953125f;
     r = r - k * 1.428606765330187e-06f;
