@@ -34,6 +34,9 @@ skip() {
 need_fixture() {
     [ -r "$MODELS/$1" ] || skip "fixture $MODELS/$1 not found (set RA_MODELS_DIR)"
 }
+# sanitized BIN: BIN was built with AddressSanitizer (jobs/sanitize), which
+# some tools around the tests (qemu-user) cannot run.
+sanitized() { grep -q __asan_init "$1" 2>/dev/null; }
 need_command() { # need_command CMD PACKAGE
     command -v "$1" >/dev/null 2>&1 || skip "$1 not installed (apt-get install $2)"
 }
