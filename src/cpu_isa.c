@@ -83,41 +83,42 @@ static void supported_list(char *buf, size_t size)
         }
 }
 
-int ra_cpu_isa_select(enum ra_cpu_isa isa)
+/* Makes `isa` the choice, or says (as WHO) that this CPU cannot run it. */
+static int choose(enum ra_cpu_isa isa, const char *who)
 {
-    if ((unsigned)isa >= RA_CPU_ISA_COUNT)
-        return ra_error_set(RA_EINVAL, "cpu kernels: no instruction set %d", (int)isa);
     if (!ra_cpu_isa_supported(isa)) {
         char list[64];
         supported_list(list, sizeof list);
-        return ra_error_set(RA_EUNSUPPORTED, "cpu kernels: this CPU cannot run the %s kernels (it supports: %s)",
+        return ra_error_set(RA_EUNSUPPORTED, "%s: this CPU cannot run the %s kernels (it supports: %s)", who,
                             isa_names[isa], list);
     }
     chosen = isa;
     return RA_OK;
 }
 
+int ra_cpu_isa_select(enum ra_cpu_isa isa)
+{
+    if ((unsigned)isa >= RA_CPU_ISA_COUNT)
+        return ra_error_set(RA_EINVAL, "cpu kernels: no instruction set %d", (int)isa);
+    return choose(isa, "cpu kernels");
+}
+
 int ra_cpu_isa_active(enum ra_cpu_isa *isa)
 {
     if (chosen < 0) {
         const char *env = getenv("RA_CPU_ISA");
-        if (!env || !*env) {
-            chosen = best_supported();
-        } else {
-            int want = -1;
-            for (int i = 0; i < RA_CPU_ISA_COUNT; i++)
-                if (strcmp(env, isa_names[i]) == 0)
-                    want = i;
-            if (want < 0)
-                return ra_error_set(RA_EINVAL, "RA_CPU_ISA='%s': not one of avx512, avx2, portable", env);
-            if (!ra_cpu_isa_supported((enum ra_cpu_isa)want)) {
-                char list[64];
-                supported_list(list, sizeof list);
-                return ra_error_set(RA_EUNSUPPORTED, "RA_CPU_ISA=%s: this CPU cannot run the %s kernels (it supports: %s)",
-                                    env, env, list);
-            }
-            chosen = want;
-        }
+        int want = -1, rc;
+        if (!env || !*env)
+            want = best_supported();
+        for (int i = 0; want < 0 && i < RA_CPU_ISA_COUNT; i++)
+            if (strcmp(env, isa_names[i]) == 0)
+                want = i;
+        if (want < 0)
+            return ra_error_set(RA_EINVAL, "RA_CPU_ISA='%s': not one of avx512, avx2, portable", env);
+        char who[64];
+        snprintf(who, sizeof who, "RA_CPU_ISA=%s", env ? env : "");
+        if ((rc = choose((enum ra_cpu_isa)want, who)) != RA_OK)
+            return rc;
     }
     *isa = (enum ra_cpu_isa)chosen;
     return RA_OK;

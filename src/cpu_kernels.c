@@ -32,11 +32,3 @@ int ra_cpu_kernels_active(const struct ra_cpu_kernels **out)
                             ra_cpu_isa_name(isa));
     return RA_OK;
 }
-
-int ra_attention_cpu(float *out, const float *q, const float *k_cache, const float *v_cache,
-                     int start, int n, const struct ra_attention_shape *s, int n_threads)
-{
-    const struct ra_cpu_kernels *k;
-    int rc = ra_cpu_kernels_active(&k);
-    return rc != RA_OK ? rc : k->attention(out, q, k_cache, v_cache, start, n, s, n_threads);
-}

@@ -48,8 +48,4 @@ const struct ra_cpu_kernels *ra_cpu_kernels_for(enum ra_cpu_isa isa);
  * RA_CPU_ISA names one this CPU or build cannot run. */
 int ra_cpu_kernels_active(const struct ra_cpu_kernels **out);
 
-/* Causal attention with the active kernels (tests and benchmarks). */
-int ra_attention_cpu(float *out, const float *q, const float *k_cache, const float *v_cache,
-                     int start, int n, const struct ra_attention_shape *s, int n_threads);
-
 #endif
