@@ -1,4 +1,4 @@
-/* Partition lookup tables (HDF5) and their interpolation (paper §4.2).
+/* Partition lookup tables (HDF5), paper §4.2; their interpolation is interp.h.
  *
  * Layout, schema_version 2 (README.md, "Partition tables"):
  *   /                          attribute schema_version (int) = RA_TABLE_SCHEMA_VERSION
@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "filelock.h"
+#include "interp.h"
 #include "model.h"
 
 #define RA_TABLE_SCHEMA_VERSION 2    /* written; 1 and 2 are read */
@@ -117,21 +118,6 @@ int ra_table_check_target(const char *path);
 
 /* The schema version of a table file (after checking it is one this runahead reads). */
 int ra_table_schema_version(const char *path, int *version);
-
-/* The shares at `context`: linear interpolation in context length between the two nearest
- * entries (a convex combination, so every share stays > 0 and they sum to 1). Outside
- * [first, last] it takes the nearest entry's ratios and sets *extrapolated (which may be NULL):
- * shares extrapolated linearly leave (0,1) a short way past the table, and clamping them gives
- * a worse split than the nearest one measured. */
-int ra_table_ratios_at(const struct ra_table_group *g, int context, double *ratios, int *extrapolated);
-
-/* Rounds shares to whole-token boundaries: b[r] = round(context * (r_0 + ... + r_{r-1})),
- * then nudged so every slice holds at least one token (needs context >= p). */
-int ra_table_ratios_to_bounds(const double *ratios, int p, int context, int *bounds);
-
-/* bounds[p+1] for `context`: an entry's stored boundaries when context is in the table,
- * else ra_table_ratios_at() rounded by ra_table_ratios_to_bounds(). */
-int ra_table_interpolate(const struct ra_table_group *g, int context, int *bounds, int *extrapolated);
 
 /* Checks the whole file: schema version, every group's datasets present with matching shapes
  * and types, boundaries strictly increasing from 0 to the context length, ratios in (0,1]

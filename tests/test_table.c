@@ -1,6 +1,6 @@
 /* Partition lookup tables: write/merge/read round trips, per-entry provenance and the merge
- * conflict rule, reading and upgrading schema-1 tables, interpolation against hand-computed
- * splits, cost-model profiles, and malformed files crafted with the HDF5 API. */
+ * conflict rule, reading and upgrading schema-1 tables, cost-model profiles, and malformed files
+ * crafted with the HDF5 API (interpolation: test_interp). */
 #include "status.h"
 #include "table.h"
 #include "test.h"
@@ -177,70 +177,6 @@ static void test_entry_set(void)
     CHECK(ra_table_group_set_search(&g, "model", 0, 1) == RA_EINVAL);
     CHECK_OK(ra_table_group_set_search(&g, "model", 8, 2));
     CHECK(!strcmp(pv->objective, "model") && pv->min_stride == 8 && pv->repeats == 2);
-    ra_table_group_free(&g);
-}
-
-static void check_interp(const struct ra_table_group *g, int context, const int *want, int want_ex)
-{
-    int b[8], ex = -1;
-    int rc = ra_table_interpolate(g, context, b, &ex);
-    CHECK_OK(rc);
-    if (rc == RA_OK && (!same_ints(b, want, g->p + 1) || ex != want_ex)) {
-        fprintf(stderr, "context %d: got", context);
-        for (int r = 0; r <= g->p; r++)
-            fprintf(stderr, " %d", b[r]);
-        fprintf(stderr, " extrapolated %d\n", ex);
-        test_failures++;
-    }
-}
-
-static void test_interpolate(void)
-{
-    struct ra_table_group g;
-    double v[4];
-    int ex, b[8];
-    make_p2(&g, "m", "hw");
-    /* 4096: 0.55 + 0.10 * 2048/6144 = 0.583333...; 0.583333 * 4096 = 2389.33 */
-    CHECK_OK(ra_table_ratios_at(&g, 4096, v, &ex));
-    CHECK(fabs(v[0] - (0.55 + 0.1 / 3)) < 1e-12 && fabs(v[0] + v[1] - 1) < 1e-12 && ex == 0);
-    check_interp(&g, 4096, (const int[]){ 0, 2389, 4096 }, 0);
-    check_interp(&g, 5120, (const int[]){ 0, 3072, 5120 }, 0);           /* halfway: 0.60 */
-    check_interp(&g, 2048, (const int[]){ 0, 1126, 2048 }, 0);           /* an entry: 1126.4 stored */
-    check_interp(&g, 8192, (const int[]){ 0, 5325, 8192 }, 0);           /* 5324.8 */
-    check_interp(&g, 1024, (const int[]){ 0, 563, 1024 }, 1);            /* nearest: 0.55 * 1024 = 563.2 */
-    check_interp(&g, 16384, (const int[]){ 0, 10650, 16384 }, 1);        /* 0.65 * 16384 = 10649.6 */
-    check_interp(&g, 2, (const int[]){ 0, 1, 2 }, 1);                    /* 1.1 */
-    CHECK(ra_table_interpolate(&g, 1, b, &ex) == RA_EINVAL && strstr(ra_error_message(), "fewer than the 2 ranks"));
-    CHECK(ra_table_interpolate(&g, 0, b, NULL) == RA_EINVAL);
-    ra_table_group_free(&g);
-
-    /* p = 4: (0.4,0.3,0.2,0.1) at 1000 and even at 3000; 2000 is halfway: (0.325,0.275,0.225,0.175) */
-    make_group(&g, "m", "hw", 4, 2, (const int[]){ 1000, 3000 },
-               (const double[]){ 0.4, 0.3, 0.2, 0.1, 0.25, 0.25, 0.25, 0.25 });
-    check_interp(&g, 1000, (const int[]){ 0, 400, 700, 900, 1000 }, 0);
-    check_interp(&g, 2000, (const int[]){ 0, 650, 1200, 1650, 2000 }, 0);
-    check_interp(&g, 1500, (const int[]){ 0, 544, 975, 1294, 1500 }, 0); /* t = 1/4: 543.75, 975, 1293.75 */
-    check_interp(&g, 4, (const int[]){ 0, 1, 2, 3, 4 }, 1);              /* 1.6, 2.8, 3.6 round to 2, 3, 4: pushed down */
-    check_interp(&g, 5, (const int[]){ 0, 2, 3, 4, 5 }, 1);              /* 2, 3.5, 4.5 round to 2, 4, 5: pushed down */
-    ra_table_group_free(&g);
-
-    /* Rounding that would empty slices is nudged to one token each. */
-    CHECK_OK(ra_table_ratios_to_bounds((const double[]){ 0.97, 0.01, 0.01, 0.01 }, 4, 4, b));
-    CHECK(same_ints(b, (const int[]){ 0, 1, 2, 3, 4 }, 5));
-    CHECK_OK(ra_table_ratios_to_bounds((const double[]){ 0.1, 0.1, 0.1, 0.7 }, 4, 5, b));
-    CHECK(same_ints(b, (const int[]){ 0, 1, 2, 3, 5 }, 5)); /* 0.5, 1.0, 1.5 -> 1, 1, 2 -> 1, 2, 3 */
-    CHECK_OK(ra_table_ratios_to_bounds((const double[]){ 0.001, 0.001, 0.998 }, 3, 3, b));
-    CHECK(same_ints(b, (const int[]){ 0, 1, 2, 3 }, 4));
-    CHECK_OK(ra_table_ratios_to_bounds((const double[]){ 1.0 }, 1, 7, b));
-    CHECK(same_ints(b, (const int[]){ 0, 7 }, 2));
-
-    /* A one-entry table: its ratios everywhere, flagged away from its context. */
-    make_group(&g, "m", "hw", 2, 1, (const int[]){ 100 }, (const double[]){ 0.6, 0.4 });
-    check_interp(&g, 100, (const int[]){ 0, 60, 100 }, 0);
-    check_interp(&g, 50, (const int[]){ 0, 30, 50 }, 1);
-    ra_table_group_free(&g);
-    CHECK_OK(ra_table_group_init(&g, "m", "hw", 2, 0));
-    CHECK(ra_table_interpolate(&g, 10, b, &ex) == RA_EINVAL && strstr(ra_error_message(), "no entries"));
     ra_table_group_free(&g);
 }
 
@@ -713,7 +649,6 @@ int main(void)
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* the crafted edits delete what may be absent */
     test_round_trip();
     test_entry_set();
-    test_interpolate();
     test_profile();
     test_malformed();
     test_schema1();
