@@ -33,7 +33,7 @@
 #include "partition.h"
 #include "prefill.h"
 #include "ra_mpi.h"
-#include "runahead.h"
+#include "ra_core.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -75,13 +75,6 @@ static double wall_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -300,33 +293,6 @@ static int32_t *random_prompt(int n, int vocab, unsigned long long seed)
     return t;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n)
-{
-    double s[1024];
-    memcpy(s, v, sizeof(double) * (size_t)n);
-    qsort(s, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
-
-/* Index of the run whose TTFT is the median (the lower middle for even n). */
-static int median_index(const double *v, int n)
-{
-    double s[1024];
-    memcpy(s, v, sizeof(double) * (size_t)n);
-    qsort(s, (size_t)n, sizeof(double), cmp_double);
-    const double m = s[(n - 1) / 2];
-    for (int i = 0; i < n; i++)
-        if (v[i] == m)
-            return i;
-    return 0;
-}
-
 static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void progress(const char *fmt, ...)
 {
@@ -386,23 +352,6 @@ static void report_run(const struct options *o, const struct ra_config *c, const
     fflush(report);
 }
 
-/* Busy and total jiffies of all cores, from /proc/stat. */
-static int cpu_jiffies(double *busy, double *total)
-{
-    unsigned long long v[8] = { 0 };
-    FILE *f = fopen("/proc/stat", "r");
-    if (!f)
-        return -1;
-    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                   &v[7]);
-    fclose(f);
-    if (n < 4)
-        return -1;
-    *busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);
-    *total = *busy + (double)(v[3] + v[4]);
-    return 0;
-}
-
 static double waited_quiet; /* seconds spent waiting for other processes (rank 0) */
 
 /* Every rank sleeps (no MPI call spins meanwhile) while rank 0 samples how busy the
@@ -417,11 +366,11 @@ static void wait_quiet(const struct options *o)
     for (;;) {
         double b0 = 0, n0 = 0, b1 = 0, n1 = 0, busy = 0;
         MPI_Barrier(MPI_COMM_WORLD);
-        if (rank == 0 && cpu_jiffies(&b0, &n0) != 0)
+        if (rank == 0 && ra_cpu_jiffies(&b0, &n0) != 0)
             b0 = n0 = 0;
         struct timespec nap = { 0, 400000000 };
         nanosleep(&nap, NULL);
-        if (rank == 0 && cpu_jiffies(&b1, &n1) == 0 && n1 > n0)
+        if (rank == 0 && ra_cpu_jiffies(&b1, &n1) == 0 && n1 > n0)
             busy = (b1 - b0) / (n1 - n0);
         MPI_Bcast(&busy, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         const double now = wall_now();
@@ -545,14 +494,14 @@ static int run_single(const struct options *o)
                      * setting, which the last ra_backend_cpu_init set: set it per run. */
                     omp_set_num_threads(o->single_threads[t]);
 #endif
-                    const double w0 = wall_now(), c0 = cpu_now();
+                    const double w0 = wall_now(), c0 = ra_process_cpu_s();
                     int rc = ra_exchange_init(&x, MPI_COMM_WORLD, RA_METHOD_SINGLE, RA_ROUTE_CHAIN, bounds,
                                               c->n_layers, ra_config_kv_dim(c));
                     if (rc == RA_OK)
                         rc = ra_prefill_run(&b[t].model, &x, &b[0].kv, b[t].prompt, b[t].logits, v);
                     if (rc != RA_OK)
                         fail("single, %d threads, %d tokens: %s", o->single_threads[t], C, ra_error_message());
-                    const double cpu = (cpu_now() - c0) / ((wall_now() - w0) * o->single_threads[t]);
+                    const double cpu = (ra_process_cpu_s() - c0) / ((wall_now() - w0) * o->single_threads[t]);
                     ra_exchange_free(&x);
                     progress("context %d, round %d/%d: single-%dt  TTFT %.3f s  cpu %.0f%%", C, rep + 1, o->repeat,
                              o->single_threads[t], *v, 100 * cpu);
@@ -572,11 +521,11 @@ static int run_single(const struct options *o)
                 hi = v[i] > hi ? v[i] : hi;
             }
             if (out)
-                fprintf(out, "%d %d %.6f %.6f %.6f %d\n", o->single_threads[t], C, median(v, o->repeat), lo, hi,
+                fprintf(out, "%d %d %.6f %.6f %.6f %d\n", o->single_threads[t], C, ra_median(v, o->repeat), lo, hi,
                         o->repeat);
             else
                 printf("single %d threads, %d tokens: TTFT median %.4f s (min %.4f, max %.4f)\n",
-                       o->single_threads[t], C, median(v, o->repeat), lo, hi);
+                       o->single_threads[t], C, ra_median(v, o->repeat), lo, hi);
         }
         if (out)
             fflush(out);
@@ -612,12 +561,12 @@ static double measure_chain(struct bench *b, struct config *cfg, double *per_ran
     double ttft = 0;
     int rc = ra_exchange_init(&x, MPI_COMM_WORLD, cfg->method, RA_ROUTE_CHAIN, cfg->bounds, c->n_layers,
                               ra_config_kv_dim(c));
-    const double w0 = wall_now(), c0 = cpu_now();
+    const double w0 = wall_now(), c0 = ra_process_cpu_s();
     if (rc == RA_OK)
         rc = ra_prefill_run(&b->model, &x, &b->kv, b->prompt, b->logits, &ttft);
     if (rc != RA_OK)
         fail("%s: %s", cfg->label, ra_error_message());
-    const double share = (cpu_now() - c0) / ((wall_now() - w0) * b->be->n_threads);
+    const double share = (ra_process_cpu_s() - c0) / ((wall_now() - w0) * b->be->n_threads);
     const struct ra_layer_times *l0 = &x.stats.layers[0];
     /* Its "wait" is every wait, the drain of the last sends included (rank 0's only wait). */
     double mine[5] = { rank == world - 1 ? ttft : 0, x.stats.t_total, x.stats.t_wait + x.stats.t_drain,
@@ -644,10 +593,10 @@ static double measure_bound(struct bench *b, const int *bounds, double *per_rank
     const int start = bounds[rank], n = bounds[rank + 1] - start, last = rank == world - 1;
     int rc = RA_OK;
     MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime(), c0 = cpu_now();
+    const double t0 = MPI_Wtime(), c0 = ra_process_cpu_s();
     rc = ra_forward_span(&b->model, b->prompt + start, start, n, &b->kv, NULL, last ? b->logits : NULL);
     const double t = MPI_Wtime() - t0;
-    const double share = (cpu_now() - c0) / (t * b->be->n_threads);
+    const double share = (ra_process_cpu_s() - c0) / (t * b->be->n_threads);
     if (rc != RA_OK)
         fail("bound: %s", ra_error_message());
     double mine[4] = { t, 0, 0, share }, all[4 * 2], worst = 0;
@@ -895,7 +844,7 @@ static int run_chain(const struct options *o)
         int best = 2;
         if (rank == 0)
             for (int k = 2; k < n_cfg; k++) {
-                cfg[k].med = median(cfg[k].ttft, o->repeat);
+                cfg[k].med = ra_median(cfg[k].ttft, o->repeat);
                 r->split_med[k - 2] = cfg[k].med;
                 if (cfg[k].med < cfg[best].med)
                     best = k;
@@ -924,9 +873,9 @@ static int run_chain(const struct options *o)
             }
         if (rank == 0) {
             const struct config *s = &cfg[best];
-            const int mi = median_index(s->ttft, o->repeat);
-            r->tsp = median(cfg[0].ttft, o->repeat);
-            r->kvr_e = median(cfg[1].ttft, o->repeat);
+            const int mi = ra_median_index(s->ttft, o->repeat);
+            r->tsp = ra_median(cfg[0].ttft, o->repeat);
+            r->kvr_e = ra_median(cfg[1].ttft, o->repeat);
             r->kvr_s = s->med;
             r->share = s->share;
             memcpy(r->bounds, s->bounds, sizeof r->bounds);
@@ -935,12 +884,12 @@ static int run_chain(const struct options *o)
                 r->wait[k] = s->per_rank[mi][3 * k + 1];
             }
             r->fill = s->per_rank[mi][3 + 2];
-            r->bound = median(bd->ttft, o->repeat);
+            r->bound = ra_median(bd->ttft, o->repeat);
             for (int k = 0; k < 2; k++) {
                 double v[1024];
                 for (int rep = 0; rep < o->repeat; rep++)
                     v[rep] = bd->per_rank[rep][3 * k];
-                r->bound_rank[k] = median(v, o->repeat);
+                r->bound_rank[k] = ra_median(v, o->repeat);
             }
             r->single1 = single_of(singles, n_singles, 1, C);
             r->single2 = single_of(singles, n_singles, 2, C);

@@ -4,30 +4,13 @@
 #include "cpu_isa.h"
 #include "outfile.h"
 #include "status.h"
+#include "timing.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double ra_median(const double *v, int n)
-{
-    double *s = malloc(sizeof(double) * (size_t)n);
-    if (!s)
-        return v[0];
-    memcpy(s, v, sizeof(double) * (size_t)n);
-    qsort(s, (size_t)n, sizeof(double), cmp_double);
-    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-    free(s);
-    return m;
-}
 
 static double min_of(const double *v, int n)
 {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "prefill.h"
+#include "timing.h" /* ra_median */
 
 struct ra_netem_config;
 struct ra_outfile;
@@ -24,7 +25,6 @@ struct ra_run_info {
     const struct ra_netem_config *link; /* an emulated link (netem.h), or NULL */
 };
 
-double ra_median(const double *v, int n);
 /* Write the record / the timeline into `of`, opened with ra_outfile_open before the run (so a
  * place that cannot be written fails at once), and commit it; on failure of is aborted. */
 int ra_report_write(struct ra_outfile *of, const struct ra_run_info *run, const struct ra_all_stats *all);
