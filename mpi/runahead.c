@@ -12,7 +12,7 @@
 #include "prefill.h"
 #include "ra_mpi.h"
 #include "report.h"
-#include "runahead.h"
+#include "ra_core.h"
 #include "table.h"
 #include "watchdog.h"
 

@@ -1,6 +1,7 @@
-/* runahead: the core library (no MPI). One header per part, all re-exported here. */
-#ifndef RUNAHEAD_H
-#define RUNAHEAD_H
+/* librunahead, the core library (no MPI): one header per part, all re-exported here. Named
+ * apart from the program mpi/runahead.c, which is built on it. */
+#ifndef RA_CORE_H
+#define RA_CORE_H
 
 #include "status.h"
 #include "cpu_isa.h"
@@ -16,5 +17,6 @@
 #include "prompt.h"
 #include "outfile.h"
 #include "filelock.h"
+#include "timing.h"
 
 #endif

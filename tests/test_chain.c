@@ -15,7 +15,7 @@
 #include "netem.h"
 #include "partition.h"
 #include "prefill.h"
-#include "runahead.h"
+#include "ra_core.h"
 #include "test.h"
 
 #include <mpi.h>

@@ -2,7 +2,7 @@
  * and 7 consecutive spans (including 1-token spans): final logits and every
  * KV row. This is the property the KV-Runahead chain rests on. */
 #include "random_model.h"
-#include "runahead.h"
+#include "ra_core.h"
 #include "test.h"
 
 /* OpenBLAS picks kernels by the GEMM's row count, so a row's rounding depends

@@ -1,6 +1,6 @@
 /* The trained stories260K checkpoint reproduces the reference llama2.c run:
  * logits of the first 8 positions, then 200 greedy tokens from BOS. */
-#include "runahead.h"
+#include "ra_core.h"
 #include "test.h"
 
 #define VOCAB 512

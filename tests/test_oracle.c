@@ -12,7 +12,7 @@
 #include "cpu_isa.h"
 #include "random_model.h"
 #include "ref_forward.h"
-#include "runahead.h"
+#include "ra_core.h"
 #include "test.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
  * on non-finite input. */
 #include "args.h"
 #include "cpu_kernels.h"
-#include "runahead.h"
+#include "ra_core.h"
 #include "test.h"
 
 static void test_status(void)
