@@ -171,11 +171,6 @@ static double transfer_end(const struct ra_netem *n, int p, int src, int dst, do
     }
 }
 
-double ra_netem_transfer_s(const struct ra_netem_config *c, double bytes)
-{
-    return c->link_gbps > 0 ? c->latency_us * 1e-6 + bytes / (c->link_gbps * 1e9) : 0;
-}
-
 void ra_netem_describe(const struct ra_netem_config *c, char *buf, size_t len)
 {
     int k = snprintf(buf, len, "emulated link %g GB/s, %g us latency", c->link_gbps, c->latency_us);

@@ -80,9 +80,6 @@ int ra_netem_wait_recvs(struct ra_exchange *x);
 int ra_netem_allgather(struct ra_exchange *x, double t_enter, const int *rows);
 int ra_netem_finish(struct ra_exchange *x);
 
-/* Emulated transfer time of `bytes` on a quiet link (for tests and summaries). */
-double ra_netem_transfer_s(const struct ra_netem_config *c, double bytes);
-
 /* "emulated link 10 GB/s, 5 us latency; emulated noise ..." for the stderr summary. */
 void ra_netem_describe(const struct ra_netem_config *c, char *buf, size_t len);
 

@@ -29,11 +29,6 @@ out:
     return rc;
 }
 
-double ra_mpi_wtime(void)
-{
-    return MPI_Wtime();
-}
-
 int ra_mpi_agree(int status, MPI_Comm comm, int *failed_rank)
 {
     int rank, in[2], out[2];

@@ -25,7 +25,6 @@ int ra_mpi_init(int *argc, char ***argv, int *rank, int *size);
 /* The same, at MPI_THREAD_MULTIPLE when `multiple` is set: for --watchdog,
  * whose thread may call MPI_Abort (watchdog.h). */
 int ra_mpi_init_threads(int *argc, char ***argv, int *rank, int *size, int multiple);
-double ra_mpi_wtime(void);
 
 /* Every rank passes its own status; all get the first failing rank's status
  * (or RA_OK) so that all ranks leave together instead of hanging. */

@@ -3,7 +3,6 @@
 #include "forward.h"
 #include "status.h"
 
-#include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,96 +241,6 @@ int ra_cost_objective_eval(void *ctx, const int *bounds, int p, double *value)
     if (!o)
         return ra_error_set(RA_EINVAL, "cost objective: no context");
     return ra_cost_predict(o->config, o->profile, o->method, bounds, p, value, NULL);
-}
-
-/* ------------------------------------------------------------------ calibration */
-
-static int check_fit_input(const double *linear_flop, const double *attn_flop, const double *seconds, int n)
-{
-    if (!linear_flop || !attn_flop || !seconds || n < 2)
-        return ra_error_set(RA_EINVAL, "cost fit: need at least 2 measured spans (got %d)", n);
-    for (int i = 0; i < n; i++)
-        if (!(seconds[i] > 0) || !(linear_flop[i] >= 0) || !(attn_flop[i] >= 0) || isinf(seconds[i]) ||
-            isinf(linear_flop[i]) || isinf(attn_flop[i]))
-            return ra_error_set(RA_EINVAL, "cost fit: span %d has %g linear FLOPs, %g attention FLOPs in %g s", i,
-                                linear_flop[i], attn_flop[i], seconds[i]);
-    return RA_OK;
-}
-
-/* Whether the spans' attention/linear FLOP ratios differ: with one ratio
- * (spans of one length) the two columns are parallel and QR would return noise. */
-static int distinct_mix(const double *linear_flop, const double *attn_flop, int n)
-{
-    double lo = INFINITY, hi = 0;
-    for (int i = 0; i < n; i++) {
-        double mix = linear_flop[i] > 0 ? attn_flop[i] / linear_flop[i] : INFINITY;
-        lo = fmin(lo, mix);
-        hi = fmax(hi, mix);
-    }
-    return isinf(hi) ? !isinf(lo) || n > 1 : hi - lo > 1e-9 * hi;
-}
-
-/* Solves the scaled system (rows divided by seconds, so the relative error is
- * minimised and the right side is all ones) for the two times per FLOP.
- * Columns are scaled to unit size first, so LAPACK sees a well-conditioned A. */
-static int fit_solve(const double *linear_flop, const double *attn_flop, const double *seconds, int n, double *a,
-                     double *y, double *inv)
-{
-    double scale[2] = { 0, 0 };
-    for (int i = 0; i < n; i++) {
-        a[2 * i] = linear_flop[i] / seconds[i];
-        a[2 * i + 1] = attn_flop[i] / seconds[i];
-        y[i] = 1.0;
-        scale[0] = fmax(scale[0], a[2 * i]);
-        scale[1] = fmax(scale[1], a[2 * i + 1]);
-    }
-    if (!(scale[0] > 0) || !(scale[1] > 0))
-        return ra_error_set(RA_EINVAL, "cost fit: the spans have no %s FLOPs", scale[0] > 0 ? "attention" : "linear");
-    if (!distinct_mix(linear_flop, attn_flop, n))
-        return ra_error_set(RA_ERANGE, "cost fit: every span has the same attention/linear mix, which cannot "
-                                       "separate the two rates; measure spans of different lengths");
-    for (int i = 0; i < n; i++) {
-        a[2 * i] /= scale[0];
-        a[2 * i + 1] /= scale[1];
-    }
-    lapack_int info = LAPACKE_dgels(LAPACK_ROW_MAJOR, 'N', n, 2, 1, a, 2, y, 1);
-    if (info != 0)
-        return ra_error_set(RA_ERANGE, "cost fit: the spans do not determine both rates (LAPACKE_dgels info %d); "
-                                       "measure spans of different lengths", (int)info);
-    inv[0] = y[0] / scale[0];
-    inv[1] = y[1] / scale[1];
-    if (!(inv[0] > 0) || !(inv[1] > 0))
-        return ra_error_set(RA_ERANGE, "cost fit: non-positive time per FLOP (linear %g, attention %g s/FLOP); "
-                                       "measure longer spans or repeat the runs", inv[0], inv[1]);
-    return RA_OK;
-}
-
-int ra_cost_fit_compute(const double *linear_flop, const double *attn_flop, const double *seconds, int n,
-                        struct ra_cost_profile *pf)
-{
-    double inv[2] = { 0, 0 }, *a = NULL, *y = NULL;
-    int rc = check_fit_input(linear_flop, attn_flop, seconds, n);
-    if (rc != RA_OK)
-        goto cleanup;
-    if (!pf) {
-        rc = ra_error_set(RA_EINVAL, "cost fit: no profile to fill");
-        goto cleanup;
-    }
-    a = malloc(sizeof(double) * 2 * (size_t)n);
-    y = malloc(sizeof(double) * (size_t)n);
-    if (!a || !y) {
-        rc = ra_error_set(RA_ENOMEM, "cost fit: out of memory");
-        goto cleanup;
-    }
-    if ((rc = fit_solve(linear_flop, attn_flop, seconds, n, a, y, inv)) != RA_OK)
-        goto cleanup;
-    pf->gemm_flops = 1.0 / inv[0];
-    pf->attn_flops = 1.0 / inv[1];
-    pf->other_s_per_token_layer = 0; /* folded into gemm_flops: see costmodel.h */
-cleanup:
-    free(a);
-    free(y);
-    return rc;
 }
 
 /* ------------------------------------------------------------------ names <-> values */

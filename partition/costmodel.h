@@ -83,22 +83,6 @@ int ra_cost_objective_eval(void *ctx, const int *bounds, int p, double *value);
  * (not measured; predictions for p > 1 then fail), +inf = free, times finite >= 0. */
 int ra_cost_profile_check(const struct ra_cost_profile *pf);
 
-/* Fits the compute rates from n >= 2 measured single-process spans: span i did
- * linear_flop[i] and attn_flop[i] (ra_forward_flops) in seconds[i]. Solves
- *     seconds ≈ linear_flop / gemm_flops + attn_flop / attn_flops
- * for 1/gemm_flops and 1/attn_flops by least squares on the relative error
- * (each row divided by its seconds, so short and long spans count alike) with
- * LAPACKE_dgels. Spans of different lengths are needed: attention grows with
- * the square of the length, the linear layers with the length.
- * The per-token "other" time cannot be told apart from the linear layers this
- * way (both are proportional to the tokens of a span), so it is folded into an
- * effective gemm_flops and other_s_per_token_layer is set to 0; to model it on
- * its own, fit seconds minus the measured other time (ra_forward_stats.t_other)
- * and set the field from t_other / (tokens · layers). Writes gemm_flops,
- * attn_flops and other_s_per_token_layer only. */
-int ra_cost_fit_compute(const double *linear_flop, const double *attn_flop, const double *seconds, int n,
-                        struct ra_cost_profile *pf);
-
 /* The profile as named doubles, for the HDF5 table's attributes. */
 #define RA_COST_PROFILE_N 7
 /* The field names in packing order, NULL-terminated. */

@@ -1,6 +1,6 @@
 /* The cost model: hand-computable cases, the chain's compute replay, the KVR
  * splits and TSP/KVR ratios of notes/performance-targets.md (found with the
- * search on the model), the compute-rate fit, and the profile's names. */
+ * search on the model) and the profile's names. */
 #include "costmodel.h"
 #include "forward.h"
 #include "search.h"
@@ -174,34 +174,6 @@ static void test_targets(void)
     }
 }
 
-/* Synthetic spans at known rates (optionally with ±0.5% noise): the fit recovers them. */
-static void test_fit(void)
-{
-    struct ra_config c = bench_small();
-    const int lens[] = { 256, 512, 1024, 2048, 4096, 8192 };
-    double lin[6], att[6], sec[6];
-    for (int noisy = 0; noisy < 2; noisy++) {
-        for (int i = 0; i < 6; i++) {
-            ra_forward_flops(&c, 0, lens[i], &lin[i], &att[i]);
-            sec[i] = (lin[i] / 75e9 + att[i] / 30e9) * (1 + (noisy ? 0.005 * ((i % 3) - 1) : 0));
-        }
-        struct ra_cost_profile pf = { .other_s_per_token_layer = 1, .p2p_bandwidth = 7 };
-        CHECK_OK(ra_cost_fit_compute(lin, att, sec, 6, &pf));
-        printf("fit%s: gemm %.4g FLOP/s (75e9), attention %.4g FLOP/s (30e9)\n", noisy ? " (noisy)" : "",
-               pf.gemm_flops, pf.attn_flops);
-        const double tol = noisy ? 0.02 : 1e-9;
-        CHECK(close_rel(pf.gemm_flops, 75e9, tol) && close_rel(pf.attn_flops, 30e9, tol));
-        CHECK(pf.other_s_per_token_layer == 0 && pf.p2p_bandwidth == 7);
-    }
-    struct ra_cost_profile pf = { 0 };
-    CHECK(ra_cost_fit_compute(lin, att, sec, 1, &pf) == RA_EINVAL);
-    const double same_lin[] = { 1e9, 2e9, 3e9 }, same_att[] = { 1e8, 2e8, 3e8 }, s3[] = { 0.1, 0.2, 0.3 };
-    CHECK(ra_cost_fit_compute(same_lin, same_att, s3, 3, &pf) == RA_ERANGE); /* one length, repeated */
-    CHECK(strstr(ra_error_message(), "different lengths") != NULL);
-    const double neg[] = { 0.1, -0.2, 0.3 };
-    CHECK(ra_cost_fit_compute(same_lin, same_att, neg, 3, &pf) == RA_EINVAL);
-}
-
 static void test_names(void)
 {
     const char *const *names = ra_cost_profile_names();
@@ -256,7 +228,6 @@ int main(void)
     test_compute_replay();
     test_layer_trace();
     test_targets();
-    test_fit();
     test_names();
     test_bad_input();
     return test_result("test_costmodel");
