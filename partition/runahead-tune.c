@@ -12,11 +12,12 @@
  * once, so an interrupted sweep keeps what it found. */
 #include "config.h"
 #include "args.h"
+#include "calibrate.h"
 #include "costmodel.h"
 #include "partition.h"
 #include "prefill.h"
 #include "ra_mpi.h"
-#include "runahead.h"
+#include "ra_core.h"
 #include "search.h"
 #include "table.h"
 #include "watchdog.h"
@@ -75,7 +76,9 @@ static void usage(FILE *f)
 "                          calibrated cost model; any --ranks, up to 64)\n"
 "      --ranks P           ranks to search for with --objective model (default: world size)\n"
 "      --calibrate         measure GEMM/attention rates and point-to-point and all-gather\n"
-"                          bandwidth/latency, store them as the cost model's profile\n"
+"                          bandwidth/latency (OSU-style: warm-up, many iterations per\n"
+"                          size, median and min), store them as the cost model's profile;\n"
+"                          a profile taken on a busy machine is flagged (calibration_busy)\n"
 "  -r, --repeats N         runs per trial, median taken (default 3)\n"
 "      --min-stride N      smallest grid stride in tokens (default 16)\n"
 "      --points N          grid values per axis (default 5)\n"
@@ -386,99 +389,6 @@ static int tune_all(struct tune *t)
     return rc;
 }
 
-/* Least-squares line t = a + b*x through (x_i, t_i): latency a, inverse bandwidth b. */
-static void fit_line(const double *x, const double *t, int n, double *a, double *b)
-{
-    double sx = 0, st = 0, sxx = 0, sxt = 0;
-    for (int i = 0; i < n; i++) {
-        sx += x[i];
-        st += t[i];
-        sxx += x[i] * x[i];
-        sxt += x[i] * t[i];
-    }
-    *b = (n * sxt - sx * st) / (n * sxx - sx * sx);
-    *a = (st - *b * sx) / n;
-    if (*a < 0)
-        *a = 0;
-}
-
-#define N_SIZES 5
-static const double sizes[N_SIZES] = { 4096, 65536, 1 << 20, 8 << 20, 32 << 20 };
-
-/* One-way time of a message between ranks 0 and 1, by ping-pong; all ranks get it. */
-static int measure_p2p(double *lat, double *bw)
-{
-    char *buf = malloc((size_t)sizes[N_SIZES - 1]);
-    double t[N_SIZES];
-    int rc = RA_OK;
-    if (!buf)
-        return ra_error_set(RA_ENOMEM, "out of memory");
-    memset(buf, 1, (size_t)sizes[N_SIZES - 1]);
-    for (int s = 0; s < N_SIZES; s++) {
-        const int n = (int)sizes[s], iters = s < 2 ? 50 : 8;
-        double best = INFINITY;
-        for (int rep = 0; rep < 3; rep++) {
-            MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-            const double t0 = MPI_Wtime();
-            for (int i = 0; i < iters && rank < 2; i++) {
-                if (rank == 0) {
-                    MPI_CHECK(MPI_Send(buf, n, MPI_BYTE, 1, 0, MPI_COMM_WORLD));
-                    MPI_CHECK(MPI_Recv(buf, n, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-                } else {
-                    MPI_CHECK(MPI_Recv(buf, n, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-                    MPI_CHECK(MPI_Send(buf, n, MPI_BYTE, 0, 0, MPI_COMM_WORLD));
-                }
-            }
-            const double one_way = (MPI_Wtime() - t0) / (2.0 * iters);
-            best = one_way < best ? one_way : best;
-        }
-        t[s] = best;
-    }
-    MPI_CHECK(MPI_Bcast(t, N_SIZES, MPI_DOUBLE, 0, MPI_COMM_WORLD));
-    double inv_bw;
-    fit_line(sizes, t, N_SIZES, lat, &inv_bw);
-    *bw = 1.0 / inv_bw;
-out:
-    free(buf);
-    return rc;
-}
-
-/* MPI_Allgatherv as TSP uses it: time against the bytes each rank receives. */
-static int measure_allgather(double *lat, double *bw)
-{
-    const size_t most = (size_t)sizes[N_SIZES - 1];
-    char *buf = malloc(most * (size_t)world);
-    int counts[RA_MAX_RANKS], displs[RA_MAX_RANKS], rc = RA_OK;
-    double x[N_SIZES], t[N_SIZES];
-    if (!buf)
-        return ra_error_set(RA_ENOMEM, "out of memory");
-    memset(buf, 1, most * (size_t)world);
-    for (int s = 0; s < N_SIZES; s++) {
-        const int n = (int)sizes[s];
-        double best = INFINITY;
-        for (int r = 0; r < world; r++) {
-            counts[r] = n;
-            displs[r] = r * n;
-        }
-        for (int rep = 0; rep < 5; rep++) {
-            MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-            const double t0 = MPI_Wtime();
-            MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_BYTE, MPI_COMM_WORLD));
-            double dt = MPI_Wtime() - t0, slowest;
-            MPI_CHECK(MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-            best = slowest < best ? slowest : best;
-        }
-        x[s] = (double)n * (world - 1);
-        t[s] = best;
-    }
-    double inv_bw;
-    fit_line(x, t, N_SIZES, lat, &inv_bw);
-    *bw = 1.0 / inv_bw;
-out:
-    free(buf);
-    return rc;
-}
-
 /* Compute rates from prompt spans run on every rank at once, as in a real run. */
 static int measure_compute(struct tune *t, struct ra_cost_profile *pf)
 {
@@ -503,12 +413,31 @@ out:
     return rc;
 }
 
+/* The calibration's provenance stored beside the cost model's figures (which are medians):
+ * the minima, and whether the machine was quiet. ra_cost_profile_unpack ignores these names. */
+#define N_CALIB_EXTRA 8
+static const char *const calib_names[N_CALIB_EXTRA] = {
+    "p2p_latency_min", "p2p_bandwidth_peak", "allgather_latency_min", "allgather_bandwidth_peak",
+    "calibration_busy", "calibration_cpu_share", "calibration_others_busy", "calibration_latency_spread",
+};
+
 static int profile_store(const struct options *o, const char *model_id, const char *hw_tag,
-                         const struct ra_cost_profile *pf)
+                         const struct ra_cost_profile *pf, const struct ra_calibration *cal)
 {
-    double values[RA_COST_PROFILE_N];
+    const char *names[RA_COST_PROFILE_N + N_CALIB_EXTRA];
+    double values[RA_COST_PROFILE_N + N_CALIB_EXTRA];
+    const double extra[N_CALIB_EXTRA] = {
+        cal->p2p.latency_min_s, cal->p2p.bandwidth_peak, cal->allgather.latency_min_s,
+        cal->allgather.bandwidth_peak, cal->busy, cal->cpu_share, cal->others_busy, cal->latency_spread,
+    };
     ra_cost_profile_pack(pf, values);
-    return ra_table_profile_write(o->out, model_id, hw_tag, ra_cost_profile_names(), values, RA_COST_PROFILE_N,
+    for (int i = 0; i < RA_COST_PROFILE_N; i++)
+        names[i] = ra_cost_profile_names()[i];
+    for (int i = 0; i < N_CALIB_EXTRA; i++) {
+        names[RA_COST_PROFILE_N + i] = calib_names[i];
+        values[RA_COST_PROFILE_N + i] = extra[i];
+    }
+    return ra_table_profile_write(o->out, model_id, hw_tag, names, values, RA_COST_PROFILE_N + N_CALIB_EXTRA,
                                   &o->writer);
 }
 
@@ -520,29 +449,39 @@ static int profile_load(const char *path, const char *model_id, const char *hw_t
     int n = 0, rc = ra_table_profile_read(path, model_id, hw_tag, names, values, RA_TABLE_MAX_PROFILE, &n);
     if (rc != RA_OK)
         return rc;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         list[i] = names[i];
+        if (!strcmp(names[i], "calibration_busy") && values[i] != 0 && rank == 0)
+            fprintf(stderr, "runahead-tune: WARNING: the profile in %s was calibrated on a busy machine "
+                    "(calibration_busy = 1): its link figures describe that load; calibrate again on a quiet one\n",
+                    path);
+    }
     return ra_cost_profile_unpack(pf, list, values, n);
 }
 
 static int calibrate(struct tune *t)
 {
     struct ra_cost_profile pf = { 0 };
+    struct ra_calibration cal;
     int rc = measure_compute(t, &pf);
-    if (rc == RA_OK && world >= 2)
-        rc = measure_p2p(&pf.p2p_latency, &pf.p2p_bandwidth);
-    if (rc == RA_OK && world >= 2)
-        rc = measure_allgather(&pf.allgather_latency, &pf.allgather_bandwidth);
+    if (rc == RA_OK)
+        rc = ra_calibrate_links(MPI_COMM_WORLD, 0, &cal);
     if (rc != RA_OK)
         return rc;
+    pf.p2p_latency = cal.p2p.latency_s;
+    pf.p2p_bandwidth = cal.p2p.bandwidth;
+    pf.allgather_latency = cal.allgather.latency_s;
+    pf.allgather_bandwidth = cal.allgather.bandwidth;
     if (world < 2 && rank == 0)
         fprintf(stderr, "runahead-tune: one rank: no point-to-point or all-gather figures (run with mpirun -np 2+)\n");
     if (rank == 0) {
+        ra_calibration_print(stderr, "runahead-tune", &cal);
         fprintf(stderr, "runahead-tune: calibrated with %d ranks x %d threads: GEMM %.1f GFLOP/s, attention %.1f GFLOP/s, "
-                "other %.2f us/token/layer, p2p %.2f GB/s + %.1f us, all-gather %.2f GB/s + %.1f us\n", world,
-                t->be->n_threads, pf.gemm_flops / 1e9, pf.attn_flops / 1e9, pf.other_s_per_token_layer * 1e6,
-                pf.p2p_bandwidth / 1e9, pf.p2p_latency * 1e6, pf.allgather_bandwidth / 1e9, pf.allgather_latency * 1e6);
-        rc = profile_store(t->o, t->model_id, t->hw_tag, &pf);
+                "other %.2f us/token/layer, p2p %.2f GB/s + %.2f us, all-gather %.2f GB/s + %.2f us (medians)%s\n",
+                world, t->be->n_threads, pf.gemm_flops / 1e9, pf.attn_flops / 1e9, pf.other_s_per_token_layer * 1e6,
+                pf.p2p_bandwidth / 1e9, pf.p2p_latency * 1e6, pf.allgather_bandwidth / 1e9, pf.allgather_latency * 1e6,
+                cal.busy ? " [BUSY MACHINE]" : "");
+        rc = profile_store(t->o, t->model_id, t->hw_tag, &pf, &cal);
     }
     if ((rc = agree(rc)) == RA_OK) {
         t->profile = pf;
@@ -550,7 +489,6 @@ static int calibrate(struct tune *t)
     }
     return rc;
 }
-
 
 static int setup(struct tune *t)
 {

@@ -14,6 +14,26 @@ run 2 $MPIEXEC_FLAGS "$BUILD/runahead-tune" --model "$M" --calibrate --contexts 
     --repeats 1 --min-stride 32 --points 3 >"$TMP/tune.out" 2>"$TMP/tune.err" \
     || { cat "$TMP/tune.err" >&2; fail "runahead-tune"; finish; }
 grep -q "calibrated with 2 ranks" "$TMP/tune.err" || fail "no calibration line"
+# The link calibration (mpi/calibrate.c): medians and minima stored, a verdict on the machine.
+# On a quiet machine two ranks of one node talk through shared memory: microseconds, not the
+# milliseconds a least-squares fit over large messages once stored.
+"$BUILD/runahead-table" show "$T" >"$TMP/show" || fail "runahead-table show"
+value() { awk -v k="$1" '$1 == k { print $2 }' "$TMP/show"; }
+for k in p2p_latency p2p_latency_min p2p_bandwidth p2p_bandwidth_peak allgather_latency allgather_latency_min \
+         calibration_busy calibration_cpu_share calibration_others_busy calibration_latency_spread; do
+    [ -n "$(value $k)" ] || fail "profile: no $k"
+done
+awk -v a="$(value p2p_latency_min)" -v b="$(value p2p_latency)" 'BEGIN { exit !(a > 0 && a <= b) }' \
+    || fail "profile: p2p latency min $(value p2p_latency_min) not in (0, median $(value p2p_latency)]"
+grep -Eq "^ +8 +[0-9.]+ +[0-9.]+ +[0-9]+$" "$TMP/tune.err" || fail "no per-size calibration table"
+if [ "$(value calibration_busy)" = 0 ]; then
+    grep -q "the machine was quiet" "$TMP/tune.err" || fail "quiet calibration not reported"
+    awk -v l="$(value p2p_latency)" 'BEGIN { exit !(l < 100e-6) }' \
+        || fail "quiet machine, yet a p2p latency of $(value p2p_latency) s between two ranks of one node"
+else
+    grep -q "WARNING: the machine was busy" "$TMP/tune.err" || fail "busy calibration not flagged on stderr"
+    echo "note: the machine was busy, the latency bound is not checked: $(grep 'machine was busy' "$TMP/tune.err")"
+fi
 grep -Eq "^128 +0,[0-9]+,128 " "$TMP/tune.out" || fail "no result row for 128"
 grep -Eq "^256 +0,[0-9]+,256 " "$TMP/tune.out" || fail "no result row for 256"
 grep -q "cost model" "$TMP/tune.err" || fail "no prediction error reported"
