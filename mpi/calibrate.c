@@ -50,7 +50,8 @@ static void size_stats(struct ra_calib_size *s, const double *t, int n)
  * (t - latency) fitted through the origin. x_scale: bytes moved per byte of the size. */
 static void link_fit(struct ra_calib_link *l, double x_scale)
 {
-    double sxx = 0, sxm = 0, sxn = 0, x_top = 0, m_top = 0, n_top = 0;
+    const struct ra_calib_size *top = &l->size[l->n_sizes - 1];
+    double sxx = 0, sxm = 0, sxn = 0;
     l->latency_s = l->size[0].median_s;
     l->latency_min_s = l->size[0].min_s;
     for (int i = 0; i < l->n_sizes; i++) {
@@ -61,12 +62,11 @@ static void link_fit(struct ra_calib_link *l, double x_scale)
         sxx += x * x;
         sxm += x * (s->median_s - l->latency_s);
         sxn += x * (s->min_s - l->latency_min_s);
-        x_top = x, m_top = s->median_s, n_top = s->min_s;
     }
-    /* Noise can leave a slope <= 0 only when latency swamps every large size: then the
-     * largest size alone. */
-    l->bandwidth = sxm > 0 ? sxx / sxm : x_top / m_top;
-    l->bandwidth_peak = sxn > 0 ? sxx / sxn : x_top / n_top;
+    /* No large size (many ranks cap the all-gather's), or a slope <= 0 (latency swamps every
+     * large size): the largest size alone. */
+    l->bandwidth = sxm > 0 ? sxx / sxm : top->bytes * x_scale / top->median_s;
+    l->bandwidth_peak = sxn > 0 ? sxx / sxn : top->bytes * x_scale / top->min_s;
 }
 
 /* One ping-pong phase between ranks 0 and 1. Rank 0 decides when it ends (after max_iters,
@@ -178,7 +178,7 @@ static int measure_allgather(MPI_Comm comm, int world, double budget_s, struct r
         sz->bytes = n;
         /* Warm-up, then as many timed calls as the budget allows at the warm-up's pace
          * (every rank computes the same count from the same slowest times). */
-        sz->warmup = small ? MAX_WARMUP_SMALL / 10 : 2;
+        sz->warmup = small ? MAX_WARMUP_SMALL / 10 : 3;
         meter_start(m);
         rc = allgather_phase(comm, buf, counts, displs, sz->warmup, t);
         if (rc == RA_OK) {
@@ -292,7 +292,7 @@ void ra_calibration_print(FILE *f, const char *prog, const struct ra_calibration
     if (c->others_busy >= 0)
         snprintf(others, sizeof others, "%.0f%%", 100 * c->others_busy);
     if (c->busy)
-        fprintf(f, "%s: WARNING: the machine was busy (%s): the link figures describe the load, not the link; "
+        fprintf(f, "%s: WARNING: the machine was busy (%s): the figures describe the load, not the machine; "
                    "the profile is flagged (calibration_busy = 1): calibrate again on a quiet machine\n",
                 prog, c->why);
     else

@@ -453,7 +453,7 @@ static int profile_load(const char *path, const char *model_id, const char *hw_t
         list[i] = names[i];
         if (!strcmp(names[i], "calibration_busy") && values[i] != 0 && rank == 0)
             fprintf(stderr, "runahead-tune: WARNING: the profile in %s was calibrated on a busy machine "
-                    "(calibration_busy = 1): its link figures describe that load; calibrate again on a quiet one\n",
+                    "(calibration_busy = 1): its figures describe that load; calibrate again on a quiet one\n",
                     path);
     }
     return ra_cost_profile_unpack(pf, list, values, n);
