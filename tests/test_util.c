@@ -218,6 +218,27 @@ static void test_kernels_nonfinite(void)
     }
 }
 
+/* src/timing.c: the order statistics every benchmark and the calibration report. */
+static void test_timing(void)
+{
+    const double odd[] = { 5, 1, 4, 2, 3 }, even[] = { 4, 1, 3, 2 }, one[] = { 7 };
+    CHECK(ra_median(odd, 5) == 3 && ra_median(even, 4) == 2.5 && ra_median(one, 1) == 7);
+    CHECK(ra_median_index(odd, 5) == 4);  /* the run with value 3 */
+    CHECK(ra_median_index(even, 4) == 3); /* lower middle: 2 */
+    CHECK(ra_min(odd, 5) == 1 && ra_max(odd, 5) == 5 && ra_min(one, 1) == 7);
+    CHECK(odd[0] == 5 && odd[4] == 3); /* not sorted in place */
+    const double w0 = ra_wall_s(), c0 = ra_thread_cpu_s();
+    volatile double x = 0;
+    for (int i = 0; i < 2000000; i++)
+        x += i;
+    CHECK(ra_wall_s() > w0 && ra_thread_cpu_s() > c0 && ra_process_cpu_s() > 0);
+    double share = -1;
+    if (access("/proc/stat", R_OK) == 0) {
+        CHECK_OK(ra_cpu_busy_share(0.05, &share));
+        CHECK(share >= 0 && share <= 1);
+    }
+}
+
 int main(void)
 {
     test_status();
@@ -228,5 +249,6 @@ int main(void)
     test_sampler_tiny_temperature();
     test_sampler_nonfinite();
     test_kernels_nonfinite();
+    test_timing();
     return test_result("test_util");
 }
