@@ -193,7 +193,8 @@ static int cpu_rmsnorm(struct ra_backend *be, float *y, const float *x, const st
     return RA_OK;
 }
 
-static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta)
+static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta,
+                    enum ra_rope_style style)
 {
     struct cpu_backend *cb = (struct cpu_backend *)be;
     const int half = head_dim / 2;
@@ -227,7 +228,10 @@ static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads,
         cb->rope_head_dim = head_dim;
         cb->rope_theta = theta;
     }
-    cb->k->rope(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, be->n_threads);
+    if (style == RA_ROPE_HALF)
+        cb->k->rope_half(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, be->n_threads);
+    else
+        cb->k->rope(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, be->n_threads);
     return RA_OK;
 }
 

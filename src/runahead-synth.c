@@ -62,7 +62,7 @@ struct job {
     int vector;
     enum { GEN_LINEAR, GEN_EMBED, GEN_NORM, GEN_FROM } kind;
     const struct ra_tensor *src; /* GEN_FROM */
-    int permute_heads;           /* > 0: q/k rows go from Meta to HF order */
+    int permute_heads;           /* > 0: q/k rows go from Meta's interleaved RoPE order to HF's */
 };
 
 struct writer_state {
@@ -293,8 +293,13 @@ static int make_jobs(const struct ra_config *c, int tied, const struct ra_weight
                                                           &w->ffn_norm, &w->w_gate, &w->w_up, &w->w_down };
             for (int k = 0; k < JOBS_PER_LAYER; k++)
                 lj[k].src = t[k];
-            lj[1].permute_heads = c->n_heads;
-            lj[2].permute_heads = c->n_kv_heads;
+            /* HF files rotate halves: a source in the interleaved convention
+             * (llama2.c) has its q/k rows permuted into HF's order; a source
+             * already in HF's (another HF directory) is copied as it is. */
+            if (c->rope_style == RA_ROPE_INTERLEAVED) {
+                lj[1].permute_heads = c->n_heads;
+                lj[2].permute_heads = c->n_kv_heads;
+            }
         }
     }
     set_job(&jobs[n++], "model.norm.weight", 1, d, norm);

@@ -1,8 +1,10 @@
 #!/bin/sh
 # The Hugging Face path end to end: runahead-synth converts the trained
-# stories260K llama2.c checkpoint to a safetensors directory (q/k permuted into
-# HF order), and runahead, loading it through the HF loader (which un-permutes
-# them), must generate exactly the reference 200 greedy tokens. A bf16
+# stories260K llama2.c checkpoint to a safetensors directory (q/k rows permuted
+# into HF's rotate-half order), and runahead, loading it through the HF loader
+# (which keeps them as they are and rotates halves), must generate exactly the
+# reference 200 greedy tokens. Converting the HF directory again must give the
+# same bytes (the source is already in HF's convention: no second permutation). A bf16
 # conversion must run; a truncated weight file must fail with one clear line.
 # Synthetic models must be deterministic, and bad flags must be refused.
 . "$(dirname "$0")/lib.sh"
@@ -24,6 +26,12 @@ words() { tr -s ' \n' '\n\n' | sed '/^$/d'; }
 words <"$TMP/f32.ids" >"$TMP/got"
 words <"$MODELS/stories260K.bos.greedy200.ids" >"$TMP/want"
 cmp -s "$TMP/got" "$TMP/want" || fail "f32 conversion: generated ids differ from the reference"
+
+# --- HF to HF: the RoPE convention is converted only when it differs
+"$SYNTH" --from "$TMP/s260k-hf" --out "$TMP/s260k-hf2" 2>"$TMP/err" ||
+    fail "HF to HF conversion failed: $(cat "$TMP/err")"
+cmp -s "$TMP/s260k-hf/model.safetensors" "$TMP/s260k-hf2/model.safetensors" ||
+    fail "converting the HF model again changed its weights (q/k permuted twice?)"
 
 # --- bf16 conversion: rounding may change the tokens, not their count
 "$SYNTH" --from "$MODELS/stories260K.bin" --out "$TMP/s260k-bf16" --dtype bf16 2>"$TMP/err" ||
