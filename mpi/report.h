@@ -8,6 +8,7 @@
 
 struct ra_netem_config;
 struct ra_outfile;
+struct ra_proc_info;
 
 struct ra_run_info {
     const char *model_path, *partition_spec;
@@ -22,6 +23,7 @@ struct ra_run_info {
     double t_decode;
     const char *transport;          /* "mpi" */
     const struct ra_netem_config *link; /* an emulated link (netem.h), or NULL */
+    const struct ra_proc_info *procs;   /* [ranks]: each rank's CPUs, threads and memory, or NULL */
 };
 
 double ra_median(const double *v, int n);

@@ -61,7 +61,7 @@ struct ra_backend {
     int n_threads;
 };
 
-/* The CPU backend; n_threads <= 0 means all online cores. */
+/* The CPU backend; n_threads <= 0 means one per CPU of the process's affinity mask (ra_cpus_allowed). */
 int ra_backend_cpu_init(struct ra_backend **out, int n_threads);
 void ra_backend_free(struct ra_backend *be);
 

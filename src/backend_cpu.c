@@ -18,12 +18,12 @@
 #include "cpu_kernels.h"
 #include "model.h"
 #include "status.h"
+#include "sysinfo.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -280,10 +280,8 @@ int ra_backend_cpu_init(struct ra_backend **out, int n_threads)
     if (!cb)
         return ra_error_set(RA_ENOMEM, "cpu backend: out of memory");
     cb->k = k;
-    if (n_threads <= 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = cores > 0 ? (int)cores : 1;
-    }
+    if (n_threads <= 0) /* the CPUs this process may use (taskset, Slurm), not all the node's */
+        n_threads = ra_cpus_allowed();
     cb->base.ops = &cpu_ops;
     cb->base.n_threads = n_threads;
     /* One widening scratch slot per thread, however many: the buffers
