@@ -61,8 +61,11 @@ static json_t *bytes_or_null(int64_t v)
 
 static json_t *proc_json(const struct ra_proc_info *p)
 {
-    return json_pack("{s:i, s:s, s:i, s:o, s:o}", "threads", p->threads, "cpus", p->cpus, "n_cpus", p->n_cpus,
-                     "vm_hwm_bytes", bytes_or_null(p->vm_hwm), "vm_rss_bytes", bytes_or_null(p->vm_rss));
+    const struct ra_mem_usage *u = &p->mem;
+    return json_pack("{s:i, s:s, s:i, s:o, s:o, s:o, s:o, s:o}", "threads", p->threads, "cpus", p->cpus,
+                     "n_cpus", p->n_cpus, "vm_hwm_bytes", bytes_or_null(u->hwm), "vm_rss_bytes", bytes_or_null(u->rss),
+                     "rss_anon_bytes", bytes_or_null(u->rss_anon), "rss_file_bytes", bytes_or_null(u->rss_file),
+                     "pss_bytes", bytes_or_null(u->pss));
 }
 
 /* Into the temporary file opened before the run, then renamed over the target (outfile.h). */
@@ -190,7 +193,7 @@ void ra_report_print(FILE *f, const struct ra_run_info *run, const struct ra_all
     fprintf(f, "%6s %15s %10s %10s %10s %10s %12s %12s", "rank", "slice", "total_s", "compute_s", "wait_s", "drain_s",
             "sent_MB", "recv_MB");
     if (run->procs)
-        fprintf(f, " %10s %10s %7s  %s", "hwm_MB", "rss_MB", "threads", "cpus");
+        fprintf(f, " %9s %9s %9s %9s %7s  %s", "hwm_MB", "rss_MB", "anon_MB", "pss_MB", "threads", "cpus");
     fputc('\n', f);
     for (int r = 0; r < all->size; r++) {
         char slice[32];
@@ -200,11 +203,12 @@ void ra_report_print(FILE *f, const struct ra_run_info *run, const struct ra_all
                 all->bytes_sent[r] / 1e6, all->bytes_recv[r] / 1e6);
         if (run->procs) {
             const struct ra_proc_info *p = &run->procs[r];
-            fprintf(f, " %10.1f %10.1f %7d  %s", p->vm_hwm / 1e6, p->vm_rss / 1e6, p->threads, p->cpus);
+            fprintf(f, " %9.1f %9.1f %9.1f %9.1f %7d  %s", p->mem.hwm / 1e6, p->mem.rss / 1e6, p->mem.rss_anon / 1e6,
+                    p->mem.pss / 1e6, p->threads, p->cpus);
         }
         fputc('\n', f);
     }
     if (run->procs)
-        fprintf(f, "  (hwm/rss: peak and final resident memory; mapped weights count in every rank that read them,\n"
-                   "   though the node holds them once in its page cache)\n");
+        fprintf(f, "  (hwm, rss: peak and final resident memory, counting in every rank the mapped weights it read,\n"
+                   "   which the node holds once in its page cache; anon: the rank's private memory; pss: its share)\n");
 }

@@ -69,31 +69,37 @@ int ra_cpus_allowed(void)
     return n > 0 ? n : 1;
 }
 
-void ra_mem_usage_get(struct ra_mem_usage *u)
+/* Sets the fields of `keys` found in FILE ("Name:   123 kB" lines). */
+static void read_kb_fields(const char *file, const char *const *keys, int64_t **out, int n)
 {
     char line[256];
-    long long kb;
-    FILE *f = fopen("/proc/self/status", "r");
-    u->rss = u->hwm = -1;
-    while (f && fgets(line, sizeof line, f)) {
-        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1)
-            u->rss = kb * 1024;
-        else if (sscanf(line, "VmHWM: %lld kB", &kb) == 1)
-            u->hwm = kb * 1024;
-    }
+    FILE *f = fopen(file, "r");
+    while (f && fgets(line, sizeof line, f))
+        for (int i = 0; i < n; i++) {
+            const size_t len = strlen(keys[i]);
+            long long kb;
+            if (!strncmp(line, keys[i], len) && line[len] == ':' && sscanf(line + len + 1, "%lld", &kb) == 1)
+                *out[i] = kb * 1024;
+        }
     if (f)
         fclose(f);
+}
+
+void ra_mem_usage_get(struct ra_mem_usage *u)
+{
+    static const char *const status_keys[] = { "VmRSS", "VmHWM", "RssAnon", "RssFile" }, *const pss_key[] = { "Pss" };
+    int64_t *status_out[] = { &u->rss, &u->hwm, &u->rss_anon, &u->rss_file }, *pss_out[] = { &u->pss };
+    u->rss = u->hwm = u->rss_anon = u->rss_file = u->pss = -1;
+    read_kb_fields("/proc/self/status", status_keys, status_out, 4);
+    read_kb_fields("/proc/self/smaps_rollup", pss_key, pss_out, 1);
 }
 
 void ra_proc_info_get(struct ra_proc_info *p, int threads)
 {
     struct ra_cpu_mask m;
-    struct ra_mem_usage u;
     memset(p, 0, sizeof *p);
-    ra_mem_usage_get(&u);
+    ra_mem_usage_get(&p->mem);
     ra_cpu_mask_get(&m);
-    p->vm_hwm = u.hwm;
-    p->vm_rss = u.rss;
     p->threads = threads;
     p->n_cpus = ra_cpu_mask_count(&m);
     ra_cpu_mask_format(&m, p->cpus, sizeof p->cpus);

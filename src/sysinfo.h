@@ -29,11 +29,15 @@ void ra_cpu_mask_format(const struct ra_cpu_mask *m, char *buf, size_t len);
 /* How many CPUs this process may run on: the default thread count (>= 1). */
 int ra_cpus_allowed(void);
 
-/* Resident memory from /proc/self/status, in bytes: VmRSS now and VmHWM, its
- * peak. Pages of a shared mapping (the model's weights in the page cache)
- * count in every process that touched them; -1 where /proc does not say. */
+/* Resident memory in bytes, -1 where /proc does not say. From
+ * /proc/self/status: VmRSS now and VmHWM, its peak, which count every page of
+ * a shared mapping (the model's weights in the page cache) that the process
+ * touched, in every process that touched it; RssAnon, the process's private
+ * memory (KV cache, activations, scratch); RssFile, its pages of mapped files.
+ * From /proc/self/smaps_rollup: Pss, each shared page divided among the
+ * processes that map it, so that the ranks' Pss add up to the node's use. */
 struct ra_mem_usage {
-    int64_t rss, hwm;
+    int64_t rss, hwm, rss_anon, rss_file, pss;
 };
 void ra_mem_usage_get(struct ra_mem_usage *u);
 
@@ -41,7 +45,7 @@ void ra_mem_usage_get(struct ra_mem_usage *u);
  * ranks can gather it as bytes. */
 #define RA_CPU_LIST_MAX 128
 struct ra_proc_info {
-    int64_t vm_hwm, vm_rss; /* bytes, -1 unknown (ra_mem_usage) */
+    struct ra_mem_usage mem;
     int threads;            /* the compute threads it runs */
     int n_cpus;             /* CPUs in its affinity mask */
     char cpus[RA_CPU_LIST_MAX]; /* that mask, "0-3" (ra_cpu_mask_format) */

@@ -26,6 +26,8 @@ for p in r["per_rank"]:
     assert p["cpus"] == cpus, f"rank {p['rank']}: cpus {p['cpus']!r}, expected {cpus!r}"
     # the model (about 1 MB) and the runtime are resident: more than 1 MB, less than 1 GB
     assert 1e6 < p["vm_rss_bytes"] <= p["vm_hwm_bytes"] < 1e9, f"rank {p['rank']}: memory {p}"
+    assert 0 < p["rss_anon_bytes"] < p["vm_rss_bytes"] and 0 < p["rss_file_bytes"] < p["vm_rss_bytes"], f"{p}"
+    assert p["pss_bytes"] is None or 0 < p["pss_bytes"] <= p["vm_rss_bytes"], f"{p}"
 PY
 }
 

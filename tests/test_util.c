@@ -245,7 +245,9 @@ static void test_sysinfo(void)
     struct ra_proc_info p;
     ra_proc_info_get(&p, 3);
     CHECK(p.threads == 3 && p.n_cpus == ra_cpus_allowed() && p.cpus[0] != '\0');
-    CHECK(p.vm_rss > 0 && p.vm_hwm >= p.vm_rss);
+    CHECK(p.mem.rss > 0 && p.mem.hwm >= p.mem.rss && p.mem.rss_anon > 0 && p.mem.rss_file > 0);
+    CHECK(p.mem.rss_anon + p.mem.rss_file <= p.mem.rss);
+    CHECK(p.mem.pss == -1 || (p.mem.pss > 0 && p.mem.pss <= p.mem.rss));
 }
 
 int main(void)
