@@ -83,8 +83,8 @@ enum ra_format { RA_FORMAT_LLAMA2C = 0, RA_FORMAT_HF };
 #define RA_MAX_SHARDS 64
 
 /* Where a loaded tensor's bytes came from, in the file's element order, so
- * that a bad value is reported where the file has it (a tensor a loader had
- * to copy, e.g. a misaligned one, is still reported at its file offset). */
+ * that a bad value is reported where the file has it (a copy a loader makes,
+ * of a misaligned tensor, keeps that order). */
 struct ra_weight_source {
     char *name;        /* the file's name for it: "model.norm.weight", "layers.3.wq" */
     const char *file;  /* the file's path (owned by the model's mapping) */
