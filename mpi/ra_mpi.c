@@ -1,7 +1,8 @@
 #include "ra_mpi.h"
+#include "sysinfo.h"
 
 #include <stdio.h>
-#include <unistd.h>
+#include <stdlib.h>
 
 int ra_mpi_error(int mpi_rc, const char *call, const char *file, int line)
 {
@@ -43,15 +44,37 @@ int ra_mpi_agree(int status, MPI_Comm comm, int *failed_rank)
     return out[0];
 }
 
+/* Each CPU of this rank's affinity mask counts for 1/k where k ranks of the
+ * node may run on it: ranks bound to CPUs of their own (srun --cpus-per-task,
+ * mpirun --bind-to core) use all of theirs, ranks that share a mask (unbound,
+ * or bound to one socket together) split it. */
 int ra_mpi_threads_per_rank(void)
 {
+    struct ra_cpu_mask mine, *all = NULL;
     MPI_Comm node;
     int local = 1;
+    double share = 0;
+    ra_cpu_mask_get(&mine);
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
         MPI_Comm_size(node, &local);
+        all = malloc((size_t)local * sizeof *all);
+        if (all && MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node) != MPI_SUCCESS) {
+            free(all);
+            all = NULL;
+        }
         MPI_Comm_free(&node);
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = (int)(cores > 0 ? cores : 1) / local;
+    if (!all) /* no neighbours' masks: assume they share this one */
+        share = (double)ra_cpu_mask_count(&mine) / local;
+    for (int c = 0; all && c < RA_MAX_CPUS; c++) {
+        if (!ra_cpu_mask_has(&mine, c))
+            continue;
+        int k = 0;
+        for (int r = 0; r < local; r++)
+            k += ra_cpu_mask_has(&all[r], c);
+        share += 1.0 / (k > 0 ? k : 1);
+    }
+    free(all);
+    const int n = (int)(share + 0.5);
     return n > 0 ? n : 1;
 }

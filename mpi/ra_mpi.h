@@ -28,7 +28,8 @@ int ra_mpi_init_threads(int *argc, char ***argv, int *rank, int *size, int multi
 
 /* Every rank passes its own status; all get the first failing rank's status
  * (or RA_OK) so that all ranks leave together instead of hanging. */
-/* CPU threads a rank should use: the node's cores divided by the ranks on the node. */
+/* CPU threads a rank should use: the CPUs of its affinity mask, each shared
+ * among the ranks of the node whose masks hold it (collective on the world). */
 int ra_mpi_threads_per_rank(void);
 
 int ra_mpi_agree(int status, MPI_Comm comm, int *failed_rank);

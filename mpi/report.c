@@ -5,6 +5,7 @@
 #include "outfile.h"
 #include "status.h"
 #include "timing.h"
+#include "sysinfo.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -34,6 +35,20 @@ static json_t *int_array(const int32_t *v, int n)
     for (int i = 0; i < n; i++)
         json_array_append_new(a, json_integer(v[i]));
     return a;
+}
+
+static json_t *bytes_or_null(int64_t v)
+{
+    return v >= 0 ? json_integer((json_int_t)v) : json_null();
+}
+
+static json_t *proc_json(const struct ra_proc_info *p)
+{
+    const struct ra_mem_usage *u = &p->mem;
+    return json_pack("{s:i, s:s, s:i, s:o, s:o, s:o, s:o, s:o}", "threads", p->threads, "cpus", p->cpus,
+                     "n_cpus", p->n_cpus, "vm_hwm_bytes", bytes_or_null(u->hwm), "vm_rss_bytes", bytes_or_null(u->rss),
+                     "rss_anon_bytes", bytes_or_null(u->rss_anon), "rss_file_bytes", bytes_or_null(u->rss_file),
+                     "pss_bytes", bytes_or_null(u->pss));
 }
 
 /* Into the temporary file opened before the run, then renamed over the target (outfile.h). */
@@ -69,6 +84,8 @@ int ra_report_write(struct ra_outfile *of, const struct ra_run_info *run, const 
             "drain_s", all->t_drain[r],
             "bytes_sent", all->bytes_sent[r], "bytes_recv", all->bytes_recv[r],
             "msgs_sent", (int)all->msgs_sent[r], "msgs_recv", (int)all->msgs_recv[r]));
+        if (run->procs) /* resident bytes count the weights' shared page-cache pages in every rank */
+            json_object_update_new(json_array_get(ranks, (size_t)r), proc_json(&run->procs[r]));
         sent += all->bytes_sent[r];
     }
     json_object_set_new(root, "runahead_version", json_string(PACKAGE_VERSION));
@@ -156,13 +173,25 @@ void ra_report_print(FILE *f, const struct ra_run_info *run, const struct ra_all
         ra_netem_describe(run->link, what, sizeof what);
         fprintf(f, "  (%s: the TTFTs include emulated transfer times)\n", what);
     }
-    fprintf(f, "%6s %15s %10s %10s %10s %10s %12s %12s\n", "rank", "slice", "total_s", "compute_s", "wait_s", "drain_s",
+    fprintf(f, "%6s %15s %10s %10s %10s %10s %12s %12s", "rank", "slice", "total_s", "compute_s", "wait_s", "drain_s",
             "sent_MB", "recv_MB");
+    if (run->procs)
+        fprintf(f, " %9s %9s %9s %9s %7s  %s", "hwm_MB", "rss_MB", "anon_MB", "pss_MB", "threads", "cpus");
+    fputc('\n', f);
     for (int r = 0; r < all->size; r++) {
         char slice[32];
         snprintf(slice, sizeof slice, "[%d,%d)", run->bounds[r], run->bounds[r + 1]);
-        fprintf(f, "%6d %15s %10.4f %10.4f %10.4f %10.4f %12.3f %12.3f\n", r, slice, all->t_total[r],
+        fprintf(f, "%6d %15s %10.4f %10.4f %10.4f %10.4f %12.3f %12.3f", r, slice, all->t_total[r],
                 all->t_total[r] - all->t_wait[r] - all->t_drain[r], all->t_wait[r], all->t_drain[r],
                 all->bytes_sent[r] / 1e6, all->bytes_recv[r] / 1e6);
+        if (run->procs) {
+            const struct ra_proc_info *p = &run->procs[r];
+            fprintf(f, " %9.1f %9.1f %9.1f %9.1f %7d  %s", p->mem.hwm / 1e6, p->mem.rss / 1e6, p->mem.rss_anon / 1e6,
+                    p->mem.pss / 1e6, p->threads, p->cpus);
+        }
+        fputc('\n', f);
     }
+    if (run->procs)
+        fprintf(f, "  (hwm, rss: peak and final resident memory, counting in every rank the mapped weights it read,\n"
+                   "   which the node holds once in its page cache; anon: the rank's private memory; pss: its share)\n");
 }

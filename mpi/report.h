@@ -9,6 +9,7 @@
 
 struct ra_netem_config;
 struct ra_outfile;
+struct ra_proc_info;
 
 struct ra_run_info {
     const char *model_path, *partition_spec;
@@ -23,6 +24,7 @@ struct ra_run_info {
     double t_decode;
     const char *transport;          /* "mpi" */
     const struct ra_netem_config *link; /* an emulated link (netem.h), or NULL */
+    const struct ra_proc_info *procs;   /* [ranks]: each rank's CPUs, threads and memory, or NULL */
 };
 
 /* Write the record / the timeline into `of`, opened with ra_outfile_open before the run (so a

@@ -13,6 +13,7 @@
 #include "ra_mpi.h"
 #include "report.h"
 #include "ra_core.h"
+#include "sysinfo.h"
 #include "table.h"
 #include "watchdog.h"
 
@@ -91,7 +92,9 @@ static void usage(FILE *f)
 "                            | table:FILE.h5 (interpolated from a runahead-tune table)\n"
 "      --hw-tag TAG          hardware tag to look up in the table (default: CPU model and cores)\n"
 "      --repeat N            run the prompt N times, report median/min/max TTFT (default 1)\n"
-"  -T, --threads N           CPU threads per rank (default: the node's cores / its ranks)\n"
+"  -T, --threads N           CPU threads per rank (default: the CPUs of the rank's affinity\n"
+"                            mask (taskset, Slurm, mpirun binding), shared with the node's\n"
+"                            ranks bound to the same CPUs)\n"
 "      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
 "                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
 "      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
@@ -437,8 +440,17 @@ static int open_outputs(const struct options *o, struct outputs *out)
 static int write_reports(const struct options *o, struct outputs *out, struct ra_exchange *x,
                          const struct ra_model *m, const struct result *r, const int *bounds)
 {
-    struct ra_all_stats all;
-    int rc = ra_stats_gather(x, &all);
+    struct ra_all_stats all = { 0 };
+    struct ra_proc_info me, *procs = NULL;
+    int rc = RA_OK;
+    /* Every rank's CPUs, threads and peak memory, now that the work is done. */
+    ra_proc_info_get(&me, m->backend->n_threads);
+    if (rank == world - 1 && !(procs = calloc((size_t)world, sizeof *procs))) {
+        rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", rank);
+        goto out;
+    }
+    MPI_CHECK(MPI_Gather(&me, (int)sizeof me, MPI_BYTE, procs, (int)sizeof me, MPI_BYTE, world - 1, MPI_COMM_WORLD));
+    rc = ra_stats_gather(x, &all);
     if (rc != RA_OK || rank != world - 1)
         goto out;
     const struct ra_run_info info = {
@@ -446,7 +458,7 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
         .config = &m->config, .method = o->method, .route = o->route, .bounds = bounds, .ranks = world,
         .threads = m->backend->n_threads, .n_prompt = r->n_prompt, .repeat = o->repeat, .ttft = r->ttft,
         .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = "mpi",
-        .link = o->netem.link_gbps > 0 ? &o->netem : NULL,
+        .link = o->netem.link_gbps > 0 ? &o->netem : NULL, .procs = procs,
     };
     ra_report_print(stderr, &info, &all);
     if (r->n_generated > 1)
@@ -458,6 +470,7 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
         rc = ra_trace_write(&out->trace, &info, &all);
 out:
     ra_stats_free(&all);
+    free(procs);
     return rc;
 }
 

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model.h" /* enum ra_rope_style */
+
 struct ra_tensor;
 
 struct ra_attention_shape {
@@ -40,8 +42,11 @@ struct ra_backend_ops {
     /* y[i] = x[i] / rms(x[i]) * weight, rows of `dim` floats */
     int (*rmsnorm)(struct ra_backend *be, float *y, const float *x, const struct ra_tensor *weight,
                    int n, int dim, float eps);
-    /* Rotates adjacent pairs of each head of rows x[i] (stride ld) at positions pos0 + i. */
-    int (*rope)(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta);
+    /* Rotates the pairs of each head of rows x[i] (stride ld) at positions pos0 + i:
+     * (2j, 2j+1) for RA_ROPE_INTERLEAVED, (j, j + head_dim/2) for RA_ROPE_HALF,
+     * pair j by the angle (pos0 + i) * theta^(-2j/head_dim). */
+    int (*rope)(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta,
+                enum ra_rope_style style);
     /* Causal attention of n queries at positions [start, start+n) over cache rows [0, start+n). */
     int (*attention)(struct ra_backend *be, float *out, const float *q, const float *k_cache,
                      const float *v_cache, int start, int n, const struct ra_attention_shape *s);
@@ -56,7 +61,7 @@ struct ra_backend {
     int n_threads;
 };
 
-/* The CPU backend; n_threads <= 0 means all online cores. */
+/* The CPU backend; n_threads <= 0 means one per CPU of the process's affinity mask (ra_cpus_allowed). */
 int ra_backend_cpu_init(struct ra_backend **out, int n_threads);
 void ra_backend_free(struct ra_backend *be);
 

@@ -18,12 +18,12 @@
 #include "cpu_kernels.h"
 #include "model.h"
 #include "status.h"
+#include "sysinfo.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -193,7 +193,8 @@ static int cpu_rmsnorm(struct ra_backend *be, float *y, const float *x, const st
     return RA_OK;
 }
 
-static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta)
+static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta,
+                    enum ra_rope_style style)
 {
     struct cpu_backend *cb = (struct cpu_backend *)be;
     const int half = head_dim / 2;
@@ -227,7 +228,10 @@ static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads,
         cb->rope_head_dim = head_dim;
         cb->rope_theta = theta;
     }
-    cb->k->rope(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, be->n_threads);
+    if (style == RA_ROPE_HALF)
+        cb->k->rope_half(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, be->n_threads);
+    else
+        cb->k->rope(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, be->n_threads);
     return RA_OK;
 }
 
@@ -276,10 +280,8 @@ int ra_backend_cpu_init(struct ra_backend **out, int n_threads)
     if (!cb)
         return ra_error_set(RA_ENOMEM, "cpu backend: out of memory");
     cb->k = k;
-    if (n_threads <= 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = cores > 0 ? (int)cores : 1;
-    }
+    if (n_threads <= 0) /* the CPUs this process may use (taskset, Slurm), not all the node's */
+        n_threads = ra_cpus_allowed();
     cb->base.ops = &cpu_ops;
     cb->base.n_threads = n_threads;
     /* One widening scratch slot per thread, however many: the buffers

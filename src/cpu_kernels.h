@@ -24,10 +24,13 @@ struct ra_cpu_kernels {
                      const struct ra_attention_shape *s, int n_threads);
     /* y[i] = x[i] / rms(x[i]) * w for n rows of dim floats; w is fp32. */
     void (*rmsnorm)(float *y, const float *x, const float *w, int n, int dim, float eps, int n_threads);
-    /* Rotates adjacent pairs of every head of n rows (stride ld) by the angles
-     * whose cos/sin are rows of cs/sn ([n][head_dim/2]). */
+    /* Rotates pair j of every head of n rows (stride ld) by the angle whose
+     * cos/sin are cs/sn[i][j] ([n][head_dim/2]): pairs (2j, 2j+1) for rope
+     * (RA_ROPE_INTERLEAVED), (j, j + head_dim/2) for rope_half (RA_ROPE_HALF). */
     void (*rope)(float *x, int ld, int n, int n_heads, int head_dim, const float *cs, const float *sn,
                  int n_threads);
+    void (*rope_half)(float *x, int ld, int n, int n_heads, int head_dim, const float *cs, const float *sn,
+                      int n_threads);
     /* gate[i] = silu(gate[i]) * up[i] */
     void (*swiglu)(float *gate, const float *up, size_t count, int n_threads);
     /* x[i] += y[i] */

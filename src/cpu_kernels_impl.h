@@ -468,6 +468,10 @@ static void rmsnorm(float *y, const float *x, const float *w, int n, int dim, fl
     }
 }
 
+/* RoPE in both conventions. The two loops are the same arithmetic on
+ * different pairs: interleaved reads its pairs with a stride of 2, which the
+ * compiler vectorises with even/odd shuffles; rotate-half reads two
+ * contiguous halves and needs none. */
 static void rope(float *x, int ld, int n, int n_heads, int head_dim, const float *cs, const float *sn, int n_threads)
 {
     const int half = head_dim / 2;
@@ -481,6 +485,25 @@ static void rope(float *x, int ld, int n, int n_heads, int head_dim, const float
                 const float a = v[2 * j], b = v[2 * j + 1];
                 v[2 * j] = a * c[j] - b * s[j];
                 v[2 * j + 1] = a * s[j] + b * c[j];
+            }
+        }
+    }
+}
+
+static void rope_half(float *x, int ld, int n, int n_heads, int head_dim, const float *cs, const float *sn,
+                      int n_threads)
+{
+    const int half = head_dim / 2;
+#pragma omp parallel for schedule(static) if (n > 16) num_threads(n_threads)
+    for (int i = 0; i < n; i++) {
+        const float *c = cs + (size_t)i * half, *s = sn + (size_t)i * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *lo = x + (size_t)i * ld + (size_t)h * head_dim, *hi = lo + half;
+#pragma omp simd
+            for (int j = 0; j < half; j++) {
+                const float a = lo[j], b = hi[j];
+                lo[j] = a * c[j] - b * s[j];
+                hi[j] = a * s[j] + b * c[j];
             }
         }
     }
@@ -548,6 +571,7 @@ const struct ra_cpu_kernels KERNELS_TABLE = {
     .attention = attention,
     .rmsnorm = rmsnorm,
     .rope = rope,
+    .rope_half = rope_half,
     .swiglu = swiglu,
     .add = add,
     .widen_bf16 = widen_bf16,

@@ -1,10 +1,7 @@
 #include "finite.h"
+#include "sysinfo.h"
 
 #include <stdlib.h>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* Elements one thread scans at a time: large enough that scheduling costs
  * vanish, small enough to share out a tensor among threads. */
@@ -83,10 +80,8 @@ int ra_first_nonfinite_span(const struct ra_finite_span *spans, int n, int n_thr
         blocks += (spans[i].count + BLOCK - 1) / BLOCK;
     }
     int64_t first = blocks;
-#ifdef _OPENMP
     if (n_threads <= 0)
-        n_threads = omp_get_max_threads();
-#endif
+        n_threads = ra_cpus_allowed();
 #pragma omp parallel for schedule(dynamic, 4) reduction(min : first) num_threads(n_threads) if (blocks > 1)
     for (int64_t b = 0; b < blocks; b++) {
         const struct ra_finite_span *s = &spans[span_of(first_block, n, b)];

@@ -203,8 +203,9 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
         OP(t_linear, op->matmul(be, ws->q, d, ws->xb, d, &w->wq, n));
         OP(t_linear, op->matmul(be, ra_kvcache_k(kv, l, start), kvd, ws->xb, d, &w->wk, n));
         OP(t_linear, op->matmul(be, ra_kvcache_v(kv, l, start), kvd, ws->xb, d, &w->wv, n));
-        OP(t_other, op->rope(be, ws->q, d, n, c->n_heads, c->head_dim, start, c->rope_theta));
-        OP(t_other, op->rope(be, ra_kvcache_k(kv, l, start), kvd, n, c->n_kv_heads, c->head_dim, start, c->rope_theta));
+        OP(t_other, op->rope(be, ws->q, d, n, c->n_heads, c->head_dim, start, c->rope_theta, c->rope_style));
+        OP(t_other, op->rope(be, ra_kvcache_k(kv, l, start), kvd, n, c->n_kv_heads, c->head_dim, start, c->rope_theta,
+                             c->rope_style));
         HOOK(kv_ready);
         /* every row attention will read, the earlier positions' too */
         PROBE(kv->k[l], start + n, kvd, 0, l, "keys");

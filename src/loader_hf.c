@@ -2,10 +2,10 @@
  * listed by model.safetensors.index.json.
  *
  * Weights are used in place inside the mappings (zero copy) in their stored
- * dtype, except q_proj and k_proj: HF stores their rows permuted so that
- * rotate_half() pairs dimension i with i + head_dim/2, while the runtime
- * rotates adjacent pairs (2i, 2i+1) as Meta and llama2.c do. Those two are
- * un-permuted into buffers the model owns. */
+ * dtype, q_proj and k_proj included: HF stores their rows permuted so that
+ * rotate_half() pairs dimension i with i + head_dim/2, and the model says so
+ * (RA_ROPE_HALF) instead of un-permuting them, which would cost every rank a
+ * private copy (4 GB for Llama-2-7B in f32). */
 #include "model.h"
 #include "safetensors.h"
 #include "status.h"
@@ -165,6 +165,7 @@ static int parse_config(struct hf_load *L, const char *path, json_t *root)
         (rc = cfg_bool(path, root, "tie_word_embeddings", &L->tie)) != RA_OK)
         return rc;
     c->head_dim = c->dim / c->n_heads;
+    c->rope_style = RA_ROPE_HALF; /* q_proj/k_proj rows as transformers' rotate_half expects them */
     if (head_dim && head_dim * c->n_heads != c->dim)
         return ra_error_set(RA_EUNSUPPORTED, "%s: head_dim %d is not hidden_size/num_attention_heads = %d/%d",
                             path, head_dim, c->dim, c->n_heads);
@@ -307,28 +308,6 @@ static int get_tensor(struct hf_load *L, const char *name, int64_t rows, int64_t
     return ra_model_add_source(L->m, file, name, t);
 }
 
-/* HF row j of a head (j < half) is Meta row 2j; HF row half+j is 2j+1. */
-static int unpermute(struct hf_load *L, struct ra_tensor *t, int n_heads, const char *name)
-{
-    size_t esize = ra_dtype_size(t->dtype), row = (size_t)t->cols * esize;
-    int64_t head_dim = t->rows / n_heads, half = head_dim / 2;
-    unsigned char *out = ra_model_own(L->m, (size_t)t->rows * row);
-    const unsigned char *in = t->data;
-
-    if (!out)
-        return ra_error_set(RA_ENOMEM, "%s: tensor %s: out of memory", L->dir, name);
-    for (int64_t h = 0; h < n_heads; h++) {
-        const unsigned char *src = in + (size_t)(h * head_dim) * row;
-        unsigned char *dst = out + (size_t)(h * head_dim) * row;
-        for (int64_t j = 0; j < half; j++) {
-            memcpy(dst + (size_t)(2 * j) * row, src + (size_t)j * row, row);
-            memcpy(dst + (size_t)(2 * j + 1) * row, src + (size_t)(half + j) * row, row);
-        }
-    }
-    t->data = out;
-    return RA_OK;
-}
-
 static int get_layer_tensor(struct hf_load *L, int layer, const char *suffix, int64_t rows, int64_t cols,
                             struct ra_tensor *t)
 {
@@ -342,7 +321,6 @@ static int load_layer(struct hf_load *L, int i)
     const struct ra_config *c = &L->m->config;
     struct ra_layer_weights *w = &L->m->weights.layers[i];
     int64_t d = c->dim, q = (int64_t)c->n_heads * c->head_dim, kv = ra_config_kv_dim(c), h = c->hidden_dim;
-    char name[256];
     int rc;
 
     if ((rc = get_layer_tensor(L, i, "input_layernorm", 1, d, &w->attn_norm)) != RA_OK ||
@@ -352,14 +330,9 @@ static int load_layer(struct hf_load *L, int i)
         (rc = get_layer_tensor(L, i, "self_attn.o_proj", d, q, &w->wo)) != RA_OK ||
         (rc = get_layer_tensor(L, i, "post_attention_layernorm", 1, d, &w->ffn_norm)) != RA_OK ||
         (rc = get_layer_tensor(L, i, "mlp.gate_proj", h, d, &w->w_gate)) != RA_OK ||
-        (rc = get_layer_tensor(L, i, "mlp.down_proj", d, h, &w->w_down)) != RA_OK ||
-        (rc = get_layer_tensor(L, i, "mlp.up_proj", h, d, &w->w_up)) != RA_OK)
+        (rc = get_layer_tensor(L, i, "mlp.down_proj", d, h, &w->w_down)) != RA_OK)
         return rc;
-    snprintf(name, sizeof name, "model.layers.%d.self_attn.q_proj.weight", i);
-    if ((rc = unpermute(L, &w->wq, c->n_heads, name)) != RA_OK)
-        return rc;
-    snprintf(name, sizeof name, "model.layers.%d.self_attn.k_proj.weight", i);
-    return unpermute(L, &w->wk, c->n_kv_heads, name);
+    return get_layer_tensor(L, i, "mlp.up_proj", h, d, &w->w_up);
 }
 
 static int load_weights(struct hf_load *L)

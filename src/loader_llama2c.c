@@ -1,6 +1,7 @@
 /* llama2.c checkpoints: the legacy 7-int header (v0) and the versioned header
  * (magic "ak42", version 1, 256 bytes). All weights are fp32 and used in place
- * from the mapping; the layout is Meta's, which is the runtime's RoPE layout. */
+ * from the mapping; q/k are in Meta's layout, which rotates interleaved pairs
+ * (RA_ROPE_INTERLEAVED). */
 #include "model.h"
 #include "status.h"
 
@@ -100,6 +101,7 @@ static int read_header(struct ra_model *m, const struct ra_mapped_file *f, int *
     c->seq_len = h[6];
     c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
     c->rope_theta = 10000.0f; /* llama2.c has no field for it */
+    c->rope_style = RA_ROPE_INTERLEAVED;
     c->norm_eps = 1e-5f;
     return ra_config_validate(c, f->path);
 }

@@ -23,6 +23,15 @@ const char *ra_dtype_name(enum ra_dtype t)
     return "?";
 }
 
+const char *ra_rope_style_name(enum ra_rope_style s)
+{
+    switch (s) {
+    case RA_ROPE_INTERLEAVED: return "interleaved";
+    case RA_ROPE_HALF: return "half";
+    }
+    return "?";
+}
+
 int ra_config_validate(const struct ra_config *c, const char *what)
 {
 #define REQUIRE(cond, ...) \
@@ -40,6 +49,8 @@ int ra_config_validate(const struct ra_config *c, const char *what)
     REQUIRE(c->vocab_size > 0 && c->vocab_size <= (1 << 24), "%s: vocabulary size %d is out of range", what, c->vocab_size);
     REQUIRE(c->seq_len > 0 && c->seq_len <= (1 << 24), "%s: context length %d is out of range", what, c->seq_len);
     REQUIRE(isfinite(c->rope_theta) && c->rope_theta > 0, "%s: rope_theta %g is invalid", what, c->rope_theta);
+    REQUIRE(c->rope_style == RA_ROPE_INTERLEAVED || c->rope_style == RA_ROPE_HALF, "%s: RoPE style %d is unknown",
+            what, (int)c->rope_style);
     REQUIRE(isfinite(c->norm_eps) && c->norm_eps > 0 && c->norm_eps < 1, "%s: norm epsilon %g is invalid", what, c->norm_eps);
 #undef REQUIRE
     return RA_OK;

@@ -1,10 +1,14 @@
 /* Llama-family model: configuration, weights and loading.
  *
  * Weights stay where the loader found them (a memory-mapped file) in their
- * stored dtype; the backend widens them to fp32 when it uses them. One RoPE
- * convention holds inside the runtime: adjacent pairs (2i, 2i+1) of each head
- * are rotated, as in Meta's and llama2.c's layout. Loaders of formats that
- * store q/k permuted (Hugging Face) convert on load. */
+ * stored dtype; the backend widens them to fp32 when it uses them. RoPE
+ * follows the convention of the file (ra_config.rope_style): Meta and
+ * llama2.c rotate adjacent pairs (2i, 2i+1) of each head, Hugging Face stores
+ * q/k rows permuted and rotates (i, i + head_dim/2). The kernels do either,
+ * so no loader copies q/k to convert them: the ranks of a node share one
+ * page-cache copy of every weight. Q and K always use the same style, so the
+ * KV cache rows are in the model's own convention; the chain moves them as
+ * they are. */
 #ifndef RA_MODEL_H
 #define RA_MODEL_H
 
@@ -14,6 +18,15 @@
 #include "mapped_file.h"
 
 enum ra_dtype { RA_DTYPE_F32 = 0, RA_DTYPE_F16, RA_DTYPE_BF16 };
+
+/* Which dimensions of a head RoPE rotates together (both use the angle
+ * pos * theta^(-2i/head_dim) for pair i). */
+enum ra_rope_style {
+    RA_ROPE_INTERLEAVED = 0, /* pairs (2i, 2i+1): Meta, llama2.c */
+    RA_ROPE_HALF             /* pairs (i, i + head_dim/2): Hugging Face rotate_half, GPT-NeoX */
+};
+
+const char *ra_rope_style_name(enum ra_rope_style s);
 
 size_t ra_dtype_size(enum ra_dtype t);
 const char *ra_dtype_name(enum ra_dtype t);
@@ -37,6 +50,7 @@ struct ra_config {
     int head_dim;     /* dim / n_heads */
     float rope_theta;
     float norm_eps;
+    enum ra_rope_style rope_style; /* set by the loader from the file's convention */
 };
 
 static inline int ra_config_kv_dim(const struct ra_config *c) { return c->n_kv_heads * c->head_dim; }
@@ -68,8 +82,9 @@ enum ra_format { RA_FORMAT_LLAMA2C = 0, RA_FORMAT_HF };
 
 #define RA_MAX_SHARDS 64
 
-/* Where a loaded tensor's bytes came from, in the file's element order (before
- * any un-permuting), so that a bad value is reported where the file has it. */
+/* Where a loaded tensor's bytes came from, in the file's element order, so
+ * that a bad value is reported where the file has it (a copy a loader makes,
+ * of a misaligned tensor, keeps that order). */
 struct ra_weight_source {
     char *name;        /* the file's name for it: "model.norm.weight", "layers.3.wq" */
     const char *file;  /* the file's path (owned by the model's mapping) */
@@ -90,7 +105,7 @@ struct ra_model {
     /* Mappings that hold the weights. */
     struct ra_mapped_file files[RA_MAX_SHARDS];
     int n_files;
-    /* Buffers the loader had to create (e.g. q/k un-permuted from HF). */
+    /* Buffers the loader had to create (e.g. a copy of a misaligned tensor). */
     void **owned;
     int n_owned;
     /* Every tensor the loader took from a file, in load order. */

@@ -1,7 +1,9 @@
 /* runahead-synth: writes a Llama model in the Hugging Face layout
- * (config.json + model.safetensors), either with deterministic random weights
- * of a named shape, or converted from a checkpoint runahead can load
- * (--from: a llama2.c .bin or another HF directory).
+ * (config.json + model.safetensors) or as a llama2.c checkpoint (--format
+ * llama2c), either with deterministic random weights of a named shape, or
+ * converted from a checkpoint runahead can load (--from: a llama2.c .bin or an
+ * HF directory). The formats differ in their RoPE convention (model.h): q/k
+ * rows are permuted between them, and only then.
  *
  * Benchmarks load synthetic models through exactly the path real models take,
  * so the output must be a real HF model: transformers loads it as
@@ -46,9 +48,12 @@ static const struct preset presets[] = {
     { "llama2-7b", 4096, 11008, 32, 32, 32, 32000, 4096 },
 };
 
+enum out_format { OUT_HF = 0, OUT_LLAMA2C };
+
 struct options {
     struct ra_config cfg;
     int tied;
+    enum out_format format;
     enum ra_dtype dtype;
     uint64_t seed;
     const char *out, *from;
@@ -60,14 +65,20 @@ struct job {
     char name[128];
     int64_t rows, cols; /* rows == 1 && vector: a 1-D tensor */
     int vector;
-    enum { GEN_LINEAR, GEN_EMBED, GEN_NORM, GEN_FROM } kind;
+    enum { GEN_LINEAR, GEN_EMBED, GEN_NORM, GEN_FROM, GEN_FREQ_COS, GEN_FREQ_SIN } kind;
     const struct ra_tensor *src; /* GEN_FROM */
-    int permute_heads;           /* > 0: q/k rows go from Meta to HF order */
+    /* q/k of a model whose RoPE convention changes on the way: written row r
+     * is source row meta_row(r) (to HF) or hf_row(r) (to llama2.c). Generated
+     * values are made in HF order, so both formats hold the same model. */
+    enum { PERM_NONE, PERM_TO_HF, PERM_TO_META } perm;
+    int64_t head_dim;
 };
 
 struct writer_state {
     const struct options *o;
-    struct ra_safetensors_writer *w;
+    struct ra_safetensors_writer *w; /* HF */
+    FILE *fp;                        /* llama2.c */
+    const struct ra_config *cfg;
     float *f32;
     void *out;
     uint64_t total, done, next_report;
@@ -81,11 +92,15 @@ static void usage(FILE *fp)
     fprintf(fp,
             "usage: " PROG " --out DIR [--preset NAME] [shape flags] [--dtype f32|bf16|f16] [--seed S] [--force]\n"
             "       " PROG " --out DIR --from CHECKPOINT [--dtype f32|bf16|f16] [--force]\n"
+            "       " PROG " --format llama2c --out FILE.bin [--preset NAME | --from CHECKPOINT] ...\n"
             "\n"
-            "Writes a Llama model in the Hugging Face layout (config.json + model.safetensors):\n"
-            "deterministic random weights of a named shape, or a conversion of a checkpoint.\n"
+            "Writes a Llama model in the Hugging Face layout (config.json + model.safetensors)\n"
+            "or as a llama2.c checkpoint: deterministic random weights of a named shape, or a\n"
+            "conversion of a checkpoint. q/k are permuted between the formats' RoPE conventions\n"
+            "(llama2.c: interleaved pairs; HF: rotate-half), so every route gives the same model.\n"
             "\n"
-            "  --out DIR          output directory (created)\n"
+            "  --out DIR          output directory (created); with --format llama2c, the file\n"
+            "  --format F         hf (default) or llama2c (the legacy header, f32 only)\n"
             "  --preset NAME      tiny (default), tiny-gqa, bench-small, tinyllama-1.1b, llama2-7b\n"
             "  --dim N --hidden-dim N --layers N --heads N --kv-heads N --vocab N --context N\n"
             "  --rope-theta X     override one field of the preset\n"
@@ -184,13 +199,36 @@ static int64_t meta_row(int64_t r, int64_t head_dim)
     return h * head_dim + (j < half ? 2 * j : 2 * (j - half) + 1);
 }
 
+/* The HF row stored at Meta row R (the inverse of meta_row). */
+static int64_t hf_row(int64_t r, int64_t head_dim)
+{
+    int64_t h = r / head_dim, j = r % head_dim, half = head_dim / 2;
+    return h * head_dim + (j % 2 ? half + j / 2 : j / 2);
+}
+
+static int64_t source_row(const struct job *j, int64_t r)
+{
+    return j->perm == PERM_TO_HF ? meta_row(r, j->head_dim) : j->perm == PERM_TO_META ? hf_row(r, j->head_dim) : r;
+}
+
+/* llama2.c's legacy files carry the RoPE table they were exported with:
+ * [seq_len][head_dim/2] cosines, then sines (runahead recomputes them). */
+static void freq_rows(const struct job *j, const struct ra_config *c, int64_t row0, int64_t nrows, float *out)
+{
+    const int half = c->head_dim / 2;
+    for (int64_t r = 0; r < nrows; r++)
+        for (int i = 0; i < half; i++) {
+            const float a = (float)(row0 + r) * (1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim));
+            out[r * half + i] = j->kind == GEN_FREQ_COS ? cosf(a) : sinf(a);
+        }
+}
+
 static void convert_rows(const struct job *j, int64_t row0, int64_t nrows, float *out)
 {
     const struct ra_tensor *t = j->src;
-    int64_t head_dim = j->permute_heads ? t->rows / j->permute_heads : 0;
     size_t esize = ra_dtype_size(t->dtype);
     for (int64_t r = 0; r < nrows; r++) {
-        int64_t src = head_dim ? meta_row(row0 + r, head_dim) : row0 + r;
+        int64_t src = source_row(j, row0 + r);
         const unsigned char *row = (const unsigned char *)t->data + (size_t)(src * t->cols) * esize;
         for (int64_t c = 0; c < t->cols; c++)
             out[r * t->cols + c] = widen(row, t->dtype, (size_t)c);
@@ -235,10 +273,19 @@ static int write_job(struct writer_state *s, const struct job *j)
         size_t count = (size_t)(n * j->cols);
         if (j->kind == GEN_FROM)
             convert_rows(j, r, n, s->f32);
+        else if (j->kind == GEN_FREQ_COS || j->kind == GEN_FREQ_SIN)
+            freq_rows(j, s->cfg, r, n, s->f32);
+        else if (j->perm != PERM_NONE) /* row by row, each from its HF row */
+            for (int64_t k = 0; k < n; k++)
+                generate(j, key, (uint64_t)(source_row(j, r + k) * j->cols), (size_t)j->cols, s->f32 + k * j->cols);
         else
             generate(j, key, (uint64_t)(r * j->cols), count, s->f32);
         narrow(s->f32, count, s->o->dtype, s->out);
-        int rc = ra_safetensors_writer_write(s->w, s->out, count * esize);
+        int rc = RA_OK;
+        if (s->w)
+            rc = ra_safetensors_writer_write(s->w, s->out, count * esize);
+        else if (fwrite(s->out, esize, count, s->fp) != count)
+            rc = ra_error_set(RA_EIO, "%s: cannot write: %s", s->path, strerror(errno));
         if (rc != RA_OK)
             return rc;
         s->done += count * esize;
@@ -293,9 +340,13 @@ static int make_jobs(const struct ra_config *c, int tied, const struct ra_weight
                                                           &w->ffn_norm, &w->w_gate, &w->w_up, &w->w_down };
             for (int k = 0; k < JOBS_PER_LAYER; k++)
                 lj[k].src = t[k];
-            lj[1].permute_heads = c->n_heads;
-            lj[2].permute_heads = c->n_kv_heads;
         }
+        /* HF files rotate halves: a source in the interleaved convention
+         * (llama2.c) has its q/k rows permuted into HF's order; a source
+         * already in HF's (another HF directory) is copied as it is. */
+        if (w && c->rope_style == RA_ROPE_INTERLEAVED)
+            lj[1].perm = lj[2].perm = PERM_TO_HF;
+        lj[1].head_dim = lj[2].head_dim = c->head_dim;
     }
     set_job(&jobs[n++], "model.norm.weight", 1, d, norm);
     jobs[n - 1].vector = 1;
@@ -326,7 +377,7 @@ static int write_weights(const struct options *o, const struct job *jobs, int n,
 {
     struct ra_st_write_entry *e = calloc((size_t)n, sizeof *e);
     static const char *const meta[] = { "format", "pt", NULL };
-    struct writer_state s = { .o = o, .path = path };
+    struct writer_state s = { .o = o, .path = path }; /* no RoPE tables in HF files: no cfg */
     int rc = RA_OK;
 
     s.f32 = malloc(CHUNK_FLOATS * sizeof(float));
@@ -353,6 +404,68 @@ static int write_weights(const struct options *o, const struct job *jobs, int n,
     }
 out:
     free(e);
+    free(s.f32);
+    free(s.out);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ llama2.c */
+
+/* llama2.c's legacy order (its export.py, legacy_export): each kind of tensor
+ * for all layers in a row, the RoPE table, the classifier when not shared.
+ * HF_JOBS are make_jobs' list; q/k end in the interleaved convention. */
+static int llama2c_jobs(const struct ra_config *c, int tied, const struct ra_weights *src, const struct job *hf,
+                        struct job *jobs)
+{
+    /* a layer's HF jobs: attn_norm q k v o ffn_norm gate up down; llama2.c's kinds in its order */
+    static const int order[JOBS_PER_LAYER] = { 0, 1, 2, 3, 4, 5, 6, 8, 7 };
+    const int L = c->n_layers;
+    int n = 0;
+    jobs[n++] = hf[0];
+    for (int k = 0; k < JOBS_PER_LAYER; k++)
+        for (int l = 0; l < L; l++) {
+            struct job *j = &jobs[n++];
+            *j = hf[1 + JOBS_PER_LAYER * l + order[k]];
+            if (order[k] == 1 || order[k] == 2) /* q/k: generated values and HF sources are in HF order */
+                j->perm = src && c->rope_style == RA_ROPE_INTERLEAVED ? PERM_NONE : PERM_TO_META;
+        }
+    jobs[n++] = hf[1 + JOBS_PER_LAYER * L];
+    set_job(&jobs[n++], "freq_cis_real", c->seq_len, c->head_dim / 2, GEN_FREQ_COS);
+    set_job(&jobs[n++], "freq_cis_imag", c->seq_len, c->head_dim / 2, GEN_FREQ_SIN);
+    if (!tied)
+        jobs[n++] = hf[2 + JOBS_PER_LAYER * L];
+    return n;
+}
+
+static int write_llama2c(const struct options *o, const struct ra_config *c, int tied, const struct job *jobs, int n)
+{
+    struct ra_outfile of = RA_OUTFILE_INIT;
+    struct writer_state s = { .o = o, .path = o->out, .cfg = c };
+    const int32_t header[7] = { c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
+                                tied ? c->vocab_size : -c->vocab_size, c->seq_len };
+    int rc;
+
+    if (c->rope_theta != 10000.0f) /* the loader assumes llama2.c's fixed base */
+        return ra_error_set(RA_EUNSUPPORTED, "%s: llama2.c checkpoints have no rope_theta (10000 is assumed): "
+                            "cannot store %g", o->out, c->rope_theta);
+    if (!o->force && access(o->out, F_OK) == 0)
+        return ra_error_set(RA_EIO, "%s: already exists; use --force to overwrite", o->out);
+    s.f32 = malloc(CHUNK_FLOATS * sizeof(float));
+    s.out = malloc(CHUNK_FLOATS * sizeof(float));
+    for (int i = 0; i < n; i++)
+        s.total += (uint64_t)(jobs[i].rows * jobs[i].cols) * sizeof(float);
+    if (!s.f32 || !s.out)
+        rc = ra_error_set(RA_ENOMEM, "%s: out of memory", o->out);
+    else if ((rc = ra_outfile_open(&of, o->out, &s.fp)) == RA_OK &&
+             fwrite(header, sizeof header, 1, s.fp) != 1)
+        rc = ra_error_set(RA_EIO, "%s: cannot write: %s", o->out, strerror(errno));
+    for (int i = 0; i < n && rc == RA_OK; i++)
+        rc = write_job(&s, &jobs[i]);
+    if (rc == RA_OK) {
+        report(&s, 1);
+        rc = ra_outfile_commit(&of);
+    }
+    ra_outfile_abort(&of);
     free(s.f32);
     free(s.out);
     return rc;
@@ -456,21 +569,29 @@ static int prepare_out(const char *dir, int force)
 
 static int write_model(const struct options *o, const struct ra_config *c, int tied, const struct ra_weights *src)
 {
-    int n_jobs = 3 + JOBS_PER_LAYER * c->n_layers;
-    struct job *jobs = calloc((size_t)n_jobs, sizeof *jobs);
+    int n_jobs = 5 + JOBS_PER_LAYER * c->n_layers;
+    struct job *jobs = calloc((size_t)n_jobs, sizeof *jobs), *ordered = calloc((size_t)n_jobs, sizeof *jobs);
     char path[PATH_MAX];
     int rc;
 
-    if (!jobs)
+    if (!jobs || !ordered) {
+        free(jobs);
+        free(ordered);
         return ra_error_set(RA_ENOMEM, "out of memory");
+    }
     n_jobs = make_jobs(c, tied, src, jobs);
-    if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", o->out) >= sizeof path)
+    if (o->format == OUT_LLAMA2C) {
+        n_jobs = llama2c_jobs(c, tied, src, jobs, ordered);
+        if ((rc = check_sources(ordered, n_jobs, o->from)) == RA_OK)
+            rc = write_llama2c(o, c, tied, ordered, n_jobs);
+    } else if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", o->out) >= sizeof path)
         rc = ra_error_set(RA_EINVAL, "%s: path too long", o->out);
     else if ((rc = check_sources(jobs, n_jobs, o->from)) == RA_OK &&
              (rc = prepare_out(o->out, o->force)) == RA_OK &&
              (rc = write_weights(o, jobs, n_jobs, path)) == RA_OK)
         rc = write_config(c, tied, o->dtype, o->out);
     free(jobs);
+    free(ordered);
     return rc;
 }
 
@@ -488,7 +609,7 @@ static int convert(const struct options *o)
 /* ------------------------------------------------------------------ flags */
 
 enum { OPT_DIM = 256, OPT_HIDDEN, OPT_LAYERS, OPT_HEADS, OPT_KV_HEADS, OPT_VOCAB, OPT_CONTEXT, OPT_THETA,
-       OPT_TIED, OPT_DTYPE, OPT_SEED, OPT_OUT, OPT_FROM, OPT_FORCE, OPT_PRESET, OPT_HELP, OPT_VERSION };
+       OPT_TIED, OPT_DTYPE, OPT_SEED, OPT_OUT, OPT_FROM, OPT_FORCE, OPT_PRESET, OPT_HELP, OPT_VERSION, OPT_FORMAT };
 
 /* The shape flags come first, in OPT_ order: parse_flag names them by index. */
 static const struct option long_options[] = {
@@ -507,6 +628,7 @@ static const struct option long_options[] = {
     { "from", required_argument, NULL, OPT_FROM },
     { "force", no_argument, NULL, OPT_FORCE },
     { "preset", required_argument, NULL, OPT_PRESET },
+    { "format", required_argument, NULL, OPT_FORMAT },
     { "help", no_argument, NULL, OPT_HELP },
     { "version", no_argument, NULL, OPT_VERSION },
     { NULL, 0, NULL, 0 },
@@ -581,6 +703,11 @@ static int parse_flag(int opt, const char *arg, struct options *o, int *over, co
     case OPT_OUT: o->out = arg; return -1;
     case OPT_FROM: o->from = arg; return -1;
     case OPT_FORCE: o->force = 1; return -1;
+    case OPT_FORMAT:
+        if (strcmp(arg, "hf") && strcmp(arg, "llama2c"))
+            return usage_error("bad --format '%s': use hf or llama2c", arg);
+        o->format = strcmp(arg, "hf") ? OUT_LLAMA2C : OUT_HF;
+        return -1;
     case OPT_PRESET: return (*preset = find_preset(arg)) ? -1 : usage_error("unknown preset '%s'", arg);
     case OPT_HELP: usage(stdout); return 0;
     case OPT_VERSION: printf(PROG " %s\n", PACKAGE_VERSION); return 0;
@@ -624,6 +751,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         return usage_error("unexpected argument '%s'", argv[optind]);
     if (!o->out)
         return usage_error("--out DIR is required");
+    if (o->format == OUT_LLAMA2C && o->dtype != RA_DTYPE_F32)
+        return usage_error("--format llama2c stores f32 only (got --dtype %s)", ra_dtype_name(o->dtype));
     if (o->from)
         return shape_flags ? usage_error("--from takes the shape from the checkpoint: no --preset, shape flags or --tied") : -1;
     float theta = o->cfg.rope_theta;

@@ -1,8 +1,13 @@
 #!/bin/sh
 # The Hugging Face path end to end: runahead-synth converts the trained
-# stories260K llama2.c checkpoint to a safetensors directory (q/k permuted into
-# HF order), and runahead, loading it through the HF loader (which un-permutes
-# them), must generate exactly the reference 200 greedy tokens. A bf16
+# stories260K llama2.c checkpoint to a safetensors directory (q/k rows permuted
+# into HF's rotate-half order), and runahead, loading it through the HF loader
+# (which keeps them as they are and rotates halves), must generate exactly the
+# reference 200 greedy tokens. Converting the HF directory again must give the
+# same bytes (the source is already in HF's convention: no second permutation),
+# and converting it back to llama2.c (q/k permuted back) the original
+# checkpoint's weights; a random model written in both formats is one model
+# (the same tokens, and the same HF bytes after a round trip). A bf16
 # conversion must run; a truncated weight file must fail with one clear line.
 # Synthetic models must be deterministic, and bad flags must be refused.
 . "$(dirname "$0")/lib.sh"
@@ -24,6 +29,39 @@ words() { tr -s ' \n' '\n\n' | sed '/^$/d'; }
 words <"$TMP/f32.ids" >"$TMP/got"
 words <"$MODELS/stories260K.bos.greedy200.ids" >"$TMP/want"
 cmp -s "$TMP/got" "$TMP/want" || fail "f32 conversion: generated ids differ from the reference"
+
+# --- HF to HF: the RoPE convention is converted only when it differs
+"$SYNTH" --from "$TMP/s260k-hf" --out "$TMP/s260k-hf2" 2>"$TMP/err" ||
+    fail "HF to HF conversion failed: $(cat "$TMP/err")"
+cmp -s "$TMP/s260k-hf/model.safetensors" "$TMP/s260k-hf2/model.safetensors" ||
+    fail "converting the HF model again changed its weights (q/k permuted twice?)"
+
+# --- HF back to llama2.c: the original's bytes up to its RoPE table (which
+# llama2.c computed with PyTorch; runahead recomputes it and never reads it)
+"$SYNTH" --from "$TMP/s260k-hf" --format llama2c --out "$TMP/back.bin" 2>"$TMP/err" ||
+    fail "HF to llama2.c conversion failed: $(cat "$TMP/err")"
+size=$(wc -c <"$MODELS/stories260K.bin")
+# shellcheck disable=SC2046
+set -- $(od -An -t d4 -N 28 "$MODELS/stories260K.bin") # dim hidden layers heads kv_heads vocab seq_len
+rope_table=$(($7 * ($1 / $4) * 4)) # seq_len x head_dim floats: cosines and sines
+[ "$(wc -c <"$TMP/back.bin")" -eq "$size" ] || fail "llama2.c round trip: size differs from the original"
+cmp -s -n $((size - rope_table)) "$TMP/back.bin" "$MODELS/stories260K.bin" ||
+    fail "llama2.c round trip: weights differ from the original (q/k not permuted back?)"
+"$RUN" --model "$TMP/back.bin" --prompt-ids 1 --generate 200 --output ids >"$TMP/back.ids" 2>"$TMP/err" ||
+    fail "runahead on the round-tripped checkpoint failed: $(cat "$TMP/err")"
+words <"$TMP/back.ids" | cmp -s - "$TMP/want" || fail "llama2.c round trip: generated ids differ from the reference"
+
+# --- a random model in both formats is one model
+"$SYNTH" --preset tiny-gqa --out "$TMP/r-hf" 2>"$TMP/err" || fail "synth tiny-gqa: $(cat "$TMP/err")"
+"$SYNTH" --preset tiny-gqa --format llama2c --out "$TMP/r.bin" 2>"$TMP/err" ||
+    fail "synth tiny-gqa --format llama2c: $(cat "$TMP/err")"
+"$RUN" --model "$TMP/r-hf" --prompt-ids 1,5,9 --generate 40 --output ids >"$TMP/r-hf.ids" 2>/dev/null || fail "run r-hf"
+"$RUN" --model "$TMP/r.bin" --prompt-ids 1,5,9 --generate 40 --output ids >"$TMP/r.ids" 2>/dev/null || fail "run r.bin"
+cmp -s "$TMP/r-hf.ids" "$TMP/r.ids" || fail "the same random model as HF and as llama2.c generates different ids"
+"$SYNTH" --from "$TMP/r.bin" --out "$TMP/r-hf2" 2>/dev/null || fail "llama2.c to HF of the random model"
+cmp -s "$TMP/r-hf/model.safetensors" "$TMP/r-hf2/model.safetensors" ||
+    fail "the random llama2.c model converted to HF differs from the one written as HF"
+expect_error "no rope_theta" "$SYNTH" --preset tiny --rope-theta 500000 --format llama2c --out "$TMP/theta.bin"
 
 # --- bf16 conversion: rounding may change the tokens, not their count
 "$SYNTH" --from "$MODELS/stories260K.bin" --out "$TMP/s260k-bf16" --dtype bf16 2>"$TMP/err" ||
@@ -61,6 +99,7 @@ grep -q '"num_key_value_heads": 2' "$TMP/d/config.json" && grep -q '"hidden_size
 expect_error "already holds a model.*--force" "$SYNTH" --preset tiny --out "$TMP/a"
 "$SYNTH" --preset tiny --out "$TMP/a" --force 2>/dev/null || fail "--force did not overwrite"
 for args in "--preset nope --out $TMP/x" "--dtype f64 --out $TMP/x" "--heads 5 --out $TMP/x" "--preset tiny" \
+            "--format gguf --out $TMP/x" "--format llama2c --dtype bf16 --out $TMP/x.bin" \
             "--from $MODELS/stories260K.bin --layers 2 --out $TMP/x" "--dim -1 --out $TMP/x" "--bogus"; do
     # shellcheck disable=SC2086
     "$SYNTH" $args >/dev/null 2>"$TMP/err"; rc=$?

@@ -98,23 +98,28 @@ static void matmul(double *xout, const double *x, const struct ra_tensor *w, int
     }
 }
 
-/* Rotates the adjacent pairs (2i, 2i+1) of each head of x at position pos.
+/* Rotates pair p of each head of x at position pos by the angle
+ * pos * theta^(-2p/head_dim): the pair is (2p, 2p+1) in Meta's and
+ * llama2.c's convention, (p, p + head_dim/2) in Hugging Face's rotate_half.
+ * The pair's dimensions are named explicitly, apart from the kernels' loops.
  * The angle is llama2.c's, rounded to float exactly as llama2.c rounds it:
  * that float is what the model means by "position pos" (the golden tokens
  * are llama2.c's), and at pos ~ 1000 an exact angle differs from it by up
  * to 1e-4 rad, which would force a tolerance loose enough to hide real bugs.
  * Everything after the angle is double. */
-static void rope(double *x, int n_heads, int head_dim, int pos, float theta)
+void ref_rope(double *x, int n_heads, int head_dim, int pos, float theta, enum ra_rope_style style)
 {
     for (int h = 0; h < n_heads; h++)
-        for (int i = 0; i < head_dim; i += 2) {
-            const float freq = 1.0f / powf(theta, (float)i / (float)head_dim);
+        for (int p = 0; p < head_dim / 2; p++) {
+            const float freq = 1.0f / powf(theta, (float)(2 * p) / (float)head_dim);
             const float angle = (float)pos * freq;
             const double c = cos(angle), s = sin(angle);
-            double *v = x + h * head_dim + i;
-            const double a = v[0], b = v[1];
-            v[0] = a * c - b * s;
-            v[1] = a * s + b * c;
+            const int first = style == RA_ROPE_HALF ? p : 2 * p;
+            const int second = style == RA_ROPE_HALF ? p + head_dim / 2 : 2 * p + 1;
+            double *v = x + h * head_dim;
+            const double a = v[first], b = v[second];
+            v[first] = a * c - b * s;
+            v[second] = a * s + b * c;
         }
 }
 
@@ -190,8 +195,8 @@ int ref_forward(const struct ra_model *m, const int32_t *tokens, int start, int 
             matmul(q, xb, &lw->wq, dim, dim);
             matmul(k, xb, &lw->wk, dim, kv_dim);
             matmul(v, xb, &lw->wv, dim, kv_dim);
-            rope(q, c->n_heads, hd, pos, c->rope_theta);
-            rope(k, c->n_kv_heads, hd, pos, c->rope_theta);
+            ref_rope(q, c->n_heads, hd, pos, c->rope_theta, c->rope_style);
+            ref_rope(k, c->n_kv_heads, hd, pos, c->rope_theta, c->rope_style);
             if (ref_attention(att, q, ref_kv_k(kv, l, 0), ref_kv_v(kv, l, 0), pos, 1, c->n_heads, c->n_kv_heads,
                               hd) != 0) {
                 rc = -1;

@@ -5,7 +5,8 @@
  * prompt is split; this test shows that what it agrees on is right. Cases are
  * chosen where blocked kernels break: head_dim 64 and 128, MHA and GQA 4:1 and
  * 8:1, spans from 0 and from mid-cache, and lengths that are no multiple of
- * any block or vector width (1, 7, 63, 65, 1000). Every case runs on each
+ * any block or vector width (1, 7, 63, 65, 1000), and both RoPE conventions
+ * (interleaved pairs, Hugging Face's rotate-half). Every case runs on each
  * instruction set this CPU supports (cpu_isa.h), with a fresh backend each
  * time, since a backend may fix its kernels when it is created. The oracle is
  * computed once per case: it does not depend on the instruction set. */
@@ -155,6 +156,49 @@ static void attention_case(const struct attn_case *ac)
     free(ref);
 }
 
+/* ---------------------------------------------------------------- RoPE */
+
+/* The rope op alone, both conventions, against the oracle's: rows at positions
+ * up to 4095 (angles of thousands of radians) in a strided buffer, as q sits
+ * in the workspace. fp32 rotation of values in [-1, 1]: worst seen 1e-7;
+ * a wrong pair, angle or frequency moves a value by 1e-2 or more. */
+#define TOL_ROPE 1e-6
+
+static void rope_case(int head_dim, int n_heads, enum ra_rope_style style)
+{
+    const int n = 1000, pos0 = 3096, width = n_heads * head_dim, ld = width + 16;
+    const float theta = head_dim == 128 ? 500000.0f : 10000.0f;
+    const size_t count = (size_t)n * ld;
+    float *x = malloc(count * sizeof(float)), *got = malloc(count * sizeof(float));
+    double *ref = malloc(count * sizeof(double));
+    for (size_t i = 0; i < count; i++)
+        ref[i] = x[i] = test_frand();
+    for (int i = 0; i < n; i++)
+        ref_rope(ref + (size_t)i * ld, n_heads, head_dim, pos0 + i, theta, style);
+    for (int isa = 0; isa < RA_CPU_ISA_COUNT; isa++) {
+        if (!use_isa((enum ra_cpu_isa)isa))
+            continue;
+        struct ra_backend *be = NULL;
+        CHECK_OK(ra_backend_cpu_init(&be, 2));
+        if (!be)
+            continue;
+        float *bx = be->ops->alloc(be, count * sizeof(float));
+        CHECK_OK(be->ops->upload(be, bx, x, count * sizeof(float)));
+        CHECK_OK(be->ops->rope(be, bx, ld, n, n_heads, head_dim, pos0, theta, style));
+        CHECK_OK(be->ops->download(be, got, bx, count * sizeof(float)));
+        /* the padding between rows is compared too: it must stay untouched */
+        const double err = max_err(got, ref, count);
+        printf("rope      %-8s hd %3d heads %d %-11s [%d, %d)  worst %.2e%s\n", ra_cpu_isa_name(isa), head_dim,
+               n_heads, ra_rope_style_name(style), pos0, pos0 + n, err, err <= TOL_ROPE ? "" : "  FAIL");
+        CHECK(err <= TOL_ROPE);
+        be->ops->release(be, bx);
+        ra_backend_free(be);
+    }
+    free(x);
+    free(got);
+    free(ref);
+}
+
 /* ---------------------------------------------------------------- forward pass */
 
 /* Worst error of cache rows [0, rows) of every layer, K and V. */
@@ -249,10 +293,107 @@ static void forward_case(struct ra_model *m, const char *name, const int *lens, 
     free(tokens);
 }
 
+/* ---------------------------------------------------------------- the two RoPE conventions */
+
+/* Meta's interleaved row of HF row r within a head: HF rows [0, half) are the
+ * even Meta rows, [half, head_dim) the odd ones (transformers' conversion script). */
+static int64_t meta_row_of(int64_t r, int64_t head_dim)
+{
+    const int64_t h = r / head_dim, j = r % head_dim, half = head_dim / 2;
+    return h * head_dim + (j < half ? 2 * j : 2 * (j - half) + 1);
+}
+
+/* What a Hugging Face export of M is: wq/wk rows permuted head by head into
+ * rotate-half order, rope_style RA_ROPE_HALF, every other weight shared. */
+static void hf_twin(struct ra_model *twin, const struct ra_model *m)
+{
+    memset(twin, 0, sizeof *twin);
+    twin->config = m->config;
+    twin->config.rope_style = RA_ROPE_HALF;
+    twin->weights = m->weights;
+    twin->weights.layers = malloc((size_t)m->config.n_layers * sizeof *twin->weights.layers);
+    for (int l = 0; l < m->config.n_layers; l++) {
+        struct ra_layer_weights *w = &twin->weights.layers[l];
+        *w = m->weights.layers[l];
+        struct ra_tensor *t[2] = { &w->wq, &w->wk };
+        for (int i = 0; i < 2; i++) {
+            const size_t row = (size_t)t[i]->cols * ra_dtype_size(t[i]->dtype);
+            unsigned char *hf = ra_model_own(twin, (size_t)t[i]->rows * row);
+            for (int64_t r = 0; r < t[i]->rows; r++)
+                memcpy(hf + (size_t)r * row, (const unsigned char *)t[i]->data + (size_t)meta_row_of(r, m->config.head_dim) * row,
+                       row);
+            t[i]->data = hf;
+        }
+    }
+}
+
+/* M and its HF twin are the same model: the oracle's logits agree to double
+ * rounding, and so do the runtime's (to fp32 rounding, the sums running over
+ * the head's dimensions in another order), and the twin's cache rows are the
+ * original's permuted. A kernel rotating the wrong pairs gives 1e-2 or more. */
+static void twin_case(struct ra_model *m, const char *name, int n, double tol)
+{
+    const struct ra_config *c = &m->config;
+    const int kvd = ra_config_kv_dim(c), hd = c->head_dim;
+    struct ra_model twin;
+    hf_twin(&twin, m);
+    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+    for (int i = 0; i < n; i++)
+        tokens[i] = test_rand_int(0, c->vocab_size - 1);
+
+    struct ref_kv rk[2];
+    double *rl[2];
+    struct ra_model *models[2] = { m, &twin };
+    for (int v = 0; v < 2; v++) {
+        rl[v] = malloc((size_t)n * c->vocab_size * sizeof(double));
+        CHECK(ref_kv_init(&rk[v], c->n_layers, kvd, n) == 0);
+        CHECK(ref_forward(models[v], tokens, 0, n, &rk[v], rl[v]) == 0);
+    }
+    double ref_diff = 0;
+    for (size_t i = 0; i < (size_t)n * c->vocab_size; i++)
+        ref_diff = fmax(ref_diff, fabs(rl[0][i] - rl[1][i]) / (1 + fabs(rl[0][i])));
+
+    struct ra_backend *be = NULL;
+    struct ra_kvcache kv[2];
+    float *logits[2];
+    CHECK_OK(ra_backend_cpu_init(&be, 2));
+    for (int v = 0; v < 2; v++) {
+        logits[v] = malloc((size_t)c->vocab_size * sizeof(float));
+        CHECK_OK(ra_model_attach(models[v], be));
+        CHECK_OK(ra_kvcache_init(&kv[v], be, c->n_layers, kvd, n));
+        CHECK_OK(ra_forward_span(models[v], tokens, 0, n, &kv[v], NULL, logits[v]));
+        ra_model_detach(models[v]);
+    }
+    double logit_diff = 0, kv_diff = 0;
+    for (int i = 0; i < c->vocab_size; i++)
+        logit_diff = fmax(logit_diff, fabs((double)logits[0][i] - logits[1][i]) / (1 + fabs((double)logits[0][i])));
+    for (int l = 0; l < c->n_layers; l++)
+        for (int p = 0; p < n; p++)
+            for (int r = 0; r < kvd; r++) { /* the twin's key dimension r is the original's meta_row_of(r) */
+                const double a = kv[0].k[l][(size_t)p * kvd + meta_row_of(r, hd)], b = kv[1].k[l][(size_t)p * kvd + r];
+                kv_diff = fmax(kv_diff, fabs(a - b) / (1 + fabs(a)));
+            }
+    const double runtime_diff = fmax(logit_diff, kv_diff);
+    const int ok = ref_diff <= 1e-12 && runtime_diff <= tol;
+    printf("twin      %-26s %d tokens: interleaved vs rotate-half: oracle %.2e, runtime logits %.2e kv %.2e%s\n",
+           name, n, ref_diff, logit_diff, kv_diff, ok ? "" : "  FAIL");
+    CHECK(ok);
+    for (int v = 0; v < 2; v++) {
+        ra_kvcache_free(&kv[v]);
+        free(logits[v]);
+        free(rl[v]);
+        ref_kv_free(&rk[v]);
+    }
+    ra_backend_free(be);
+    free(tokens);
+    ra_model_free(&twin);
+}
+
 struct synth_case {
     int head_dim, n_heads, n_kv_heads;
     enum ra_dtype dtype;
     int long_span; /* also a 1000-token span (kept to the cheapest shapes) */
+    enum ra_rope_style rope_style;
 };
 
 static void synthetic_case(const struct synth_case *sc)
@@ -260,6 +401,7 @@ static void synthetic_case(const struct synth_case *sc)
     struct ra_config c = {
         .dim = sc->n_heads * sc->head_dim, .n_layers = 2, .n_heads = sc->n_heads, .n_kv_heads = sc->n_kv_heads,
         .vocab_size = 320, .seq_len = 2048, .head_dim = sc->head_dim, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+        .rope_style = sc->rope_style,
     };
     c.hidden_dim = 352; /* 256 + 96: a partial block of widened rows, no multiple of 64 */
     if (sc->head_dim == 128)
@@ -268,9 +410,12 @@ static void synthetic_case(const struct synth_case *sc)
     struct ra_model m;
     test_random_model(&m, &c, sc->dtype, 2.0f); /* scores of a few units: a peaked softmax */
     char name[64];
-    snprintf(name, sizeof name, "hd%d %d/%d %s", sc->head_dim, sc->n_heads, sc->n_kv_heads, ra_dtype_name(sc->dtype));
+    snprintf(name, sizeof name, "hd%d %d/%d %s%s", sc->head_dim, sc->n_heads, sc->n_kv_heads, ra_dtype_name(sc->dtype),
+             sc->rope_style == RA_ROPE_HALF ? " half" : "");
     const int lens[] = { 1, 7, 63, 65, 1000 };
     forward_case(&m, name, lens, sc->long_span ? 5 : 4, TOL_FWD);
+    if (sc->rope_style == RA_ROPE_INTERLEAVED && sc->dtype == RA_DTYPE_F32)
+        twin_case(&m, name, 100, TOL_FWD);
     ra_model_free(&m);
 }
 
@@ -300,6 +445,7 @@ static void stories_case(void)
         return;
     const int lens[] = { 1, 7, 63, 65, m.config.seq_len - MID }; /* the last fills the whole context */
     forward_case(&m, "stories260K", lens, 5, TOL_TRAINED);
+    twin_case(&m, "stories260K", m.config.seq_len, TOL_TRAINED);
     ra_model_free(&m);
 }
 
@@ -318,14 +464,23 @@ int main(void)
         attention_case(&attn[i]);
     printf("attention: %.1f s\n", now() - t0);
 
+    const enum ra_rope_style I = RA_ROPE_INTERLEAVED, H = RA_ROPE_HALF;
+    t0 = now();
+    for (int hd = 64; hd <= 128; hd *= 2) {
+        rope_case(hd, 3, I);
+        rope_case(hd, 3, H);
+    }
+    printf("rope: %.1f s\n", now() - t0);
+
     t0 = now();
     /* Each shape once; each head_dim and each grouping meets f32 and bf16
      * (the kernels widen every dtype before the same GEMM, so the full cross
-     * product would add oracle time, not code paths); f16 once. */
+     * product would add oracle time, not code paths); f16 once. Each head_dim
+     * meets both RoPE conventions, rotate-half (Hugging Face) also on a long span. */
     const struct synth_case synth[] = {
-        { 64, 2, 2, RA_DTYPE_F32, 0 },  { 64, 4, 1, RA_DTYPE_BF16, 1 },  { 64, 8, 1, RA_DTYPE_F32, 0 },
-        { 128, 2, 2, RA_DTYPE_BF16, 0 }, { 128, 4, 1, RA_DTYPE_F32, 0 }, { 128, 8, 1, RA_DTYPE_BF16, 0 },
-        { 64, 2, 2, RA_DTYPE_F16, 0 },
+        { 64, 2, 2, RA_DTYPE_F32, 0, I },   { 64, 4, 1, RA_DTYPE_BF16, 1, I }, { 64, 8, 1, RA_DTYPE_F32, 1, H },
+        { 128, 2, 2, RA_DTYPE_BF16, 0, H }, { 128, 4, 1, RA_DTYPE_F32, 0, I }, { 128, 8, 1, RA_DTYPE_BF16, 0, I },
+        { 64, 2, 2, RA_DTYPE_F16, 0, H },
     };
     for (size_t i = 0; i < sizeof synth / sizeof synth[0]; i++)
         synthetic_case(&synth[i]);

@@ -1,6 +1,7 @@
 /* safetensors parsing and writing, and loading Hugging Face model directories:
  * round trips, every lie the parser must catch, sharded and unsharded models,
- * the q/k un-permutation, and the refusal of non-finite weights. */
+ * q/k kept in place in HF's rotate-half order, and the refusal of non-finite
+ * weights. */
 #include "finite.h"
 #include "half.h"
 #include "model.h"
@@ -438,22 +439,6 @@ static int same_weights(const struct ra_model *a, const struct ra_model *b)
     return ok;
 }
 
-/* Meta row 2j (2j+1) of each head is HF row j (half + j). */
-static int unpermuted(const struct ra_tensor *t, const void *hf, int n_heads)
-{
-    size_t row = (size_t)t->cols * ra_dtype_size(t->dtype);
-    int64_t hd = t->rows / n_heads, half = hd / 2;
-    for (int64_t h = 0; h < n_heads; h++)
-        for (int64_t j = 0; j < half; j++) {
-            const unsigned char *meta = (const unsigned char *)t->data + (size_t)(h * hd) * row;
-            const unsigned char *src = (const unsigned char *)hf + (size_t)(h * hd) * row;
-            if (memcmp(meta + (size_t)(2 * j) * row, src + (size_t)j * row, row) != 0 ||
-                memcmp(meta + (size_t)(2 * j + 1) * row, src + (size_t)(half + j) * row, row) != 0)
-                return 0;
-        }
-    return 1;
-}
-
 static void check_tiny_model(const struct ra_model *m, const struct tiny_hf *t)
 {
     const struct ra_config *c = &m->config;
@@ -466,8 +451,18 @@ static void check_tiny_model(const struct ra_model *m, const struct tiny_hf *t)
     CHECK(memcmp(m->weights.layers[1].wv.data, tiny_find(t, "model.layers.1.self_attn.v_proj.weight")->data,
                  (size_t)(8 * 16) * ra_dtype_size(t->dtype)) == 0);
     CHECK(m->weights.layers[1].wv.data != tiny_find(t, "model.layers.1.self_attn.v_proj.weight")->data);
-    CHECK(unpermuted(&m->weights.layers[1].wq, tiny_find(t, "model.layers.1.self_attn.q_proj.weight")->data, t->heads));
-    CHECK(unpermuted(&m->weights.layers[0].wk, tiny_find(t, "model.layers.0.self_attn.k_proj.weight")->data, t->kv_heads));
+    /* q/k too: the kernels rotate HF's halves, so nothing is un-permuted or copied */
+    CHECK(c->rope_style == RA_ROPE_HALF);
+    CHECK(memcmp(m->weights.layers[1].wq.data, tiny_find(t, "model.layers.1.self_attn.q_proj.weight")->data,
+                 (size_t)(16 * 16) * ra_dtype_size(t->dtype)) == 0);
+    CHECK(memcmp(m->weights.layers[0].wk.data, tiny_find(t, "model.layers.0.self_attn.k_proj.weight")->data,
+                 (size_t)(8 * 16) * ra_dtype_size(t->dtype)) == 0);
+    CHECK(m->n_owned == 0);
+    for (int f = 0; f < m->n_files; f++) /* some mapping holds every weight: no private copy */
+        if ((const char *)m->weights.layers[1].wq.data >= (const char *)m->files[f].data &&
+            (const char *)m->weights.layers[1].wq.data < (const char *)m->files[f].data + m->files[f].size)
+            return;
+    CHECK(!"wq is not inside a mapping");
 }
 
 static void test_hf_dirs(enum ra_dtype dtype)
@@ -705,7 +700,7 @@ static void test_nonfinite_weights(void)
         ra_model_free(&m);
         free_tiny(&t);
     }
-    /* q/k are un-permuted on load: the element reported is the file's */
+    /* the element reported is the file's, in a sharded q/k as anywhere */
     struct tiny_hf t;
     make_tiny(&t, RA_DTYPE_F32, 0);
     poison(&t, "model.layers.0.self_attn.k_proj.weight", 16 * 2 + 5, RA_DTYPE_F32);

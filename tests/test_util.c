@@ -4,6 +4,7 @@
 #include "args.h"
 #include "cpu_kernels.h"
 #include "ra_core.h"
+#include "sysinfo.h"
 #include "test.h"
 
 static void test_status(void)
@@ -239,6 +240,37 @@ static void test_timing(void)
     }
 }
 
+/* CPU lists as the kernel writes them (Cpus_allowed_list), and the process's own figures. */
+static void test_sysinfo(void)
+{
+    struct ra_cpu_mask m;
+    char buf[RA_CPU_LIST_MAX];
+    memset(&m, 0, sizeof m);
+    ra_cpu_mask_format(&m, buf, sizeof buf);
+    CHECK(strcmp(buf, "") == 0 && ra_cpu_mask_count(&m) == 0);
+    const int cpus[] = { 0, 2, 3, 4, 63, 64, 65, 4095 };
+    for (size_t i = 0; i < sizeof cpus / sizeof cpus[0]; i++)
+        m.bits[cpus[i] / 64] |= 1ull << (cpus[i] % 64);
+    ra_cpu_mask_format(&m, buf, sizeof buf);
+    CHECK(strcmp(buf, "0,2-4,63-65,4095") == 0);
+    CHECK(ra_cpu_mask_count(&m) == 8 && ra_cpu_mask_has(&m, 64) && !ra_cpu_mask_has(&m, 1));
+    ra_cpu_mask_format(&m, buf, 12); /* no room for all: cut at a whole range, marked */
+    CHECK(strcmp(buf, "0,2-4...") == 0);
+    for (int c = 0; c < RA_MAX_CPUS; c += 2) /* the longest list: cut, never overrun */
+        m.bits[c / 64] |= 1ull << (c % 64);
+    ra_cpu_mask_format(&m, buf, sizeof buf);
+    CHECK(strlen(buf) < sizeof buf && strcmp(buf + strlen(buf) - 3, "...") == 0);
+
+    ra_cpu_mask_get(&m);
+    CHECK(ra_cpu_mask_count(&m) == ra_cpus_allowed() && ra_cpus_allowed() >= 1);
+    struct ra_proc_info p;
+    ra_proc_info_get(&p, 3);
+    CHECK(p.threads == 3 && p.n_cpus == ra_cpus_allowed() && p.cpus[0] != '\0');
+    CHECK(p.mem.rss > 0 && p.mem.hwm >= p.mem.rss && p.mem.rss_anon > 0 && p.mem.rss_file > 0);
+    CHECK(p.mem.rss_anon + p.mem.rss_file <= p.mem.rss);
+    CHECK(p.mem.pss == -1 || (p.mem.pss > 0 && p.mem.pss <= p.mem.rss));
+}
+
 int main(void)
 {
     test_status();
@@ -250,5 +282,6 @@ int main(void)
     test_sampler_nonfinite();
     test_kernels_nonfinite();
     test_timing();
+    test_sysinfo();
     return test_result("test_util");
 }
