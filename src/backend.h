@@ -27,6 +27,11 @@ struct ra_backend;
  * copies and host-staged transfers between ranks go through. */
 enum ra_mem { RA_MEM_HOST = 0, RA_MEM_HOST_PINNED, RA_MEM_DEVICE };
 
+static inline const char *ra_mem_name(enum ra_mem m)
+{
+    return m == RA_MEM_DEVICE ? "device" : m == RA_MEM_HOST_PINNED ? "pinned host" : "host";
+}
+
 /* The backend's queues of work. Compute ops run in order on RA_STREAM_COMPUTE;
  * copies may run beside them on RA_STREAM_COPY, communication (NCCL) on
  * RA_STREAM_COMM. Work on different streams is ordered only by events. */
