@@ -289,6 +289,15 @@ static int print_piece(void *ctx, int token)
     return 0;
 }
 
+/* "runahead: rank R: message", naming the rank once where the message already does (mpi/ errors). */
+static void print_error(void)
+{
+    const char *msg = ra_error_message();
+    char own[32];
+    snprintf(own, sizeof own, "rank %d: ", rank);
+    fprintf(stderr, "runahead: %s%s\n", strncmp(msg, own, strlen(own)) ? own : "", msg);
+}
+
 /* Every rank's status becomes the first failing rank's; only that rank prints. */
 static int failed_rank = -1;
 
@@ -549,7 +558,7 @@ static int run(int argc, char **argv)
     for (int i = 0; i < o.repeat; i++) {
         if ((rc = ra_prefill_run(&m, &x, &kv, r.prompt, logits, &r.ttft[i])) != RA_OK) {
             /* Peers may be blocked on this rank's KV rows: nothing else ends them. */
-            fprintf(stderr, "runahead: rank %d: %s\n", rank, ra_error_message());
+            print_error();
             ra_outfile_cleanup_all(); /* MPI_Abort ends the process without exit handlers */
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
@@ -583,7 +592,7 @@ int main(int argc, char **argv)
     if (rc == RA_OK)
         rc = run(argc, argv);
     if (rc != RA_OK && (failed_rank == rank || failed_rank < 0))
-        fprintf(stderr, "runahead: rank %d: %s\n", rank, ra_error_message());
+        print_error();
     MPI_Finalize();
     return rc == RA_OK ? 0 : 1;
 }
