@@ -93,18 +93,20 @@ const char *ra_exchange_transport_name(const struct ra_exchange *x)
     return x->tr ? x->tr->name : "none";
 }
 
-void ra_exchange_begin(struct ra_exchange *x)
+int ra_exchange_begin(struct ra_exchange *x)
 {
+    int rc = RA_OK;
     struct ra_layer_times *layers = x->stats.layers;
     memset(layers, 0, sizeof *layers * (size_t)x->n_layers);
     memset(&x->stats, 0, sizeof x->stats);
     x->stats.layers = layers;
     x->n_send = x->n_recv = 0;
     if (x->tr)
-        ra_transport_begin(x->tr);
+        rc = ra_transport_begin(x->tr);
     x->t0 = MPI_Wtime();
     if (x->netem)
         ra_netem_begin(x);
+    return rc;
 }
 
 int ra_exchange_finish(struct ra_exchange *x)

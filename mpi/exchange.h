@@ -69,8 +69,8 @@ void ra_exchange_free(struct ra_exchange *x);
 int ra_exchange_attach_transport(struct ra_exchange *x, enum ra_transport_kind kind, const struct ra_kvcache *kv);
 /* What moved the rows, for reports: "mpi", "mpi-staged", "mpi-cuda", "nccl", or "none". */
 const char *ra_exchange_transport_name(const struct ra_exchange *x);
-/* Starts a pass: clears the stats and takes t0. */
-void ra_exchange_begin(struct ra_exchange *x);
+/* Starts a pass: clears the stats, readies the transport and takes t0. */
+int ra_exchange_begin(struct ra_exchange *x);
 /* Ends a pass: completes every send (timed as t_drain), so the KV cache may change again. */
 int ra_exchange_finish(struct ra_exchange *x);
 /* The hooks for ra_forward_span (NULL for a single rank). */

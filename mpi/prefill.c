@@ -29,7 +29,8 @@ int ra_prefill_run(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache 
     ra_watchdog_wait(RA_WATCH_START, -1, -1);
     MPI_CHECK(MPI_Barrier(x->comm));
     ra_watchdog_done();
-    ra_exchange_begin(x);
+    if ((rc = ra_exchange_begin(x)) != RA_OK)
+        goto out;
     rc = ra_forward_span(m, tokens + start, start, n, kv, ra_exchange_hooks(x), last ? logits : NULL);
     if (last)
         *ttft = MPI_Wtime() - x->t0;

@@ -139,10 +139,16 @@ static int device_source(struct mpi_transport *m, const void *buf, size_t bytes,
 
 /* ------------------------------------------------------------------ the ops */
 
+/* A new pass writes received rows into the cache, which the last pass's
+ * compute may still be reading on the device: MPI (CUDA-aware) writes once the
+ * host has seen that compute end; staged copies are queued after it. */
 static int mpi_begin(struct ra_transport *t)
 {
-    pool_rewind(mpi_of(t));
-    return RA_OK;
+    struct mpi_transport *m = mpi_of(t);
+    pool_rewind(m);
+    if (!m->device)
+        return RA_OK;
+    return m->staged ? fence(m, RA_STREAM_COMPUTE, RA_STREAM_COPY) : drain(m, RA_STREAM_COMPUTE);
 }
 
 static int mpi_group(struct ra_transport *t) { return RA_OK; }

@@ -76,12 +76,13 @@ out:
     return rc;
 }
 
+/* The pass's receives must not overwrite rows the last pass's compute may still read. */
 static int nccl_begin(struct ra_transport *t)
 {
     struct nccl_transport *n = nccl_of(t);
     n->reported = 0;
     n->fenced = n->in_group = 0;
-    return RA_OK;
+    return fence(n, RA_STREAM_COMPUTE, RA_STREAM_COMM);
 }
 
 static int nccl_group_begin(struct ra_transport *t)
