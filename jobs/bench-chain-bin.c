@@ -485,7 +485,7 @@ static int run_single(const struct options *o)
         for (int rep = 0; rep < o->repeat; rep++)
             for (int t = 0; t < nt; t++)
                 for (int attempt = 0;; attempt++) {
-                    struct ra_exchange x = { .row = MPI_DATATYPE_NULL };
+                    struct ra_exchange x = { 0 };
                     double *v = &ttft[t * o->repeat + rep];
                     wait_quiet(o);
 #ifdef _OPENMP
@@ -557,7 +557,7 @@ struct config {
 static double measure_chain(struct bench *b, struct config *cfg, double *per_rank, double *cpu)
 {
     const struct ra_config *c = &b->model.config;
-    struct ra_exchange x = { .row = MPI_DATATYPE_NULL };
+    struct ra_exchange x = { 0 };
     double ttft = 0;
     int rc = ra_exchange_init(&x, MPI_COMM_WORLD, cfg->method, RA_ROUTE_CHAIN, cfg->bounds, c->n_layers,
                               ra_config_kv_dim(c));

@@ -9,7 +9,6 @@
  * All three move the same bytes; they differ in message count and latency. */
 #include "exchange.h"
 #include "netem.h"
-#include "ra_mpi.h"
 #include "watchdog.h"
 
 /* A message carries K or V (kind) of one layer, for the rows of one rank's
@@ -19,22 +18,23 @@ static int tag_of(const struct ra_exchange *x, int layer, int piece, int kind)
     return (layer * x->size + piece) * 2 + kind;
 }
 
-static float *rows_of(struct ra_kvcache *kv, int layer, int kind, int pos)
+/* Rows are bytes to a transport, whatever their element type. */
+static void *rows_of(struct ra_kvcache *kv, int layer, int kind, int pos)
 {
-    return kind ? ra_kvcache_v(kv, layer, pos) : ra_kvcache_k(kv, layer, pos);
+    return kind ? (void *)ra_kvcache_v(kv, layer, pos) : (void *)ra_kvcache_k(kv, layer, pos);
 }
 
 static int post_piece_recvs(struct ra_exchange *x, struct ra_kvcache *kv, int l)
 {
-    int rc = RA_OK;
     const int r = x->rank;
+    int rc = ra_transport_group_begin(x->tr);
     for (int s = 0; s < r && rc == RA_OK; s++)
         for (int kind = 0; kind < 2 && rc == RA_OK; kind++) {
             const int src = x->route == RA_ROUTE_DIRECT ? s : r - 1;
             rc = ra_exchange_post_recv(x, rows_of(kv, l, kind, x->bounds[s]), x->bounds[s + 1] - x->bounds[s],
                                        src, tag_of(x, l, s, kind));
         }
-    return rc;
+    return rc == RA_OK ? ra_transport_group_end(x->tr) : rc;
 }
 
 /* Relay: passes every completed receive of this layer on to the next rank. */
@@ -43,28 +43,23 @@ static int relay_forward(struct ra_exchange *x, struct ra_kvcache *kv, int l, in
     int rc = RA_OK, done = 0, idx[2 * RA_MAX_RANKS];
     const int last = x->rank == x->size - 1;
     for (;;) {
-        if (wait)
-            MPI_CHECK(MPI_Waitsome(x->n_recv, x->recv, &done, idx, x->recv_status));
-        else
-            MPI_CHECK(MPI_Testsome(x->n_recv, x->recv, &done, idx, x->recv_status));
-        if (done == MPI_UNDEFINED || done == 0)
+        if ((rc = ra_transport_wait(x->tr, wait ? RA_WAIT_SOME : RA_TEST_SOME, &done, idx)) != RA_OK || done <= 0)
             break;
         ra_watchdog_pet(); /* a piece arrived: the chain moves */
-        if ((rc = ra_exchange_count_recvs(x, x->recv_status, done)) != RA_OK)
-            goto out;
-        for (int i = 0; i < done && !last; i++) {
+        if (!last && (rc = ra_transport_group_begin(x->tr)) != RA_OK)
+            break;
+        for (int i = 0; i < done && !last && rc == RA_OK; i++) {
             const int s = idx[i] / 2, kind = idx[i] % 2;
             if (x->netem && (rc = ra_netem_forwarding(x, idx[i])) != RA_OK)
-                goto out;
+                break;
             rc = ra_exchange_post_send(x, rows_of(kv, l, kind, x->bounds[s]), x->bounds[s + 1] - x->bounds[s],
                                        x->rank + 1, tag_of(x, l, s, kind));
-            if (rc != RA_OK)
-                goto out;
         }
-        if (!wait)
+        if (!last && rc == RA_OK)
+            rc = ra_transport_group_end(x->tr);
+        if (rc != RA_OK || !wait)
             break;
     }
-out:
     return rc;
 }
 
@@ -74,6 +69,7 @@ static int chain_layer_begin(void *ctx, int l, struct ra_kvcache *kv, int start,
     int rc = RA_OK;
     x->stats.layers[l].begin = MPI_Wtime() - x->t0;
     x->n_recv = 0;
+    ra_transport_recvs_reset(x->tr);
     if (x->rank == 0)
         return RA_OK;
     if (x->route != RA_ROUTE_CHAIN) {
@@ -83,9 +79,10 @@ static int chain_layer_begin(void *ctx, int l, struct ra_kvcache *kv, int start,
             rc = relay_forward(x, kv, l, 0);
         return rc;
     }
+    rc = ra_transport_group_begin(x->tr);
     for (int kind = 0; kind < 2 && rc == RA_OK; kind++)
         rc = ra_exchange_post_recv(x, rows_of(kv, l, kind, 0), start, x->rank - 1, tag_of(x, l, 0, kind));
-    return rc;
+    return rc == RA_OK ? ra_transport_group_end(x->tr) : rc;
 }
 
 static int chain_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
@@ -93,17 +90,15 @@ static int chain_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, in
     struct ra_exchange *x = ctx;
     struct ra_layer_times *t = &x->stats.layers[l];
     const int r = x->rank, p = x->size;
-    int rc = RA_OK;
+    int rc = RA_OK, done;
 
     t->wait_begin = MPI_Wtime() - x->t0;
     if (r > 0)
         ra_watchdog_wait(RA_WATCH_KV_ROWS, l, x->route == RA_ROUTE_DIRECT ? -1 : r - 1);
     if (x->route == RA_ROUTE_RELAY)
         rc = relay_forward(x, kv, l, 1);
-    else {
-        MPI_CHECK(MPI_Waitall(x->n_recv, x->recv, x->recv_status));
-        rc = ra_exchange_count_recvs(x, x->recv_status, x->n_recv);
-    }
+    else
+        rc = ra_transport_wait(x->tr, RA_WAIT_ALL, &done, NULL);
     if (rc == RA_OK && x->netem)
         rc = ra_netem_wait_recvs(x);
     ra_watchdog_done();
@@ -112,6 +107,7 @@ static int chain_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, in
     if (rc != RA_OK || r == p - 1)
         goto out;
 
+    rc = ra_transport_group_begin(x->tr);
     for (int kind = 0; kind < 2 && rc == RA_OK; kind++) {
         if (x->route == RA_ROUTE_CHAIN) {
             rc = ra_exchange_post_send(x, rows_of(kv, l, kind, 0), start + n, r + 1, tag_of(x, l, 0, kind));
@@ -122,21 +118,22 @@ static int chain_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, in
                 rc = ra_exchange_post_send(x, rows_of(kv, l, kind, start), n, dest, tag_of(x, l, r, kind));
         }
     }
+    if (rc == RA_OK)
+        rc = ra_transport_group_end(x->tr);
     t->send = MPI_Wtime() - x->t0;
 out:
-    ra_watchdog_done(); /* also when MPI_CHECK left the wait early */
+    ra_watchdog_done();
     return rc;
 }
 
 static int chain_layer_end(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
 {
     struct ra_exchange *x = ctx;
-    int flag, rc = RA_OK;
+    int rc = RA_OK;
     /* Give the MPI progress engine a turn so sends move while the next layer computes. */
     if (x->n_send)
-        MPI_CHECK(MPI_Testall(x->n_send, x->send, &flag, MPI_STATUSES_IGNORE));
+        rc = ra_transport_progress(x->tr);
     x->stats.layers[l].end = MPI_Wtime() - x->t0;
-out:
     return rc;
 }
 

@@ -3,13 +3,17 @@
  * KV-Runahead (chain.c): rank r receives rows [0, b_r) of each layer from the
  * ranks before it and passes rows on to the ranks after it, point to point.
  * TSP (tsp.c): every rank all-gathers every rank's rows of each layer. Both
- * count the bytes MPI moved and time every layer, for reports and traces. */
+ * move rows through a transport (transport.h: host MPI, CUDA-aware MPI, host
+ * staging or NCCL), count the bytes it moved and time every layer, for reports
+ * and traces. */
 #ifndef RA_EXCHANGE_H
 #define RA_EXCHANGE_H
 
 #include <mpi.h>
 
 #include "forward.h"
+#include "status.h"
+#include "transport.h"
 
 enum ra_method { RA_METHOD_SINGLE = 0, RA_METHOD_KVR, RA_METHOD_TSP };
 enum ra_route { RA_ROUTE_CHAIN = 0, RA_ROUTE_RELAY, RA_ROUTE_DIRECT };
@@ -26,8 +30,8 @@ struct ra_layer_times {
 
 struct ra_rank_stats {
     double t_total, t_wait, t_drain;   /* t_compute = t_total - t_wait - t_drain */
-    /* K and V payload as MPI saw it: received bytes from the statuses of completed
-     * receives; sent bytes (MPI reports none) from what was handed to MPI. */
+    /* K and V payload as the transport saw it: received bytes from the statuses of
+     * completed MPI receives; sent bytes (MPI reports none) from what was handed to it. */
     long long bytes_sent, bytes_recv;
     int msgs_sent, msgs_recv;
     struct ra_layer_times *layers;     /* [n_layers] */
@@ -44,24 +48,29 @@ struct ra_exchange {
     enum ra_route route;
     int bounds[RA_MAX_RANKS + 1]; /* rank r owns positions [bounds[r], bounds[r+1]) */
     int n_layers;
-    MPI_Datatype row;       /* one KV row: kv_dim floats */
-    size_t row_bytes;       /* MPI_Type_size of row */
-    MPI_Request *recv;      /* this layer's receives */
-    MPI_Status *recv_status;/* their statuses, where the received bytes are counted */
-    int n_recv;
-    MPI_Request *send;      /* every send of the pass, completed by ra_exchange_finish */
-    int n_send, max_send;
+    size_t row_bytes;       /* one KV row: kv_dim floats until a transport is attached, then the cache's rows */
+    struct ra_transport *tr;/* NULL until ra_exchange_attach_transport (or the first pass) */
+    int n_recv;             /* this layer's receives, in posting order (the transport's indices) */
+    int n_send, max_send;   /* every send of the pass, completed by ra_exchange_finish */
     double t0;
     struct ra_rank_stats stats;
     struct ra_kv_exchange hooks;
     struct ra_netem *netem; /* NULL unless --link-gbps: then every message also waits for the emulated link */
 };
 
+/* A zeroed struct ra_exchange may be freed. */
 int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method, enum ra_route route,
                      const int *bounds, int n_layers, int kv_dim);
 void ra_exchange_free(struct ra_exchange *x);
-/* Starts a pass: clears the stats and takes t0. */
-void ra_exchange_begin(struct ra_exchange *x);
+/* Collective: moves the rows of `kv` (where they live, their size in bytes)
+ * through a transport of `kind` (transport.h). A pass without one attaches
+ * RA_TRANSPORT_AUTO for its KV cache. Nothing is attached where no rows move
+ * (one rank, method single). */
+int ra_exchange_attach_transport(struct ra_exchange *x, enum ra_transport_kind kind, const struct ra_kvcache *kv);
+/* What moved the rows, for reports: "mpi", "mpi-staged", "mpi-cuda", "nccl", or "none". */
+const char *ra_exchange_transport_name(const struct ra_exchange *x);
+/* Starts a pass: clears the stats, readies the transport and takes t0. */
+int ra_exchange_begin(struct ra_exchange *x);
 /* Ends a pass: completes every send (timed as t_drain), so the KV cache may change again. */
 int ra_exchange_finish(struct ra_exchange *x);
 /* The hooks for ra_forward_span (NULL for a single rank). */
@@ -70,9 +79,8 @@ const struct ra_kv_exchange *ra_exchange_hooks(struct ra_exchange *x);
 /* Internal to mpi/: set up the method's hooks. */
 void ra_chain_hooks(struct ra_exchange *x);
 void ra_tsp_hooks(struct ra_exchange *x);
-int ra_exchange_post_send(struct ra_exchange *x, const float *buf, int rows, int dest, int tag);
-int ra_exchange_post_recv(struct ra_exchange *x, float *buf, int rows, int source, int tag);
-/* Counts n completed receives from their statuses. */
-int ra_exchange_count_recvs(struct ra_exchange *x, const MPI_Status *st, int n);
+/* `rows` KV rows at `buf` (a KV cache address) through the transport, and the emulated link. */
+int ra_exchange_post_send(struct ra_exchange *x, const void *buf, int rows, int dest, int tag);
+int ra_exchange_post_recv(struct ra_exchange *x, void *buf, int rows, int source, int tag);
 
 #endif

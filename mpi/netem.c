@@ -17,7 +17,7 @@ struct ra_netem {
     unsigned pass;                  /* passes begun: each sees its own noise pattern */
     double ready;                   /* relay: the next send cannot leave before this */
     double *link_free;              /* [size] when my link to each rank is free again */
-    double *send_stamp;             /* [max_send] arrival times sent with x->send[i] */
+    double *send_stamp;             /* [max_send] arrival times sent with the pass's send i */
     MPI_Request *send_req;
     double *recv_stamp;             /* [2 * size] arrival times of x->recv[i] */
     MPI_Request *recv_req;
@@ -190,10 +190,10 @@ static double now(const struct ra_exchange *x)
  * cores run, and keeping this rank's own sends moving meanwhile. */
 static int wait_until(struct ra_exchange *x, double target)
 {
-    int rc = RA_OK, flag;
+    int rc = RA_OK;
     for (double t = now(x); t < target; t = now(x)) {
-        if (x->n_send)
-            MPI_CHECK(MPI_Testall(x->n_send, x->send, &flag, MPI_STATUSES_IGNORE));
+        if (x->n_send && (rc = ra_transport_progress(x->tr)) != RA_OK)
+            goto out;
         const double nap = fmin(target - t - 50e-6, 1e-3);
         if (nap > 0) {
             struct timespec ts = { 0, (long)(nap * 1e9) };

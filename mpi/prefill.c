@@ -19,10 +19,18 @@ int ra_prefill_run(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache 
     int rc = RA_OK;
     const int r = x->rank, start = x->bounds[r], n = x->bounds[r + 1] - start;
     const int last = r == x->size - 1;
+    /* Collective like the pass itself; a caller that wants a particular transport attached it before. */
+    if (!x->tr && (rc = ra_exchange_attach_transport(x, RA_TRANSPORT_AUTO, kv)) != RA_OK)
+        return rc;
+    if (x->tr && (x->tr->row_bytes != ra_kvcache_row_bytes(kv) || x->tr->mem != kv->mem))
+        return ra_error_set(RA_EINVAL, "rank %d: the transport was set up for KV rows of %zu bytes in %s memory, "
+                            "but this KV cache has rows of %zu bytes in %s memory", r, x->tr->row_bytes,
+                            ra_mem_name(x->tr->mem), ra_kvcache_row_bytes(kv), ra_mem_name(kv->mem));
     ra_watchdog_wait(RA_WATCH_START, -1, -1);
     MPI_CHECK(MPI_Barrier(x->comm));
     ra_watchdog_done();
-    ra_exchange_begin(x);
+    if ((rc = ra_exchange_begin(x)) != RA_OK)
+        goto out;
     rc = ra_forward_span(m, tokens + start, start, n, kv, ra_exchange_hooks(x), last ? logits : NULL);
     if (last)
         *ttft = MPI_Wtime() - x->t0;
@@ -37,7 +45,7 @@ int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, 
                       const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
                       double *median_ttft)
 {
-    struct ra_exchange x = { .row = MPI_DATATYPE_NULL };
+    struct ra_exchange x = { 0 };
     double *ttft = calloc((size_t)repeats, sizeof *ttft);
     float *logits = malloc(sizeof(float) * (size_t)m->config.vocab_size);
     int rc = RA_OK;
@@ -58,8 +66,7 @@ int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, 
     }
 out:
     ra_watchdog_done();
-    if (x.send)
-        ra_exchange_free(&x);
+    ra_exchange_free(&x);
     free(ttft);
     free(logits);
     return rc;

@@ -165,8 +165,8 @@ void ra_report_print(FILE *f, const struct ra_run_info *run, const struct ra_all
     fprintf(f, "%s", ra_method_name(run->method));
     if (run->method == RA_METHOD_KVR)
         fprintf(f, " (%s)", ra_route_name(run->route));
-    fprintf(f, ": %d ranks x %d threads, %d prompt tokens, TTFT median %.4f s (min %.4f, max %.4f, %d runs)\n",
-            run->ranks, run->threads, run->n_prompt, ra_median(run->ttft, run->repeat),
+    fprintf(f, ": %d ranks x %d threads, transport %s, %d prompt tokens, TTFT median %.4f s (min %.4f, max %.4f, %d runs)\n",
+            run->ranks, run->threads, run->transport, run->n_prompt, ra_median(run->ttft, run->repeat),
             min_of(run->ttft, run->repeat), max_of(run->ttft, run->repeat), run->repeat);
     if (run->link) {
         char what[256];

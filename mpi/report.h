@@ -22,7 +22,7 @@ struct ra_run_info {
     const int32_t *generated;
     int n_generated;
     double t_decode;
-    const char *transport;          /* "mpi" */
+    const char *transport;          /* what moved the KV rows: ra_exchange_transport_name() */
     const struct ra_netem_config *link; /* an emulated link (netem.h), or NULL */
     const struct ra_proc_info *procs;   /* [ranks]: each rank's CPUs, threads and memory, or NULL */
 };

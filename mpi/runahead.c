@@ -36,6 +36,7 @@ struct options {
     enum output_kind output;
     enum ra_method method;
     enum ra_route route;
+    enum ra_transport_kind transport;
     const char *partition, *report, *trace, *hw_tag;
     int repeat;
     int expect_ranks;              /* 0, or the world size the launcher must have started */
@@ -88,6 +89,9 @@ static void usage(FILE *f)
 "      --method M            single (one rank), kvr (KV-Runahead) or tsp (all-gather\n"
 "                            baseline); default: single on one rank, kvr on several\n"
 "      --route R             kvr: chain (default), relay or direct\n"
+"      --transport T         how KV rows move between ranks: auto (default: mpi for host\n"
+"                            memory; for device memory nccl, else CUDA-aware mpi, else\n"
+"                            mpi through pinned host buffers), mpi, mpi-cuda or nccl\n"
 "      --partition SPEC      even (default) | ratios:0.35,0.25,... | bounds:0,900,...,C\n"
 "                            | table:FILE.h5 (interpolated from a runahead-tune table)\n"
 "      --hw-tag TAG          hardware tag to look up in the table (default: CPU model and cores)\n"
@@ -130,7 +134,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
-           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG };
+           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_TRANSPORT };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -146,6 +150,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
         { "method", required_argument, NULL, OPT_METHOD },
         { "route", required_argument, NULL, OPT_ROUTE },
+        { "transport", required_argument, NULL, OPT_TRANSPORT },
         { "partition", required_argument, NULL, OPT_PARTITION },
         { "repeat", required_argument, NULL, OPT_REPEAT },
         { "report", required_argument, NULL, OPT_REPORT },
@@ -186,6 +191,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_IGNORE_EOS: o->ignore_eos = 1; break;
         case OPT_METHOD: rc = ra_method_parse(optarg, &o->method); break;
         case OPT_ROUTE: rc = ra_route_parse(optarg, &o->route); break;
+        case OPT_TRANSPORT: rc = ra_transport_parse(optarg, &o->transport); break;
         case OPT_PARTITION: o->partition = optarg; break;
         case OPT_REPEAT: rc = ra_arg_int(optarg, "--repeat", 1, 100000, &o->repeat); break;
         case OPT_REPORT: o->report = optarg; break;
@@ -284,6 +290,15 @@ static int print_piece(void *ctx, int token)
     fflush(stdout);
     prev = token;
     return 0;
+}
+
+/* "runahead: rank R: message", naming the rank once where the message already does (mpi/ errors). */
+static void print_error(void)
+{
+    const char *msg = ra_error_message();
+    char own[32];
+    snprintf(own, sizeof own, "rank %d: ", rank);
+    fprintf(stderr, "runahead: %s%s\n", strncmp(msg, own, strlen(own)) ? own : "", msg);
 }
 
 /* Every rank's status becomes the first failing rank's; only that rank prints. */
@@ -457,7 +472,7 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
         .model_path = o->model, .partition_spec = o->method == RA_METHOD_TSP ? "even" : o->partition,
         .config = &m->config, .method = o->method, .route = o->route, .bounds = bounds, .ranks = world,
         .threads = m->backend->n_threads, .n_prompt = r->n_prompt, .repeat = o->repeat, .ttft = r->ttft,
-        .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = "mpi",
+        .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = ra_exchange_transport_name(x),
         .link = o->netem.link_gbps > 0 ? &o->netem : NULL, .procs = procs,
     };
     ra_report_print(stderr, &info, &all);
@@ -480,7 +495,7 @@ static int run(int argc, char **argv)
     struct ra_tokenizer tok_storage, *tok = NULL;
     struct ra_model m = { 0 };
     struct ra_backend *be = NULL;
-    struct ra_exchange x = { .row = MPI_DATATYPE_NULL };
+    struct ra_exchange x = { 0 };
     struct ra_kvcache kv = { 0 };
     struct result r = { 0 };
     struct outputs outs = { RA_OUTFILE_INIT, RA_OUTFILE_INIT };
@@ -544,6 +559,9 @@ static int run(int argc, char **argv)
         rc = ra_error_set(RA_ENOMEM, "out of memory");
     if ((rc = agree(rc)) != RA_OK)
         goto out;
+    /* Collective (NCCL sets up its communicator), so only once every rank is ready. */
+    if ((rc = agree(ra_exchange_attach_transport(&x, o.transport, &kv))) != RA_OK)
+        goto out;
     /* Collective (it duplicates the communicator), so only once every rank is ready. */
     if ((rc = agree(ra_netem_attach(&x, &o.netem))) != RA_OK)
         goto out;
@@ -553,7 +571,7 @@ static int run(int argc, char **argv)
     for (int i = 0; i < o.repeat; i++) {
         if ((rc = ra_prefill_run(&m, &x, &kv, r.prompt, logits, &r.ttft[i])) != RA_OK) {
             /* Peers may be blocked on this rank's KV rows: nothing else ends them. */
-            fprintf(stderr, "runahead: rank %d: %s\n", rank, ra_error_message());
+            print_error();
             ra_outfile_cleanup_all(); /* MPI_Abort ends the process without exit handlers */
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
@@ -587,7 +605,7 @@ int main(int argc, char **argv)
     if (rc == RA_OK)
         rc = run(argc, argv);
     if (rc != RA_OK && (failed_rank == rank || failed_rank < 0))
-        fprintf(stderr, "runahead: rank %d: %s\n", rank, ra_error_message());
+        print_error();
     MPI_Finalize();
     return rc == RA_OK ? 0 : 1;
 }

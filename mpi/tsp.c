@@ -3,7 +3,6 @@
  * every rank's cache; then the same causal attention as KV-Runahead. */
 #include "exchange.h"
 #include "netem.h"
-#include "ra_mpi.h"
 #include "watchdog.h"
 
 static int tsp_layer_begin(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
@@ -24,21 +23,14 @@ static int tsp_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, int 
     }
     t->wait_begin = t->send = MPI_Wtime() - x->t0;
     ra_watchdog_wait(RA_WATCH_ALLGATHER, l, -1);
-    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, kv->k[l], counts, displs, x->row, x->comm));
-    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, kv->v[l], counts, displs, x->row, x->comm));
+    /* The transport counts what the all-gathers move (they return no status). */
+    if ((rc = ra_transport_allgather(x->tr, (void *)kv->k[l], counts, displs)) != RA_OK ||
+        (rc = ra_transport_allgather(x->tr, (void *)kv->v[l], counts, displs)) != RA_OK)
+        goto out;
     if (x->netem && (rc = ra_netem_allgather(x, t->wait_begin, counts)) != RA_OK)
         goto out;
     t->wait_end = MPI_Wtime() - x->t0;
     x->stats.t_wait += t->wait_end - t->wait_begin;
-    /* A collective returns no status, so count from the counts MPI was given (K and V):
-     * every other rank's block arrived here, and ours went to every other rank. Which
-     * ranks forward what inside MPI is its algorithm's business, not the method's traffic. */
-    for (int r = 0; r < x->size; r++)
-        if (r != x->rank)
-            x->stats.bytes_recv += 2LL * counts[r] * (long long)x->row_bytes;
-    x->stats.bytes_sent += 2LL * counts[x->rank] * (x->size - 1) * (long long)x->row_bytes;
-    x->stats.msgs_sent += 2 * (x->size - 1);
-    x->stats.msgs_recv += 2 * (x->size - 1);
 out:
     ra_watchdog_done();
     return rc;

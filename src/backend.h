@@ -24,6 +24,23 @@ struct ra_attention_shape {
 
 struct ra_backend;
 
+/* Where a buffer lives. The KV cache and the activations live where
+ * mem_kind() says; pinned host memory is what asynchronous host<->device
+ * copies and host-staged transfers between ranks go through. */
+enum ra_mem { RA_MEM_HOST = 0, RA_MEM_HOST_PINNED, RA_MEM_DEVICE };
+
+static inline const char *ra_mem_name(enum ra_mem m)
+{
+    return m == RA_MEM_DEVICE ? "device" : m == RA_MEM_HOST_PINNED ? "pinned host" : "host";
+}
+
+/* The backend's queues of work. Compute ops run in order on RA_STREAM_COMPUTE;
+ * copies may run beside them on RA_STREAM_COPY, communication (NCCL) on
+ * RA_STREAM_COMM. Work on different streams is ordered only by events. */
+enum ra_stream { RA_STREAM_COMPUTE = 0, RA_STREAM_COPY, RA_STREAM_COMM, RA_N_STREAMS };
+
+struct ra_event; /* opaque, backend-defined */
+
 struct ra_backend_ops {
     const char *name;
     void (*destroy)(struct ra_backend *be);
@@ -33,6 +50,25 @@ struct ra_backend_ops {
     int (*upload)(struct ra_backend *be, void *dst, const void *host_src, size_t bytes);
     int (*download)(struct ra_backend *be, void *host_dst, const void *src, size_t bytes);
     int (*synchronize)(struct ra_backend *be);
+
+    /* The memory model (as ggml's buffer types): the CPU backend is the host
+     * case of it, where every kind is plain host memory, copies are memcpy and
+     * events cost nothing. alloc(b) is alloc_mem(b, mem_kind()). */
+    enum ra_mem (*mem_kind)(struct ra_backend *be); /* where activations and the KV cache live */
+    void *(*alloc_mem)(struct ra_backend *be, size_t bytes, enum ra_mem where); /* zeroed */
+    void (*release_mem)(struct ra_backend *be, void *buf, enum ra_mem where);
+    /* Any direction, ordered after earlier work on stream s; the host does not wait. */
+    int (*copy_async)(struct ra_backend *be, void *dst, const void *src, size_t bytes, enum ra_stream s);
+    int (*event_create)(struct ra_backend *be, struct ra_event **ev);
+    void (*event_destroy)(struct ra_backend *be, struct ra_event *ev);
+    /* ev completes when the work queued on s so far has. */
+    int (*event_record)(struct ra_backend *be, struct ra_event *ev, enum ra_stream s);
+    /* Later work on s waits for ev; the host does not block. */
+    int (*stream_wait)(struct ra_backend *be, enum ra_stream s, struct ra_event *ev);
+    /* The host blocks until ev has completed. */
+    int (*event_sync)(struct ra_backend *be, struct ra_event *ev);
+    /* The native stream behind s (a cudaStream_t, for NCCL); NULL where there is none. */
+    void *(*stream_native)(struct ra_backend *be, enum ra_stream s);
 
     /* x[i][:] = table[tokens[i]][:] for i < n; tokens are host ids already range-checked. */
     int (*embed)(struct ra_backend *be, float *x, const struct ra_tensor *table, const int32_t *tokens, int n);

@@ -83,6 +83,43 @@ static int cpu_copy(struct ra_backend *be, void *dst, const void *src, size_t by
 
 static int cpu_synchronize(struct ra_backend *be) { return RA_OK; }
 
+/* ------------------------------------------------------------------ memory model: the host case
+ * Every kind of memory is host memory, every copy is done when it returns, and
+ * the host runs every stream in order, so events have nothing to wait for: one
+ * static event stands for all of them and each event op is a return. */
+struct ra_event {
+    char unused;
+};
+static struct ra_event cpu_event;
+
+static enum ra_mem cpu_mem_kind(struct ra_backend *be) { return RA_MEM_HOST; }
+
+static void *cpu_alloc_mem(struct ra_backend *be, size_t bytes, enum ra_mem where) { return cpu_alloc(be, bytes); }
+
+static void cpu_release_mem(struct ra_backend *be, void *buf, enum ra_mem where) { free(buf); }
+
+static int cpu_copy_async(struct ra_backend *be, void *dst, const void *src, size_t bytes, enum ra_stream s)
+{
+    memcpy(dst, src, bytes);
+    return RA_OK;
+}
+
+static int cpu_event_create(struct ra_backend *be, struct ra_event **ev)
+{
+    *ev = &cpu_event;
+    return RA_OK;
+}
+
+static void cpu_event_destroy(struct ra_backend *be, struct ra_event *ev) {}
+
+static int cpu_event_record(struct ra_backend *be, struct ra_event *ev, enum ra_stream s) { return RA_OK; }
+
+static int cpu_stream_wait(struct ra_backend *be, enum ra_stream s, struct ra_event *ev) { return RA_OK; }
+
+static int cpu_event_sync(struct ra_backend *be, struct ra_event *ev) { return RA_OK; }
+
+static void *cpu_stream_native(struct ra_backend *be, enum ra_stream s) { return NULL; }
+
 static void widen(const struct ra_cpu_kernels *k, float *dst, const struct ra_tensor *t, int64_t first, int64_t count)
 {
     const size_t n = (size_t)count;
@@ -261,6 +298,16 @@ static const struct ra_backend_ops cpu_ops = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .synchronize = cpu_synchronize,
+    .mem_kind = cpu_mem_kind,
+    .alloc_mem = cpu_alloc_mem,
+    .release_mem = cpu_release_mem,
+    .copy_async = cpu_copy_async,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait = cpu_stream_wait,
+    .event_sync = cpu_event_sync,
+    .stream_native = cpu_stream_native,
     .embed = cpu_embed,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,

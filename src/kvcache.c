@@ -11,6 +11,7 @@ int ra_kvcache_init(struct ra_kvcache *kv, struct ra_backend *be, int n_layers, 
     if (n_layers <= 0 || kv_dim <= 0 || capacity <= 0)
         return ra_error_set(RA_EINVAL, "kv cache: invalid shape %d layers x %d rows x %d floats", n_layers, capacity, kv_dim);
     kv->backend = be;
+    kv->mem = be->ops->mem_kind(be);
     kv->n_layers = n_layers;
     kv->kv_dim = kv_dim;
     kv->capacity = capacity;

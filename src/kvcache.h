@@ -6,10 +6,11 @@
 
 #include <stddef.h>
 
-struct ra_backend;
+#include "backend.h"
 
 struct ra_kvcache {
     struct ra_backend *backend;
+    enum ra_mem mem; /* where the rows live: the backend's mem_kind (device memory on a GPU) */
     int n_layers;
     int kv_dim;      /* n_kv_heads * head_dim: floats per row */
     int capacity;    /* rows per layer */
