@@ -48,6 +48,17 @@ int ra_mpi_agree(int status, MPI_Comm comm, int *failed_rank)
     return out[0];
 }
 
+int ra_mpi_local_rank(void)
+{
+    MPI_Comm node;
+    int local = 0;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_rank(node, &local);
+        MPI_Comm_free(&node);
+    }
+    return local;
+}
+
 int ra_mpi_threads_per_rank(void)
 {
     MPI_Comm node;

@@ -31,6 +31,9 @@ double ra_mpi_wtime(void);
  * (or RA_OK) so that all ranks leave together instead of hanging. */
 /* CPU threads a rank should use: the node's cores divided by the ranks on the node. */
 int ra_mpi_threads_per_rank(void);
+/* This rank's index among the ranks of its node (MPI_COMM_TYPE_SHARED), under
+ * mpirun and srun alike: which GPU it takes. Collective. */
+int ra_mpi_local_rank(void);
 
 int ra_mpi_agree(int status, MPI_Comm comm, int *failed_rank);
 

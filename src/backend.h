@@ -22,6 +22,11 @@ struct ra_attention_shape {
 
 struct ra_backend;
 
+/* Where a buffer lives, and the streams that order a backend's work. */
+enum ra_mem { RA_MEM_HOST = 0, RA_MEM_HOST_PINNED, RA_MEM_DEVICE };
+enum ra_stream { RA_STREAM_COMPUTE = 0, RA_STREAM_COPY, RA_STREAM_COMM, RA_N_STREAMS };
+struct ra_event;
+
 struct ra_backend_ops {
     const char *name;
     void (*destroy)(struct ra_backend *be);
@@ -49,6 +54,23 @@ struct ra_backend_ops {
     int (*swiglu)(struct ra_backend *be, float *gate, const float *up, size_t count);
     /* x[i] += y[i] */
     int (*add)(struct ra_backend *be, float *x, const float *y, size_t count);
+
+    /* Device memory model (NULL where a backend has only host memory). */
+    enum ra_mem (*mem_kind)(struct ra_backend *be); /* where alloc() puts buffers */
+    void *(*alloc_mem)(struct ra_backend *be, size_t bytes, enum ra_mem where); /* zeroed */
+    void (*release_mem)(struct ra_backend *be, void *buf, enum ra_mem where);
+    int (*copy_async)(struct ra_backend *be, void *dst, const void *src, size_t bytes, enum ra_stream s);
+    int (*event_create)(struct ra_backend *be, struct ra_event **ev);
+    void (*event_destroy)(struct ra_backend *be, struct ra_event *ev);
+    int (*event_record)(struct ra_backend *be, struct ra_event *ev, enum ra_stream s);
+    int (*stream_wait)(struct ra_backend *be, enum ra_stream s, struct ra_event *ev);
+    int (*event_sync)(struct ra_backend *be, struct ra_event *ev);
+    void *(*stream_native)(struct ra_backend *be, enum ra_stream s);
+
+    /* Optional: gives weight T a backend copy in T->device (converted to the
+     * backend's weight dtype), released with release(). ra_model_attach calls
+     * it for every tensor; NULL: the backend reads T->data where it is. */
+    int (*upload_weight)(struct ra_backend *be, struct ra_tensor *t);
 };
 
 struct ra_backend {

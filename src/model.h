@@ -15,6 +15,12 @@
 
 enum ra_dtype { RA_DTYPE_F32 = 0, RA_DTYPE_F16, RA_DTYPE_BF16 };
 
+/* Which elements of a head RoPE rotates together. */
+enum ra_rope_style {
+    RA_ROPE_INTERLEAVED = 0, /* pairs (2i, 2i+1): llama2.c, Meta */
+    RA_ROPE_HALF             /* pairs (i, i + head_dim/2): Hugging Face, GPT-NeoX */
+};
+
 size_t ra_dtype_size(enum ra_dtype t);
 const char *ra_dtype_name(enum ra_dtype t);
 
