@@ -22,6 +22,7 @@ struct ra_run_info {
     double t_decode;
     const char *transport;          /* "mpi" */
     const struct ra_netem_config *link; /* an emulated link (netem.h), or NULL */
+    const char *backend;            /* the compute backend's name ("cpu", "cuda"); NULL: cpu */
 };
 
 double ra_median(const double *v, int n);

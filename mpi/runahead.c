@@ -468,7 +468,7 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
         .config = &m->config, .method = o->method, .route = o->route, .bounds = bounds, .ranks = world,
         .threads = m->backend->n_threads, .n_prompt = r->n_prompt, .repeat = o->repeat, .ttft = r->ttft,
         .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = "mpi",
-        .link = o->netem.link_gbps > 0 ? &o->netem : NULL,
+        .link = o->netem.link_gbps > 0 ? &o->netem : NULL, .backend = m->backend->ops->name,
     };
     ra_report_print(stderr, &info, &all);
     if (r->n_generated > 1)

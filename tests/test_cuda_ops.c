@@ -124,13 +124,16 @@ static void check_rmsnorm(void)
     free(got);
 }
 
-/* The rotate-half convention by its definition: pairs (j, j + head_dim/2). */
+/* The rotate-half convention by its definition: pairs (j, j + head_dim/2),
+ * the angle rounded to float as both backends round it (the interleaved
+ * pairs are checked against the CPU backend itself). */
 static void rope_half_ref(float *x, int ld, int n, int n_heads, int hd, int pos0, float theta)
 {
     for (int i = 0; i < n; i++)
         for (int h = 0; h < n_heads; h++)
             for (int j = 0; j < hd / 2; j++) {
-                const double freq = 1.0 / pow(theta, (double)(2 * j) / hd), a = (double)(pos0 + i) * freq;
+                const float freq = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
+                const double a = (float)(pos0 + i) * freq;
                 float *v = x + (size_t)i * ld + (size_t)h * hd;
                 const double v0 = v[j], v1 = v[j + hd / 2];
                 v[j] = (float)(v0 * cos(a) - v1 * sin(a));
@@ -189,7 +192,7 @@ static void check_attention(int n_heads, int n_kv, int hd, int start, int n, flo
     from_gpu(got, dout, nq);
     char what[128];
     snprintf(what, sizeof what, "attention %d/%d heads of %d, span [%d, %d)", n_heads, n_kv, hd, start, rows);
-    report(what, test_max_rel_diff(got, ref, nq), 2e-5);
+    report(what, test_max_rel_diff(got, ref, nq), 5e-5);
     gpu->ops->release(gpu, dq);
     gpu->ops->release(gpu, dk);
     gpu->ops->release(gpu, dv);
