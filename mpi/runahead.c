@@ -96,8 +96,8 @@ static void usage(FILE *f)
 "      --hw-tag TAG          hardware tag to look up in the table (default: CPU model and cores)\n"
 "      --repeat N            run the prompt N times, report median/min/max TTFT (default 1)\n"
 "  -T, --threads N           CPU threads per rank (default: the node's cores / its ranks)\n"
-"      --backend B           cpu or cuda (default: cuda when built with it and a GPU is\n"
-"                            visible, else cpu)\n"
+"      --backend B           cpu or cuda (default: $RA_BACKEND, else cuda when built with\n"
+"                            it and a GPU is visible, else cpu)\n"
 "      --device N            cuda: the GPU of every rank (default: the rank's index on its\n"
 "                            node, modulo the node's GPUs)\n"
 "      --device-dtype D      cuda: weight matrices on the GPU as bf16 (default), f16 or f32;\n"
@@ -489,7 +489,12 @@ out:
 static int open_backend(const struct options *o, int threads, int local_rank, struct ra_backend **be)
 {
     const int gpus = ra_cuda_device_count();
-    const int cuda = o->backend ? !strcmp(o->backend, "cuda") : gpus > 0;
+    /* RA_BACKEND sets the default (the test suite runs its CPU checks with cpu
+     * on a GPU machine too); --backend overrides it. */
+    const char *name = o->backend ? o->backend : getenv("RA_BACKEND");
+    if (name && *name && strcmp(name, "cpu") && strcmp(name, "cuda"))
+        return ra_error_set(RA_EINVAL, "RA_BACKEND: '%s' is not cpu or cuda", ra_esc(name));
+    const int cuda = name && *name ? !strcmp(name, "cuda") : gpus > 0;
     if (!cuda)
         return ra_backend_cpu_init(be, threads);
     if (!ra_cuda_built())
