@@ -6,11 +6,11 @@
 
 #include "attention.cuh"
 #include "convert.cuh"
-#include "residual.cuh"
 #include "embedding.cuh"
+#include "residual.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
-#include "swiglu.cuh"
 #include "sampling.cuh"
+#include "swiglu.cuh"
 
 #endif
