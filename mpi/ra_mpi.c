@@ -44,6 +44,17 @@ int ra_mpi_agree(int status, MPI_Comm comm, int *failed_rank)
     return out[0];
 }
 
+int ra_mpi_local_rank(void)
+{
+    MPI_Comm node;
+    int local = 0;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_rank(node, &local);
+        MPI_Comm_free(&node);
+    }
+    return local;
+}
+
 /* Each CPU of this rank's affinity mask counts for 1/k where k ranks of the
  * node may run on it: ranks bound to CPUs of their own (srun --cpus-per-task,
  * mpirun --bind-to core) use all of theirs, ranks that share a mask (unbound,

@@ -31,6 +31,9 @@ int ra_mpi_init_threads(int *argc, char ***argv, int *rank, int *size, int multi
 /* CPU threads a rank should use: the CPUs of its affinity mask, each shared
  * among the ranks of the node whose masks hold it (collective on the world). */
 int ra_mpi_threads_per_rank(void);
+/* This rank's index among the ranks of its node (MPI_COMM_TYPE_SHARED), under
+ * mpirun and srun alike: which GPU it takes. Collective. */
+int ra_mpi_local_rank(void);
 
 int ra_mpi_agree(int status, MPI_Comm comm, int *failed_rank);
 

@@ -98,6 +98,7 @@ int ra_report_write(struct ra_outfile *of, const struct ra_run_info *run, const 
     enum ra_cpu_isa isa;
     if (ra_cpu_isa_active(&isa) == RA_OK) /* the backends were made with it, so it cannot fail here */
         json_object_set_new(root, "cpu_kernels", json_string(ra_cpu_isa_name(isa)));
+    json_object_set_new(root, "backend", json_string(run->backend ? run->backend : "cpu"));
     json_object_set_new(root, "method", json_string(ra_method_name(run->method)));
     json_object_set_new(root, "route", run->method == RA_METHOD_KVR ? json_string(ra_route_name(run->route)) : json_null());
     json_object_set_new(root, "transport", json_string(run->transport));

@@ -25,6 +25,7 @@ struct ra_run_info {
     const char *transport;          /* what moved the KV rows: ra_exchange_transport_name() */
     const struct ra_netem_config *link; /* an emulated link (netem.h), or NULL */
     const struct ra_proc_info *procs;   /* [ranks]: each rank's CPUs, threads and memory, or NULL */
+    const char *backend;            /* the compute backend's name ("cpu", "cuda"); NULL: cpu */
 };
 
 /* Write the record / the timeline into `of`, opened with ra_outfile_open before the run (so a

@@ -7,6 +7,7 @@
  * maps the model; the last rank produces the first token and decodes. */
 #include "config.h"
 #include "args.h"
+#include "backend_cuda.h"
 #include "netem.h"
 #include "partition.h"
 #include "prefill.h"
@@ -42,6 +43,9 @@ struct options {
     int expect_ranks;              /* 0, or the world size the launcher must have started */
     int watchdog;                  /* seconds a rank may wait in a prompt pass; 0 = off */
     struct ra_netem_config netem;  /* an emulated link; link_gbps 0 = none */
+    const char *backend;           /* NULL (auto), "cpu" or "cuda" */
+    int device;                    /* --device, or -1: the node-local rank modulo the GPUs */
+    enum ra_dtype device_dtype;
 };
 
 /* The output files, opened by the last rank (which writes them) before any work. */
@@ -99,6 +103,12 @@ static void usage(FILE *f)
 "  -T, --threads N           CPU threads per rank (default: the CPUs of the rank's affinity\n"
 "                            mask (taskset, Slurm, mpirun binding), shared with the node's\n"
 "                            ranks bound to the same CPUs)\n"
+"      --backend B           cpu or cuda (default: $RA_BACKEND, else cuda when built with\n"
+"                            it and a GPU is visible, else cpu)\n"
+"      --device N            cuda: the GPU of every rank (default: the rank's index on its\n"
+"                            node, modulo the node's GPUs)\n"
+"      --device-dtype D      cuda: weight matrices on the GPU as bf16 (default), f16 or f32;\n"
+"                            activations, KV cache and accumulation stay fp32\n"
 "      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
 "                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
 "      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
@@ -134,7 +144,8 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
-           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_TRANSPORT };
+           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_TRANSPORT, OPT_BACKEND, OPT_DEVICE,
+           OPT_DEVICE_DTYPE };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -159,6 +170,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "threads", required_argument, NULL, 'T' },
         { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
         { "watchdog", required_argument, NULL, OPT_WATCHDOG },
+        { "backend", required_argument, NULL, OPT_BACKEND },
+        { "device", required_argument, NULL, OPT_DEVICE },
+        { "device-dtype", required_argument, NULL, OPT_DEVICE_DTYPE },
         { "link-gbps", required_argument, NULL, OPT_LINK_GBPS },
         { "link-latency-us", required_argument, NULL, OPT_LINK_LATENCY },
         { "noise-gbps", required_argument, NULL, OPT_NOISE_GBPS },
@@ -173,7 +187,8 @@ static int parse_options(int argc, char **argv, struct options *o)
     int c, rc = RA_OK;
     *o = (struct options){ .generate = 64, .temperature = 0.0f, .top_p = 0.9f, .seed = 1, .partition = "even",
                            .repeat = 1, .method = world > 1 ? RA_METHOD_KVR : RA_METHOD_SINGLE,
-                           .netem = { .noise_slot_ms = 5, .noise_seed = 1 } };
+                           .netem = { .noise_slot_ms = 5, .noise_seed = 1 }, .device = -1,
+                           .device_dtype = RA_DTYPE_BF16 };
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:z:p:f:i:I:n:t:s:T:o:hV", longopts, NULL)) != -1) {
         switch (c) {
@@ -200,6 +215,13 @@ static int parse_options(int argc, char **argv, struct options *o)
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
         case OPT_EXPECT_RANKS: rc = ra_arg_int(optarg, "--expect-ranks", 1, RA_MAX_RANKS, &o->expect_ranks); break;
         case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
+        case OPT_BACKEND:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                rc = ra_error_set(RA_EINVAL, "--backend: '%s' is not cpu or cuda", ra_esc(optarg));
+            o->backend = optarg;
+            break;
+        case OPT_DEVICE: rc = ra_arg_int(optarg, "--device", 0, 1023, &o->device); break;
+        case OPT_DEVICE_DTYPE: rc = ra_device_dtype_parse(optarg, &o->device_dtype); break;
         case OPT_LINK_GBPS: rc = ra_arg_double(optarg, "--link-gbps", &o->netem.link_gbps); break;
         case OPT_LINK_LATENCY: rc = ra_arg_double(optarg, "--link-latency-us", &o->netem.latency_us); break;
         case OPT_NOISE_GBPS: rc = ra_arg_double(optarg, "--noise-gbps", &o->netem.noise_gbps); break;
@@ -474,6 +496,7 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
         .threads = m->backend->n_threads, .n_prompt = r->n_prompt, .repeat = o->repeat, .ttft = r->ttft,
         .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = ra_exchange_transport_name(x),
         .link = o->netem.link_gbps > 0 ? &o->netem : NULL, .procs = procs,
+        .backend = m->backend->ops->name,
     };
     ra_report_print(stderr, &info, &all);
     if (r->n_generated > 1)
@@ -486,6 +509,38 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
 out:
     ra_stats_free(&all);
     free(procs);
+    return rc;
+}
+
+/* --backend: cpu, or cuda on the GPU of the rank's index on its node (modulo
+ * the GPUs it sees) unless --device names one; by default cuda when the build
+ * has it and this rank sees a GPU. LOCAL_RANK comes from ra_mpi_local_rank. */
+static int open_backend(const struct options *o, int threads, int local_rank, struct ra_backend **be)
+{
+    const int gpus = ra_cuda_device_count();
+    /* RA_BACKEND sets the default (the test suite runs its CPU checks with cpu
+     * on a GPU machine too); --backend overrides it. */
+    const char *name = o->backend ? o->backend : getenv("RA_BACKEND");
+    if (name && *name && strcmp(name, "cpu") && strcmp(name, "cuda"))
+        return ra_error_set(RA_EINVAL, "RA_BACKEND: '%s' is not cpu or cuda", ra_esc(name));
+    const int cuda = name && *name ? !strcmp(name, "cuda") : gpus > 0;
+    if (!cuda)
+        return ra_backend_cpu_init(be, threads);
+    if (!ra_cuda_built())
+        return ra_error_set(RA_EUNSUPPORTED, "--backend cuda: this runahead was built without CUDA (configure "
+                            "--with-cuda)");
+    if (gpus == 0)
+        return ra_error_set(RA_EINVAL, "--backend cuda: rank %d sees no CUDA device (check the driver and "
+                            "CUDA_VISIBLE_DEVICES)", rank);
+    const int dev = o->device >= 0 ? o->device : local_rank % gpus;
+    if (dev >= gpus)
+        return ra_error_set(RA_EINVAL, "--device %d: rank %d sees only %d CUDA device%s", dev, rank, gpus,
+                            gpus == 1 ? "" : "s");
+    int rc = ra_backend_cuda_init(be, dev);
+    if (rc == RA_OK && (rc = ra_backend_cuda_set_dtype(*be, o->device_dtype)) != RA_OK) {
+        ra_backend_free(*be);
+        *be = NULL;
+    }
     return rc;
 }
 
@@ -544,8 +599,9 @@ static int run(int argc, char **argv)
     rc = ra_model_load_opts(&m, o.model, &load);
     if (rc == RA_OK)
         rc = check_fit(&o, &m, tok, tok_path, &r, bounds);
+    const int local_rank = ra_mpi_local_rank(); /* collective: every rank, whatever rc is */
     if (rc == RA_OK)
-        rc = ra_backend_cpu_init(&be, load.n_threads);
+        rc = open_backend(&o, load.n_threads, local_rank, &be);
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_config_kv_dim(&m.config));

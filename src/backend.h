@@ -90,6 +90,11 @@ struct ra_backend_ops {
     int (*swiglu)(struct ra_backend *be, float *gate, const float *up, size_t count);
     /* x[i] += y[i] */
     int (*add)(struct ra_backend *be, float *x, const float *y, size_t count);
+
+    /* Optional: gives weight T a backend copy in T->device (converted to the
+     * backend's weight dtype), released with release(). ra_model_attach calls
+     * it for every tensor; NULL: the backend reads T->data where it is. */
+    int (*upload_weight)(struct ra_backend *be, struct ra_tensor *t);
 };
 
 struct ra_backend {

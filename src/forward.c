@@ -68,19 +68,77 @@ static int workspace_reserve(struct ra_model *m, int n)
     return RA_OK;
 }
 
+/* The model's tensors in one list (a tied classifier once, as the embedding). */
+static int weight_list(struct ra_model *m, struct ra_tensor **list)
+{
+    struct ra_weights *w = &m->weights;
+    int k = 0;
+    list[k++] = &w->embed;
+    for (int l = 0; w->layers && l < m->config.n_layers; l++) {
+        struct ra_layer_weights *lw = &w->layers[l];
+        struct ra_tensor *t[] = { &lw->attn_norm, &lw->wq, &lw->wk, &lw->wv, &lw->wo,
+                                  &lw->ffn_norm, &lw->w_gate, &lw->w_down, &lw->w_up };
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+            list[k++] = t[i];
+    }
+    list[k++] = &w->final_norm;
+    if (w->output.data != w->embed.data)
+        list[k++] = &w->output;
+    return k;
+}
+
+static void weights_release(struct ra_model *m, struct ra_backend *be)
+{
+    struct ra_tensor **list = malloc(sizeof *list * (size_t)(3 + 9 * m->config.n_layers));
+    if (!list)
+        return;
+    const int k = weight_list(m, list);
+    for (int i = 0; i < k; i++) {
+        if (list[i]->device)
+            be->ops->release(be, list[i]->device);
+        list[i]->device = NULL;
+    }
+    m->weights.output.device = NULL; /* tied: the embedding's copy, released above */
+    free(list);
+}
+
+/* Gives every weight a backend copy when the backend keeps its own (a GPU). */
+static int weights_upload(struct ra_model *m, struct ra_backend *be)
+{
+    struct ra_tensor **list = malloc(sizeof *list * (size_t)(3 + 9 * m->config.n_layers));
+    if (!list)
+        return ra_error_set(RA_ENOMEM, "attach: out of memory");
+    const int k = weight_list(m, list);
+    int rc = RA_OK;
+    for (int i = 0; i < k && rc == RA_OK; i++)
+        rc = be->ops->upload_weight(be, list[i]);
+    if (m->weights.output.data == m->weights.embed.data)
+        m->weights.output.device = m->weights.embed.device;
+    free(list);
+    if (rc != RA_OK)
+        weights_release(m, be);
+    return rc;
+}
+
 int ra_model_attach(struct ra_model *m, struct ra_backend *be)
 {
-    if (m->backend && m->ws)
-        workspace_free(m->backend, m->ws);
-    m->ws = NULL;
+    ra_model_detach(m);
     m->backend = be;
-    return RA_OK;
+    if (!be->ops->upload_weight)
+        return RA_OK;
+    int rc = weights_upload(m, be);
+    if (rc != RA_OK)
+        m->backend = NULL;
+    return rc;
 }
 
 void ra_model_detach(struct ra_model *m)
 {
-    if (m->backend)
+    if (m->backend) {
         workspace_free(m->backend, m->ws);
+        if (m->backend->ops->upload_weight)
+            weights_release(m, m->backend);
+    }
     m->ws = NULL;
     m->backend = NULL;
 }

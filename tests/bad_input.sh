@@ -159,6 +159,14 @@ got=$("$RA" --model "$M" --prompt-ids "1 2 3" --generate 8 --output ids --thread
 [ "$got" = "$greedy" ] || fail "--threads 100 gave '$got', 1 thread '$greedy'"
 grep -q '"threads_per_rank": 100,' "$TMP/t100.json" || fail "--threads 100 did not run 100 threads: $(grep -o '"threads_per_rank": [0-9]*' "$TMP/t100.json")"
 
+# Backend options: a bad value is one line; cuda in a build without it says so.
+expect_error "--backend: 'gpu' is not cpu or cuda"        "$RA" --model "$TMP/nonexistent.bin" --prompt-ids 1 --backend gpu
+expect_error "--device-dtype: 'fp8' is not one of"        "$RA" --model "$TMP/nonexistent.bin" --prompt-ids 1 --device-dtype fp8
+if [ ! -x "$BUILD/tests/cuda_devices" ]; then # the CPU-only build
+    expect_error "rank 0: --backend cuda: .*built without CUDA" "$RA" --model "$M" --prompt-ids 1 \
+        --backend cuda
+fi
+
 # --help and --version succeed.
 "$RA" --help | grep -q -- "--prompt-ids" || fail "--help does not list --prompt-ids"
 "$RA" --version | grep -Eq "^runahead [0-9]" || fail "--version"

@@ -1,0 +1,38 @@
+/* RoPE: one thread per rotated pair. The angle is computed as the CPU
+ * backend (and llama2.c) computes it, powf then a float product, so that both
+ * backends rotate by the same float angle. */
+#include "common.cuh"
+#include "rope.cuh"
+
+__global__ static void rope_kernel(float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta,
+                                   int style)
+{
+    const int half = head_dim / 2;
+    const size_t total = (size_t)n * n_heads * half;
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
+        const int j = (int)(t % half);
+        const int h = (int)(t / half % n_heads);
+        const int i = (int)(t / ((size_t)half * n_heads));
+        const float freq = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+        const float a = (float)(pos0 + i) * freq;
+        const float c = cosf(a), s = sinf(a);
+        float *v = x + (size_t)i * ld + (size_t)h * head_dim;
+        const int i0 = style == RA_ROPE_HALF ? j : 2 * j, i1 = style == RA_ROPE_HALF ? j + half : 2 * j + 1;
+        const float v0 = v[i0], v1 = v[i1];
+        v[i0] = v0 * c - v1 * s;
+        v[i1] = v0 * s + v1 * c;
+    }
+}
+
+extern "C" int ra_cuda_rope(float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta, int style,
+                            cudaStream_t stream)
+{
+    if (head_dim % 2 != 0 || (style != RA_ROPE_INTERLEAVED && style != RA_ROPE_HALF))
+        return ra_error_set(RA_EINVAL, "cuda rope: head dimension %d is odd or style %d unknown", head_dim, style);
+    const size_t total = (size_t)n * n_heads * (head_dim / 2);
+    if (total == 0)
+        return RA_OK;
+    rope_kernel<<<ra_grid_1d(total), 256, 0, stream>>>(x, ld, n, n_heads, head_dim, pos0, theta, style);
+    CUDA_CHECK_LAUNCH();
+    return RA_OK;
+}

@@ -1,0 +1,18 @@
+/* Rotary position embedding of each head of rows x[i] (stride ld floats) at
+ * positions pos0 + i, in either pairing convention (enum ra_rope_style). */
+#ifndef RA_CUDA_ROPE_CUH
+#define RA_CUDA_ROPE_CUH
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int ra_cuda_rope(float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta, int style,
+                 cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,49 @@
+#!/bin/sh
+# The CUDA backend through the program, against the CPU backend: one rank on
+# the GPU gives the CPU's greedy tokens (fp32 weights on the device), and KVR
+# and TSP on 2 ranks sharing the GPU give the one-rank tokens, on stories260K
+# (llama2.c and converted to Hugging Face by runahead-synth --from) and a
+# synthetic GQA model. Exits 77 without a GPU.
+. "$(dirname "$0")/lib.sh"
+devices=$("$BUILD/tests/cuda_devices") || { fail "tests/cuda_devices failed"; finish; }
+[ "$devices" -gt 0 ] || skip_no_device "cuda_chain: no CUDA device (the CUDA build compiled and linked)"
+
+models=""
+if [ -r "$MODELS/stories260K.bin" ]; then
+    "$BUILD/runahead-synth" --out "$TMP/stories-hf" --from "$MODELS/stories260K.bin" >/dev/null 2>"$TMP/synth.err" \
+        || { cat "$TMP/synth.err" >&2; fail "runahead-synth --from stories260K.bin failed"; }
+    models="$MODELS/stories260K.bin $TMP/stories-hf"
+else
+    skip_part "fixture $MODELS/stories260K.bin not found: the trained model is unchecked"
+fi
+"$BUILD/runahead-synth" --preset tiny-gqa --seed 5 --out "$TMP/gqa" >/dev/null 2>"$TMP/synth.err" \
+    || { cat "$TMP/synth.err" >&2; fail "runahead-synth --preset tiny-gqa failed"; finish; }
+models="$models $TMP/gqa"
+
+ids="1 403 407 261 263 286 280 260 290 284 327 265 379 297 281 273 299 309 275 283 291 256 262 301 2 50 70 90"
+gen() { # gen MODEL NP ARGS...: the generated ids
+    model=$1 np=$2
+    shift 2
+    if [ "$np" = 1 ]; then
+        timeout 300 "$BUILD/runahead" --model "$model" --prompt-ids "$ids" -n 16 --ignore-eos -o ids "$@"
+    else
+        timeout 300 $MPIEXEC -np "$np" $MPIEXEC_FLAGS "$BUILD/runahead" --model "$model" --prompt-ids "$ids" -n 16 \
+            --ignore-eos -o ids "$@"
+    fi
+}
+for m in $models; do
+    cpu=$(gen "$m" 1 --backend cpu) || { fail "$m: the CPU run failed"; continue; }
+    one=$(gen "$m" 1 --backend cuda --device-dtype f32) || { fail "$m: one rank on cuda failed"; continue; }
+    [ "$one" = "$cpu" ] || fail "$m: cuda (f32) gave '$one', cpu '$cpu'"
+    for method in kvr tsp; do
+        two=$(gen "$m" 2 --backend cuda --device-dtype f32 --method "$method") \
+            || { fail "$m: $method on 2 ranks on cuda failed"; continue; }
+        [ "$two" = "$one" ] || fail "$m: $method on 2 ranks gave '$two', one rank '$one'"
+    done
+    bf16=$(gen "$m" 1 --backend cuda) || fail "$m: cuda (bf16) failed"
+    [ "$(echo "$bf16" | wc -w)" -eq 16 ] || fail "$m: cuda (bf16) gave '$bf16', not 16 ids"
+done
+# A device that is not there: one error line naming the rank.
+expect_error "rank 0.*--device 99: rank 0 sees only" \
+    "$BUILD/runahead" --model "$TMP/gqa" --prompt-ids "1 2 3" -n 1 --backend cuda --device 99
+finish

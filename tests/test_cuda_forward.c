@@ -1,0 +1,148 @@
+/* A whole prompt on the CUDA backend equals the CPU backend: the prompt's
+ * last logits (also when the prompt runs as two spans, the second over the
+ * cache rows of the first) and greedy decoding, on the trained stories260K
+ * checkpoint (GQA, llama2.c format) and a synthetic GQA model, for each weight
+ * dtype the GPU holds. Decoding is teacher-forced with the CPU's tokens so
+ * that one near-tie cannot make every later step differ; a token must agree
+ * wherever the CPU's top two logits are further apart than the tolerance, and
+ * with fp32 weights the free-running greedy tokens must be the CPU's.
+ * Exits 77 without a GPU or without a CUDA build. */
+#include "backend_cuda.h"
+#include "random_model.h"
+#include "ra_core.h"
+#include "test.h"
+
+#define N_GEN 24
+
+static double tol_of(enum ra_dtype dt)
+{
+    /* fp32: GEMMs summed in another order (cuBLAS vs OpenBLAS), a few layers deep;
+     * bf16/f16: weights and GEMM inputs rounded to 8/11 mantissa bits. A wrong
+     * mask, position or head gives differences of order 1. */
+    return dt == RA_DTYPE_BF16 ? 0.15 : dt == RA_DTYPE_F16 ? 0.03 : 2e-3;
+}
+
+/* Runs TOKENS[0, n) (in two spans when split > 0) and N_GEN decode steps fed
+ * with FEED (or, when FEED is NULL, with its own greedy tokens, written to
+ * OUT). LOGITS gets 1 + N_GEN rows of vocab floats. */
+static int run(struct ra_model *m, struct ra_backend *be, const int32_t *tokens, int n, int split,
+               const int32_t *feed, int32_t *out, float *logits)
+{
+    const struct ra_config *c = &m->config;
+    const int V = c->vocab_size;
+    struct ra_kvcache kv;
+    int rc = ra_model_attach(m, be);
+    if (rc == RA_OK)
+        rc = ra_kvcache_init(&kv, be, c->n_layers, ra_config_kv_dim(c), n + N_GEN);
+    if (rc != RA_OK)
+        return rc;
+    if (split > 0 && (rc = ra_forward_span(m, tokens, 0, split, &kv, NULL, NULL)) != RA_OK)
+        goto out;
+    if ((rc = ra_forward_span(m, tokens + split, split, n - split, &kv, NULL, logits)) != RA_OK)
+        goto out;
+    for (int i = 0; i < N_GEN; i++) {
+        const int32_t next = feed ? feed[i] : ra_argmax(logits + (size_t)i * V, V);
+        if (out)
+            out[i] = next;
+        if ((rc = ra_forward_span(m, &next, n + i, 1, &kv, NULL, logits + (size_t)(i + 1) * V)) != RA_OK)
+            goto out;
+    }
+out:
+    ra_kvcache_free(&kv);
+    return rc;
+}
+
+/* How far apart the two largest of x[n] are. */
+static float margin(const float *x, int n)
+{
+    const int top = ra_argmax(x, n);
+    float second = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != top && x[i] > second)
+            second = x[i];
+    return x[top] - second;
+}
+
+static void compare(const char *name, struct ra_model *m, struct ra_backend *cpu, struct ra_backend *gpu, int n)
+{
+    const int V = m->config.vocab_size;
+    const size_t rows = (size_t)(N_GEN + 1) * V;
+    int32_t *tokens = malloc(sizeof(int32_t) * n), ref_ids[N_GEN], gpu_ids[N_GEN];
+    float *ref = malloc(sizeof(float) * rows), *got = malloc(sizeof(float) * rows);
+    for (int i = 0; i < n; i++)
+        tokens[i] = i == 0 ? 1 : test_rand_int(2, V - 1);
+    CHECK_OK(run(m, cpu, tokens, n, 0, NULL, ref_ids, ref));
+    /* sanity: the reference carries information */
+    CHECK(margin(ref, V) > 0.0f);
+
+    const enum ra_dtype dts[] = { RA_DTYPE_F32, RA_DTYPE_BF16, RA_DTYPE_F16 };
+    for (int di = 0; di < 3; di++) {
+        const enum ra_dtype dt = dts[di];
+        const double tol = tol_of(dt);
+        CHECK_OK(ra_backend_cuda_set_dtype(gpu, dt));
+        for (int split = 0; split <= n / 3; split += n / 3) {
+            CHECK_OK(run(m, gpu, tokens, n, split, ref_ids, NULL, got));
+            double worst = 0;
+            int disagree = 0;
+            for (int i = 0; i <= N_GEN; i++) {
+                const float *r = ref + (size_t)i * V, *g = got + (size_t)i * V;
+                worst = fmax(worst, test_max_rel_diff(g, r, (size_t)V));
+                const float top = r[ra_argmax(r, V)];
+                if (margin(r, V) > 2.0 * tol * (1.0 + fabsf(top)) && ra_argmax(g, V) != ra_argmax(r, V))
+                    disagree++;
+            }
+            if (worst > tol || disagree)
+                fprintf(stderr, "%s, %s weights, %s: logits differ by %.3g (tolerance %.3g), %d clear greedy "
+                        "token(s) differ\n", name, ra_dtype_name(dt), split ? "two spans" : "one span", worst, tol,
+                        disagree);
+            else
+                printf("%s, %s weights, %s: logits within %.3g\n", name, ra_dtype_name(dt),
+                       split ? "two spans" : "one span", worst);
+            CHECK(worst <= tol);
+            CHECK(disagree == 0);
+        }
+    }
+    /* fp32 weights: the free-running greedy continuation is the CPU's */
+    CHECK_OK(ra_backend_cuda_set_dtype(gpu, RA_DTYPE_F32));
+    CHECK_OK(run(m, gpu, tokens, n, 0, NULL, gpu_ids, got));
+    CHECK(memcmp(gpu_ids, ref_ids, sizeof ref_ids) == 0);
+    ra_model_detach(m);
+    free(tokens);
+    free(ref);
+    free(got);
+}
+
+int main(void)
+{
+    if (!ra_cuda_built())
+        return test_skip_no_device("test_cuda_forward", "this build has no CUDA (configure --with-cuda)");
+    if (ra_cuda_device_count() == 0)
+        return test_skip_no_device("test_cuda_forward", "no CUDA device (the CUDA backend compiled and linked)");
+    struct ra_backend *cpu = NULL, *gpu = NULL;
+    CHECK_OK(ra_backend_cpu_init(&cpu, 2));
+    CHECK_OK(ra_backend_cuda_init(&gpu, 0));
+    if (!cpu || !gpu)
+        return test_result("test_cuda_forward");
+    test_rand_seed(7);
+
+    /* GQA 8/2 heads of 16, prompts over several attention tiles */
+    const struct ra_config gqa = { .dim = 128, .hidden_dim = 288, .n_layers = 3, .n_heads = 8, .n_kv_heads = 2,
+                                   .vocab_size = 300, .seq_len = 512, .head_dim = 16, .rope_theta = 10000.0f,
+                                   .norm_eps = 1e-5f };
+    struct ra_model synth = { 0 };
+    test_random_model(&synth, &gqa, RA_DTYPE_F32, 2.0f);
+    compare("synthetic GQA", &synth, cpu, gpu, 200);
+    ra_model_free(&synth);
+
+    const char *path = test_fixture("stories260K.bin");
+    if (path) {
+        struct ra_model m = { 0 };
+        CHECK_OK(ra_model_load(&m, path));
+        if (m.config.dim)
+            compare("stories260K", &m, cpu, gpu, 150);
+        ra_model_free(&m);
+    }
+    ra_backend_free(gpu);
+    ra_backend_free(cpu);
+    return test_result("test_cuda_forward");
+}

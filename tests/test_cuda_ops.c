@@ -1,0 +1,373 @@
+/* Every op of the CUDA backend against the CPU backend on random inputs, in
+ * each weight dtype the GPU holds (bf16, f16, f32), with tolerances per dtype;
+ * RoPE in both pairing conventions, sampling against ra_sampler, and the
+ * device memory model (buffers, asynchronous copies ordered by events).
+ * Built only with --with-cuda; exits 77 on a machine without a GPU. */
+#include "backend_cuda.h"
+#include "half.h"
+#include "ops.cuh"
+#include "random_model.h"
+#include "ra_core.h"
+#include "test.h"
+
+#include <cuda_runtime_api.h>
+
+static struct ra_backend *cpu, *gpu;
+
+/* Tolerances on max |a-b| / (1+|b|) of a GEMM's output with weights in the
+ * device dtype: its inputs are rounded to it too (8 bits of mantissa for
+ * bf16, 11 for f16), over sums of ~100 products of order 1. */
+static double gemm_tol(enum ra_dtype dt)
+{
+    return dt == RA_DTYPE_BF16 ? 3e-2 : dt == RA_DTYPE_F16 ? 4e-3 : 1e-5;
+}
+
+static void fill(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = scale * test_frand();
+}
+
+/* A device copy of host floats. */
+static float *to_gpu(const float *x, size_t n)
+{
+    float *d = gpu->ops->alloc(gpu, n * sizeof(float));
+    CHECK(d != NULL);
+    if (d)
+        CHECK_OK(gpu->ops->upload(gpu, d, x, n * sizeof(float)));
+    return d;
+}
+
+static void from_gpu(float *x, const float *d, size_t n)
+{
+    CHECK_OK(gpu->ops->download(gpu, x, d, n * sizeof(float)));
+}
+
+static void report(const char *what, double diff, double tol)
+{
+    if (!(diff <= tol))
+        fprintf(stderr, "%s: differs by %.3g (tolerance %.3g)\n", what, diff, tol);
+    CHECK(diff <= tol);
+}
+
+static void check_embed(void)
+{
+    const int vocab = 50, dim = 72, n = 9;
+    float *table = malloc(sizeof(float) * vocab * dim), *ref = malloc(sizeof(float) * n * dim),
+          *got = malloc(sizeof(float) * n * dim);
+    int32_t tokens[9] = { 0, 49, 3, 3, 17, 1, 48, 25, 0 };
+    fill(table, (size_t)vocab * dim, 2.0f);
+    struct ra_tensor t = { RA_DTYPE_F32, vocab, dim, table, NULL };
+    CHECK_OK(gpu->ops->upload_weight(gpu, &t));
+    float *x = gpu->ops->alloc(gpu, sizeof(float) * n * dim);
+    CHECK_OK(cpu->ops->embed(cpu, ref, &t, tokens, n));
+    CHECK_OK(gpu->ops->embed(gpu, x, &t, tokens, n));
+    from_gpu(got, x, (size_t)n * dim);
+    report("embed (bf16 table)", test_max_rel_diff(got, ref, (size_t)n * dim), 1.0 / 128);
+    gpu->ops->release(gpu, x);
+    gpu->ops->release(gpu, t.device);
+    free(table);
+    free(ref);
+    free(got);
+}
+
+/* y[n][rows] (stride ldy) = x[n][k] (stride ldx) · wᵀ, including n = 1 (decode). */
+static void check_matmul(enum ra_dtype dt, int rows, int k, int n)
+{
+    const int ldx = k + 3, ldy = rows + 5;
+    float *w = malloc(sizeof(float) * rows * k), *x = malloc(sizeof(float) * n * ldx);
+    float *ref = calloc((size_t)n * ldy, sizeof(float)), *got = calloc((size_t)n * ldy, sizeof(float));
+    fill(w, (size_t)rows * k, 1.0f);
+    fill(x, (size_t)n * ldx, 1.0f);
+    struct ra_tensor t = { RA_DTYPE_F32, rows, k, w, NULL };
+    CHECK_OK(ra_backend_cuda_set_dtype(gpu, dt));
+    CHECK_OK(gpu->ops->upload_weight(gpu, &t));
+    float *dx = to_gpu(x, (size_t)n * ldx), *dy = to_gpu(ref, (size_t)n * ldy);
+    CHECK_OK(cpu->ops->matmul(cpu, ref, ldy, x, ldx, &t, n));
+    CHECK_OK(gpu->ops->matmul(gpu, dy, ldy, dx, ldx, &t, n));
+    from_gpu(got, dy, (size_t)n * ldy);
+    char what[96];
+    snprintf(what, sizeof what, "matmul %s %dx%d, %d tokens", ra_dtype_name(dt), rows, k, n);
+    report(what, test_max_rel_diff(got, ref, (size_t)n * ldy), gemm_tol(dt));
+    for (int i = 0; i < n; i++) /* the gaps between rows of y are left alone */
+        for (int j = rows; j < ldy; j++)
+            CHECK(got[(size_t)i * ldy + j] == 0.0f);
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dy);
+    gpu->ops->release(gpu, t.device);
+    free(w);
+    free(x);
+    free(ref);
+    free(got);
+}
+
+static void check_rmsnorm(void)
+{
+    const int n = 13, dim = 200;
+    float *x = malloc(sizeof(float) * n * dim), *w = malloc(sizeof(float) * dim);
+    float *ref = malloc(sizeof(float) * n * dim), *got = malloc(sizeof(float) * n * dim);
+    fill(x, (size_t)n * dim, 3.0f);
+    fill(w, dim, 1.5f);
+    struct ra_tensor t = { RA_DTYPE_F32, 1, dim, w, NULL };
+    CHECK_OK(gpu->ops->upload_weight(gpu, &t)); /* a vector: stays fp32 whatever the dtype */
+    float *dx = to_gpu(x, (size_t)n * dim), *dy = to_gpu(x, (size_t)n * dim);
+    CHECK_OK(cpu->ops->rmsnorm(cpu, ref, x, &t, n, dim, 1e-5f));
+    CHECK_OK(gpu->ops->rmsnorm(gpu, dy, dx, &t, n, dim, 1e-5f));
+    from_gpu(got, dy, (size_t)n * dim);
+    report("rmsnorm", test_max_rel_diff(got, ref, (size_t)n * dim), 1e-5);
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dy);
+    gpu->ops->release(gpu, t.device);
+    free(x);
+    free(w);
+    free(ref);
+    free(got);
+}
+
+/* The rotate-half convention by its definition: pairs (j, j + head_dim/2),
+ * the angle rounded to float as both backends round it (the interleaved
+ * pairs are checked against the CPU backend itself). */
+static void check_rope(int pos0)
+{
+    const int n = 11, n_heads = 6, hd = 32, ld = n_heads * hd + 8;
+    float *x = malloc(sizeof(float) * n * ld), *ref = malloc(sizeof(float) * n * ld),
+          *got = malloc(sizeof(float) * n * ld);
+    fill(x, (size_t)n * ld, 1.0f);
+    memcpy(ref, x, sizeof(float) * n * ld);
+    float *dx = to_gpu(x, (size_t)n * ld);
+    /* At position p the angle is p * freq, a float rounded alike on both sides:
+     * the tolerance grows with the position (an ulp of 4000 rad is 2.4e-4). */
+    const double tol = 2e-6 + 1e-7 * pos0;
+    CHECK_OK(cpu->ops->rope(cpu, ref, ld, n, n_heads, hd, pos0, 10000.0f, RA_ROPE_INTERLEAVED));
+    CHECK_OK(gpu->ops->rope(gpu, dx, ld, n, n_heads, hd, pos0, 10000.0f, RA_ROPE_INTERLEAVED));
+    from_gpu(got, dx, (size_t)n * ld);
+    report("rope (interleaved)", test_max_rel_diff(got, ref, (size_t)n * ld), tol);
+
+    memcpy(ref, x, sizeof(float) * n * ld);
+    CHECK_OK(cpu->ops->rope(cpu, ref, ld, n, n_heads, hd, pos0, 10000.0f, RA_ROPE_HALF));
+    CHECK_OK(gpu->ops->upload(gpu, dx, x, sizeof(float) * n * ld));
+    CHECK_OK(gpu->ops->rope(gpu, dx, ld, n, n_heads, hd, pos0, 10000.0f, RA_ROPE_HALF));
+    from_gpu(got, dx, (size_t)n * ld);
+    report("rope (rotate-half)", test_max_rel_diff(got, ref, (size_t)n * ld), tol);
+    /* the padding after the heads is not touched */
+    for (int i = 0; i < n; i++)
+        for (int j = n_heads * hd; j < ld; j++)
+            CHECK(got[(size_t)i * ld + j] == x[(size_t)i * ld + j]);
+    gpu->ops->release(gpu, dx);
+    free(x);
+    free(ref);
+    free(got);
+}
+
+/* Span [start, start+n) over cache rows [0, start+n) of shape H/KVH/HD. */
+static void check_attention(int n_heads, int n_kv, int hd, int start, int n, float qk_scale)
+{
+    const struct ra_attention_shape s = { n_heads, n_kv, hd, n_heads * hd, n_kv * hd };
+    const int rows = start + n;
+    const size_t nq = (size_t)n * s.q_stride, nkv = (size_t)rows * s.kv_stride;
+    float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nkv), *v = malloc(sizeof(float) * nkv);
+    float *ref = malloc(sizeof(float) * nq), *got = malloc(sizeof(float) * nq);
+    fill(q, nq, qk_scale);
+    fill(k, nkv, 1.0f);
+    fill(v, nkv, 1.0f);
+    float *dq = to_gpu(q, nq), *dk = to_gpu(k, nkv), *dv = to_gpu(v, nkv), *dout = to_gpu(q, nq);
+    CHECK_OK(cpu->ops->attention(cpu, ref, q, k, v, start, n, &s));
+    CHECK_OK(gpu->ops->attention(gpu, dout, dq, dk, dv, start, n, &s));
+    from_gpu(got, dout, nq);
+    char what[128];
+    snprintf(what, sizeof what, "attention %d/%d heads of %d, span [%d, %d)", n_heads, n_kv, hd, start, rows);
+    report(what, test_max_rel_diff(got, ref, nq), 5e-5);
+    gpu->ops->release(gpu, dq);
+    gpu->ops->release(gpu, dk);
+    gpu->ops->release(gpu, dv);
+    gpu->ops->release(gpu, dout);
+    free(q);
+    free(k);
+    free(v);
+    free(ref);
+    free(got);
+}
+
+static void check_elementwise(void)
+{
+    const size_t n = 100003; /* not a multiple of a block */
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n),
+          *got = malloc(sizeof(float) * n);
+    fill(a, n, 6.0f);
+    fill(b, n, 2.0f);
+    float *da = to_gpu(a, n), *db = to_gpu(b, n);
+    memcpy(ref, a, sizeof(float) * n);
+    CHECK_OK(cpu->ops->swiglu(cpu, ref, b, n));
+    CHECK_OK(gpu->ops->swiglu(gpu, da, db, n));
+    from_gpu(got, da, n);
+    report("swiglu", test_max_rel_diff(got, ref, n), 2e-6); /* the CPU's exp is a polynomial of ~2 ulp */
+    CHECK_OK(gpu->ops->upload(gpu, da, a, sizeof(float) * n));
+    memcpy(ref, a, sizeof(float) * n);
+    CHECK_OK(cpu->ops->add(cpu, ref, b, n));
+    CHECK_OK(gpu->ops->add(gpu, da, db, n));
+    from_gpu(got, da, n);
+    report("residual add", test_max_rel_diff(got, ref, n), 0.0);
+    gpu->ops->release(gpu, da);
+    gpu->ops->release(gpu, db);
+    free(a);
+    free(b);
+    free(ref);
+    free(got);
+}
+
+/* ra_sampler's generator (src/sampler.c), to hand the GPU the same coin. */
+static float next_coin(uint64_t *state)
+{
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    return (float)((*state * 0x2545F4914F6CDD1Dull) >> 40) / 16777216.0f;
+}
+
+static void check_sampling(void)
+{
+    const int vocab = 3001;
+    float *logits = malloc(sizeof(float) * vocab), *host = malloc(sizeof(float) * vocab);
+    struct ra_cuda_sampler *cs;
+    cudaStream_t st = (cudaStream_t)gpu->ops->stream_native(gpu, RA_STREAM_COMPUTE);
+    CHECK_OK(ra_cuda_sampler_init(&cs, vocab));
+    float *dl = to_gpu(logits, vocab);
+    const float temps[] = { 0.0f, 0.7f, 1.0f, 1.3f }, top_ps[] = { 0.5f, 0.9f, 1.0f };
+    int same = 0, total = 0;
+    for (int trial = 0; trial < 8; trial++) {
+        fill(logits, vocab, 4.0f);
+        if (trial == 1) /* a tie: the first largest id wins, as ra_argmax */
+            logits[2000] = logits[777] = 9.0f;
+        CHECK_OK(gpu->ops->upload(gpu, dl, logits, sizeof(float) * vocab));
+        for (int ti = 0; ti < 4; ti++)
+            for (int pi = 0; pi < 3; pi++) {
+                struct ra_sampler s;
+                const uint64_t seed = 1000 + 17 * trial + 3 * ti + pi;
+                CHECK_OK(ra_sampler_init(&s, vocab, temps[ti], top_ps[pi], seed));
+                uint64_t state = s.rng_state;
+                const float coin = temps[ti] > 0 ? next_coin(&state) : 0.0f;
+                memcpy(host, logits, sizeof(float) * vocab);
+                const int want = ra_sampler_sample(&s, host);
+                int got = -1;
+                CHECK_OK(ra_cuda_sample(cs, dl, temps[ti], top_ps[pi], coin, st, &got));
+                if (temps[ti] == 0.0f)
+                    CHECK(got == want);
+                same += got == want;
+                total++;
+                ra_sampler_free(&s);
+            }
+    }
+    /* Sums over the vocabulary add in another order on the GPU: a coin within
+     * float rounding of a boundary may pick the neighbour, rarely. */
+    if (same < total)
+        fprintf(stderr, "sampling: %d of %d draws differ from ra_sampler\n", total - same, total);
+    CHECK(same >= total - 1);
+    gpu->ops->release(gpu, dl);
+    ra_cuda_sampler_free(cs);
+    free(logits);
+    free(host);
+}
+
+/* Pinned host -> device on the copy stream, the compute stream waits for it
+ * through an event, device -> device there, then back to pageable host. */
+static void check_memory_model(void)
+{
+    const size_t n = 1 << 20;
+    const struct ra_backend_ops *op = gpu->ops;
+    CHECK(op->mem_kind(gpu) == RA_MEM_DEVICE);
+    float *pinned = op->alloc_mem(gpu, n * sizeof(float), RA_MEM_HOST_PINNED);
+    float *host = op->alloc_mem(gpu, n * sizeof(float), RA_MEM_HOST);
+    float *d1 = op->alloc_mem(gpu, n * sizeof(float), RA_MEM_DEVICE), *d2 = op->alloc(gpu, n * sizeof(float));
+    CHECK(pinned && host && d1 && d2);
+    if (!pinned || !host || !d1 || !d2)
+        return;
+    CHECK(pinned[n - 1] == 0.0f && host[n / 2] == 0.0f); /* zeroed */
+    from_gpu(host, d1, n);
+    CHECK(host[0] == 0.0f && host[n - 1] == 0.0f);
+    for (size_t i = 0; i < n; i++)
+        pinned[i] = (float)i;
+    struct ra_event *copied, *done;
+    CHECK_OK(op->event_create(gpu, &copied));
+    CHECK_OK(op->event_create(gpu, &done));
+    CHECK_OK(op->copy_async(gpu, d1, pinned, n * sizeof(float), RA_STREAM_COPY));
+    CHECK_OK(op->event_record(gpu, copied, RA_STREAM_COPY));
+    CHECK_OK(op->stream_wait(gpu, RA_STREAM_COMPUTE, copied));
+    CHECK_OK(op->copy_async(gpu, d2, d1, n * sizeof(float), RA_STREAM_COMPUTE));
+    CHECK_OK(op->add(gpu, d2, d1, n)); /* an op after the copy, on the same stream */
+    CHECK_OK(op->event_record(gpu, done, RA_STREAM_COMPUTE));
+    CHECK_OK(op->stream_wait(gpu, RA_STREAM_COMM, done));
+    CHECK_OK(op->copy_async(gpu, host, d2, n * sizeof(float), RA_STREAM_COMM));
+    CHECK_OK(op->event_record(gpu, copied, RA_STREAM_COMM));
+    CHECK_OK(op->event_sync(gpu, copied));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += host[i] != 2.0f * (float)i;
+    CHECK(bad == 0);
+    CHECK(op->stream_native(gpu, RA_STREAM_COMM) != NULL);
+    op->event_destroy(gpu, copied);
+    op->event_destroy(gpu, done);
+    op->release_mem(gpu, pinned, RA_MEM_HOST_PINNED);
+    op->release_mem(gpu, host, RA_MEM_HOST);
+    op->release_mem(gpu, d1, RA_MEM_DEVICE);
+    op->release(gpu, d2);
+}
+
+static void check_errors(void)
+{
+    struct ra_backend *none;
+    CHECK(ra_backend_cuda_init(&none, 1000) == RA_EINVAL && none == NULL);
+    CHECK(strstr(ra_error_message(), "device 1000") != NULL);
+    /* a shape the kernel refuses: one clear error, nothing launched */
+    const struct ra_attention_shape s = { 2, 2, 512, 1024, 1024 };
+    CHECK(gpu->ops->attention(gpu, NULL, NULL, NULL, NULL, 0, 1, &s) == RA_EUNSUPPORTED);
+    /* a weight that was never uploaded */
+    float w[4] = { 0 };
+    struct ra_tensor t = { RA_DTYPE_F32, 2, 2, w, NULL };
+    CHECK(gpu->ops->matmul(gpu, NULL, 2, NULL, 2, &t, 1) == RA_EINVAL);
+    /* a failing runtime call (a grid of 70000 heads exceeds gridDim.y, so the
+     * launch fails before any pointer is read) becomes RA_EBACKEND naming the device */
+    const struct ra_attention_shape wide = { 70000, 70000, 16, 70000 * 16, 70000 * 16 };
+    CHECK(ra_cuda_attention(NULL, NULL, NULL, NULL, 0, 1, &wide,
+                            (cudaStream_t)gpu->ops->stream_native(gpu, RA_STREAM_COMPUTE)) == RA_EBACKEND);
+    CHECK(strstr(ra_error_message(), "cuda device 0") != NULL);
+    fprintf(stderr, "expected error: %s\n", ra_error_message());
+}
+
+int main(void)
+{
+    const int gpus = ra_cuda_device_count();
+    if (gpus == 0)
+        return test_skip_no_device("test_cuda_ops", "no CUDA device (the CUDA kernels compiled and linked)");
+    test_rand_seed(42);
+    CHECK_OK(ra_backend_cpu_init(&cpu, 2));
+    CHECK_OK(ra_backend_cuda_init(&gpu, 0));
+    if (!cpu || !gpu)
+        return test_result("test_cuda_ops");
+    check_embed();
+    const enum ra_dtype dts[] = { RA_DTYPE_BF16, RA_DTYPE_F16, RA_DTYPE_F32 };
+    for (int i = 0; i < 3; i++) {
+        check_matmul(dts[i], 96, 136, 37);
+        check_matmul(dts[i], 257, 64, 1);
+        check_matmul(dts[i], 32, 512, 300);
+    }
+    CHECK_OK(ra_backend_cuda_set_dtype(gpu, RA_DTYPE_BF16));
+    check_rmsnorm();
+    check_rope(0);
+    check_rope(4000);
+    /* MHA, GQA, MQA; spans from 0, after a prefix, single tokens (decode);
+     * head sizes of 16 to 256; peaked softmax (scale 4) too */
+    check_attention(4, 4, 16, 0, 37, 1.0f);
+    check_attention(8, 2, 64, 50, 1, 1.0f);
+    check_attention(8, 2, 64, 13, 70, 4.0f);
+    check_attention(4, 1, 128, 100, 33, 1.0f);
+    check_attention(2, 2, 256, 31, 40, 1.0f);
+    check_attention(6, 3, 48, 0, 1, 1.0f);
+    check_attention(32, 8, 128, 200, 300, 2.0f);
+    check_elementwise();
+    check_sampling();
+    check_memory_model();
+    check_errors();
+    ra_backend_free(gpu);
+    ra_backend_free(cpu);
+    return test_result("test_cuda_ops");
+}
