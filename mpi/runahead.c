@@ -7,6 +7,7 @@
  * maps the model; the last rank produces the first token and decodes. */
 #include "config.h"
 #include "args.h"
+#include "autosplit.h"
 #include "netem.h"
 #include "partition.h"
 #include "prefill.h"
@@ -54,8 +55,12 @@ struct result {
     int32_t *generated;
     int n_generated;
     double *ttft; /* [repeat] */
+    struct ra_passes passes; /* which of them the report and trace show: the median one */
     double t_decode;
 };
+
+/* How the split was chosen, for stderr and the report (auto only). */
+static char partition_source[320];
 
 static int rank, world;
 
@@ -87,10 +92,15 @@ static void usage(FILE *f)
 "      --method M            single (one rank), kvr (KV-Runahead) or tsp (all-gather\n"
 "                            baseline); default: single on one rank, kvr on several\n"
 "      --route R             kvr: chain (default), relay or direct\n"
-"      --partition SPEC      even (default) | ratios:0.35,0.25,... | bounds:0,900,...,C\n"
-"                            | table:FILE.h5 (interpolated from a runahead-tune table)\n"
+"      --partition SPEC      kvr: auto (default) | even (KVR-E) | ratios:0.35,0.25,...\n"
+"                            | bounds:0,900,...,C | table:FILE.h5 (interpolated from a\n"
+"                            runahead-tune table). auto gives every rank the same FLOPs\n"
+"                            (linear layers + causal attention); with a calibrated profile\n"
+"                            (auto:FILE.h5, or RA_PROFILE=FILE.h5) the same predicted time,\n"
+"                            refined by the cost model when it has a measured link\n"
 "      --hw-tag TAG          hardware tag to look up in the table (default: CPU model and cores)\n"
-"      --repeat N            run the prompt N times, report median/min/max TTFT (default 1)\n"
+"      --repeat N            run the prompt N times, report median/min/max TTFT; the per-rank\n"
+"                            figures and the trace are the median run's (default 1)\n"
 "  -T, --threads N           CPU threads per rank (default: the node's cores / its ranks)\n"
 "      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
 "                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
@@ -163,7 +173,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { NULL, 0, NULL, 0 },
     };
     int c, rc = RA_OK;
-    *o = (struct options){ .generate = 64, .temperature = 0.0f, .top_p = 0.9f, .seed = 1, .partition = "even",
+    *o = (struct options){ .generate = 64, .temperature = 0.0f, .top_p = 0.9f, .seed = 1, .partition = NULL,
                            .repeat = 1, .method = world > 1 ? RA_METHOD_KVR : RA_METHOD_SINGLE,
                            .netem = { .noise_slot_ms = 5, .noise_seed = 1 } };
     opterr = 0;
@@ -220,6 +230,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         return ra_error_set(RA_EINVAL, "no model given (use --model PATH)");
     if (world > 1 && o->method == RA_METHOD_SINGLE)
         return ra_error_set(RA_EINVAL, "--method single runs on one rank, but %d were started: use mpirun -np 1", world);
+    if (!o->partition) /* KV-Runahead balances by default; TSP always splits evenly */
+        o->partition = o->method == RA_METHOD_KVR ? "auto" : "even";
     if (o->method == RA_METHOD_TSP && strcmp(o->partition, "even") != 0)
         return ra_error_set(RA_EINVAL, "--method tsp always splits evenly; --partition %s is for kvr", o->partition);
     if (!(o->temperature >= 0))
@@ -341,6 +353,46 @@ static int partition_from_table(const struct options *o, const struct ra_config 
     return rc;
 }
 
+/* auto: equal work from the config's FLOPs, or equal time (refined by the cost
+ * model) from the profile of auto:FILE.h5 or $RA_PROFILE. Every rank computes
+ * the same split from the same inputs. */
+static int partition_auto(const struct options *o, const struct ra_config *c, int n_prompt, int *bounds)
+{
+    struct ra_cost_profile pf;
+    const char *env = getenv("RA_PROFILE"), *path = o->partition[4] == ':' ? o->partition + 5 : NULL;
+    char model_id[128], hw_tag[128], how[256], note[512] = "";
+    int have = 0, rc;
+    if (!path && env && *env)
+        path = env;
+    if (path) {
+        ra_table_model_id(c, model_id, sizeof model_id);
+        if (o->hw_tag)
+            snprintf(hw_tag, sizeof hw_tag, "%s", o->hw_tag);
+        else
+            ra_table_default_hw_tag(hw_tag, sizeof hw_tag);
+        rc = ra_cost_profile_load(path, model_id, hw_tag, &pf);
+        if (rc != RA_OK && path != env) /* asked for by name: its absence is an error */
+            return ra_error_set(rc, "--partition %s: no usable profile for %s on %s (%s)", o->partition, model_id,
+                                hw_tag, ra_error_message());
+        if (rc != RA_OK) /* the environment's profile is for other models too: say so and go on */
+            snprintf(note, sizeof note, "; RA_PROFILE=%s has no usable profile for %s on %s", path, model_id, hw_tag);
+        have = rc == RA_OK;
+    }
+    if ((rc = ra_partition_auto(c, have ? &pf : NULL, n_prompt, world, bounds, how, sizeof how)) != RA_OK)
+        return rc;
+    if (have)
+        snprintf(partition_source, sizeof partition_source, "%s %s", how, path);
+    else
+        snprintf(partition_source, sizeof partition_source, "%s%s", how, note);
+    if (rank == 0) {
+        char b[256];
+        ra_partition_format(bounds, world, b, sizeof b);
+        fprintf(stderr, "runahead: partition auto for %d tokens on %d ranks: [%s] (%s)\n", n_prompt, world, b,
+                partition_source);
+    }
+    return RA_OK;
+}
+
 static int check_fit(const struct options *o, const struct ra_model *m, const struct ra_tokenizer *tok,
                      const char *tok_path, const struct result *r, int *bounds)
 {
@@ -360,6 +412,8 @@ static int check_fit(const struct options *o, const struct ra_model *m, const st
                                 r->prompt[i], i, c->vocab_size - 1);
     if (o->method != RA_METHOD_TSP && !strncmp(o->partition, "table:", 6))
         return partition_from_table(o, c, r->n_prompt, bounds);
+    if (o->method != RA_METHOD_TSP && (!strcmp(o->partition, "auto") || !strncmp(o->partition, "auto:", 5)))
+        return partition_auto(o, c, r->n_prompt, bounds);
     return ra_partition_parse(o->method == RA_METHOD_TSP ? "even" : o->partition, r->n_prompt, world, bounds);
 }
 
@@ -438,13 +492,14 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
                          const struct ra_model *m, const struct result *r, const int *bounds)
 {
     struct ra_all_stats all;
-    int rc = ra_stats_gather(x, &all);
+    int rc = ra_stats_gather_passes(x, o->repeat > 1 ? &r->passes : NULL, &all);
     if (rc != RA_OK || rank != world - 1)
         goto out;
     const struct ra_run_info info = {
         .model_path = o->model, .partition_spec = o->method == RA_METHOD_TSP ? "even" : o->partition,
         .config = &m->config, .method = o->method, .route = o->route, .bounds = bounds, .ranks = world,
         .threads = m->backend->n_threads, .n_prompt = r->n_prompt, .repeat = o->repeat, .ttft = r->ttft,
+        .median_pass = r->passes.median, .partition_source = partition_source[0] ? partition_source : NULL,
         .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = "mpi",
         .link = o->netem.link_gbps > 0 ? &o->netem : NULL,
     };
@@ -537,13 +592,12 @@ static int run(int argc, char **argv)
     if ((rc = agree(ra_watchdog_start(o.watchdog, "runahead", rank))) != RA_OK)
         goto out;
 
-    for (int i = 0; i < o.repeat; i++) {
-        if ((rc = ra_prefill_run(&m, &x, &kv, r.prompt, logits, &r.ttft[i])) != RA_OK) {
-            /* Peers may be blocked on this rank's KV rows: nothing else ends them. */
-            fprintf(stderr, "runahead: rank %d: %s\n", rank, ra_error_message());
-            ra_outfile_cleanup_all(); /* MPI_Abort ends the process without exit handlers */
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+    r.passes.ttft = r.ttft;
+    if ((rc = ra_prefill_repeat(&m, &x, &kv, r.prompt, logits, o.repeat, &r.passes)) != RA_OK) {
+        /* Peers may be blocked on this rank's KV rows: nothing else ends them. */
+        fprintf(stderr, "runahead: rank %d: %s\n", rank, ra_error_message());
+        ra_outfile_cleanup_all(); /* MPI_Abort ends the process without exit handlers */
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
     /* The others now wait for the last rank's decoding, however long it takes. */
     ra_watchdog_stop();

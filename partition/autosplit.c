@@ -51,7 +51,7 @@ int ra_partition_auto(const struct ra_config *c, const struct ra_cost_profile *p
     if (!pf || !(pf->p2p_bandwidth > 0) || p == 1) {
         if (how)
             snprintf(how, how_len, "%s", pf ? "equal-time from the profile's compute rates (no link measured)"
-                                            : "equal-work from FLOPs (linear + causal attention)");
+                                            : "equal-work from FLOPs: linear layers + causal attention");
         return RA_OK;
     }
     /* The cost model's KVR replay, searched around the equal-time split; the
