@@ -33,9 +33,32 @@ out:
     return rc;
 }
 
+static void spread_of(double *v, int n, double *out)
+{
+    double lo = v[0], hi = v[0];
+    for (int i = 1; i < n; i++) {
+        lo = v[i] < lo ? v[i] : lo;
+        hi = v[i] > hi ? v[i] : hi;
+    }
+    out[0] = ra_median(v, n);
+    out[1] = lo;
+    out[2] = hi;
+}
+
 int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
                       const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
                       double *median_ttft)
+{
+    double spread[3];
+    int rc = ra_prefill_spread(m, comm, method, route, bounds, kv, tokens, repeats, spread);
+    if (rc == RA_OK)
+        *median_ttft = spread[0];
+    return rc;
+}
+
+int ra_prefill_spread(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
+                      const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
+                      double spread[3])
 {
     struct ra_exchange x = { .row = MPI_DATATYPE_NULL };
     double *ttft = calloc((size_t)repeats, sizeof *ttft);
@@ -51,9 +74,9 @@ int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, 
     for (int i = 0; i < repeats && rc == RA_OK; i++)
         rc = ra_prefill_run(m, &x, kv, tokens, logits, &ttft[i]);
     if (rc == RA_OK) {
-        *median_ttft = ra_median(ttft, repeats);
+        spread_of(ttft, repeats, spread);
         ra_watchdog_wait(RA_WATCH_RESULT, -1, x.size - 1);
-        MPI_CHECK(MPI_Bcast(median_ttft, 1, MPI_DOUBLE, x.size - 1, comm));
+        MPI_CHECK(MPI_Bcast(spread, 3, MPI_DOUBLE, x.size - 1, comm));
         ra_watchdog_done();
     }
 out:
@@ -82,18 +105,6 @@ static int median_pass(const double *ttft, int n)
         }
     }
     return best;
-}
-
-static void spread_of(double *v, int n, double *out)
-{
-    double lo = v[0], hi = v[0];
-    for (int i = 1; i < n; i++) {
-        lo = v[i] < lo ? v[i] : lo;
-        hi = v[i] > hi ? v[i] : hi;
-    }
-    out[0] = ra_median(v, n);
-    out[1] = lo;
-    out[2] = hi;
 }
 
 int ra_prefill_repeat(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv, const int32_t *tokens,

@@ -34,6 +34,11 @@ struct ra_passes {
 int ra_prefill_repeat(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv, const int32_t *tokens,
                       float *logits, int n, struct ra_passes *ps);
 
+/* The same, giving every rank the median, min and max of the passes' TTFTs. */
+int ra_prefill_spread(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
+                      const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
+                      double spread[3]);
+
 /* Rows of KV cache a rank needs: KVR rank r only ever holds [0, b_{r+1}). */
 int ra_prefill_kv_rows(const struct ra_exchange *x);
 
