@@ -25,28 +25,32 @@ grep -q "pass --oversubscribe" "$TMP/err" || [ "$(nproc)" -ge 4 ] || fail "run-p
 expect_error "run-prefill: no prompt" "$J/run-prefill" --model "$TMP/tiny"
 expect_error "run-prefill: unknown option '--bogus'" "$J/run-prefill" --bogus
 
-# The scaling study: 2 contexts x (single + TSP, KVR-E, KVR-S, KVR-P on 2 ranks).
+# The scaling study: 2 contexts x (single + TSP, KVR-E, KVR-A, KVR-S, KVR-P on 2 ranks).
 S="$J/scaling-study --model $TMP/tiny --contexts 128,256 --ranks 2 --repeat 2 --oversubscribe --out $TMP/scaling"
 $S >"$TMP/table.txt" 2>"$TMP/err" || { fail "scaling-study: $(tail -3 "$TMP/err")"; finish; }
-grep -q "\[10/10\] kvr-p p=2 C=256" "$TMP/err" || fail "scaling-study: no progress line for run 10 of 10"
+grep -q "\[12/12\] kvr-p p=2 C=256" "$TMP/err" || fail "scaling-study: no progress line for run 12 of 12"
 python3 - "$TMP/scaling" "$TMP/table.txt" "$plots" <<'PY' || fail "scaling-study: outputs"
 import csv, json, os, sys
 d, table, plots = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3] == "1"
 rows = list(csv.DictReader(open(os.path.join(d, "summary.csv"))))
 got = sorted((r["method"], int(r["ranks"]), int(r["context"])) for r in rows)
 want = sorted([("single", 1, c) for c in (128, 256)] +
-              [(m, 2, c) for m in ("tsp", "kvr-e", "kvr-s", "kvr-p") for c in (128, 256)])
+              [(m, 2, c) for m in ("tsp", "kvr-e", "kvr-a", "kvr-s", "kvr-p") for c in (128, 256)])
 assert got == want, got
 assert all(float(r["ttft_median_s"]) > 0 for r in rows)
 lines = [json.loads(l) for l in open(os.path.join(d, "runs.jsonl"))]
-assert len(lines) == 10 and all("label" in l and "ttft_s" in l for l in lines)
+assert len(lines) == 12 and all("label" in l and "ttft_s" in l for l in lines)
+assert all(l["partition"]["spec"] == "auto" for l in lines if l["label"] == "kvr-a")
 # KVR-S ran the searched split; KVR-P one interpolated from the other context's search.
 kvrs = [l for l in lines if l["label"] == "kvr-s"]
 assert all(l["partition"]["spec"].startswith("table:") for l in kvrs)
-for want_row in ("TSP", "KVR-E", "KVR-S", "KVR-P", "speedup", "2 ranks"):
+for want_row in ("TSP", "KVR-E", "KVR-A", "KVR-S", "KVR-P", "speedup", "2 ranks"):
     assert want_row in table, want_row
 body = [l.split() for l in table.splitlines() if l.split() and l.split()[0] in ("128", "256")]
-assert len(body) == 2 and all(len(b) == 8 and b[-1].endswith("x") for b in body), body
+assert len(body) == 2 and all(len(b) == 9 and b[-1].endswith("x") for b in body), body
+cap = open(os.path.join(d, "caption.md")).read()
+assert "`jobs/scaling-study --model " in cap and "--contexts 128,256" in cap and " UTC on " in cap, cap
+assert "median TTFT of 2 runs" in cap and "model tiny" in cap, cap
 for name in ("ttft-context", "speedup", "ttft-ranks", "bytes") if plots else ():
     png = open(os.path.join(d, "plots", name + ".png"), "rb").read()
     svg = open(os.path.join(d, "plots", name + ".svg")).read()
@@ -55,7 +59,19 @@ for name in ("ttft-context", "speedup", "ttft-ranks", "bytes") if plots else ():
 PY
 # A second start finds every run done.
 $S >/dev/null 2>"$TMP/err2" || fail "scaling-study resume: $(tail -1 "$TMP/err2")"
-[ "$(grep -c "done before" "$TMP/err2")" -eq 10 ] || fail "scaling-study resume: reran finished runs"
+[ "$(grep -c "done before" "$TMP/err2")" -eq 12 ] || fail "scaling-study resume: reran finished runs"
+
+# --figure puts the figure and its caption into the tree: here a copy of the scripts and the README.
+mkdir -p "$TMP/top/jobs/figures" && cp "$J/scaling-study" "$J/common.sh" "$J/study-report" "$TMP/top/jobs/" &&
+    cp "$SRC/README.md" "$TMP/top/" || fail "copying the tree"
+if [ "$plots" = 1 ]; then
+    "$TMP/top/jobs/scaling-study" --model "$TMP/tiny" --contexts 128,256 --ranks 2 --repeat 2 --oversubscribe \
+        --out "$TMP/scaling" --figure >/dev/null 2>"$TMP/err3" || fail "scaling-study --figure: $(tail -1 "$TMP/err3")"
+    cmp -s "$TMP/scaling/plots/ttft-context.png" "$TMP/top/jobs/figures/scaling-ttft.png" || fail "--figure: no figure"
+    grep -q "^The figure below is .*jobs/scaling-study --model $TMP/tiny --contexts 128,256 .*model tiny" \
+        "$TMP/top/README.md" || fail "--figure: the README's caption was not replaced"
+    [ "$(grep -c "The figure below is" "$TMP/top/README.md")" -eq 1 ] || fail "--figure: two captions in the README"
+fi
 
 # The network study: TTFT overhead of each method under emulated noise (Fig. 11c), and Table 3.
 "$J/network-study" --model "$TMP/tiny" --contexts 128,256 --ranks 2 --link-gbps 0.05 --repeat 2 --oversubscribe \
