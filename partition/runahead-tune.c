@@ -354,22 +354,23 @@ static int evaluate_all(struct tune *t)
 {
     int rc = RA_OK;
     if (rank == 0)
-        printf("%-8s %-40s %10s %10s %8s\n", "context", "bounds", "measured_s", "model_s", "error");
+        printf("%-8s %-40s %10s %21s %10s %8s\n", "context", "bounds", "measured_s", "min..max", "model_s", "error");
     for (int i = 0; i < t->o->n_contexts && rc == RA_OK; i++) {
         int bounds[RA_MAX_RANKS + 1], extrapolated;
-        double measured = 0, predicted = NAN;
+        double measured[3] = { 0, 0, 0 }, predicted = NAN;
         t->context = t->o->contexts[i];
         if ((rc = agree(evaluated_bounds(t, t->context, bounds, &extrapolated))) != RA_OK)
             break;
-        rc = ra_prefill_median(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
-                               t->o->repeats, &measured);
+        rc = ra_prefill_spread(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+                               t->o->repeats, measured);
         if (rc == RA_OK && rank == 0) {
             char b[256];
             ra_partition_format(bounds, world, b, sizeof b);
             if (t->have_profile)
                 ra_cost_predict(&t->m.config, &t->profile, RA_COST_KVR, bounds, world, &predicted, NULL);
-            printf("%-8d %-40s %10.4f %10.4f %+7.1f%%%s\n", t->context, b, measured, predicted,
-                   100.0 * (predicted - measured) / measured, extrapolated ? "  (extrapolated)" : "");
+            printf("%-8d %-40s %10.4f %10.4f..%-9.4f %10.4f %+7.1f%%%s\n", t->context, b, measured[0], measured[1],
+                   measured[2], predicted, 100.0 * (predicted - measured[0]) / measured[0],
+                   extrapolated ? "  (extrapolated)" : "");
             fflush(stdout);
         }
     }
