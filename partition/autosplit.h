@@ -4,7 +4,9 @@
  * prefix of b costs 2·n·(linear weights) FLOPs plus 4·d·(n·b + n(n+1)/2) of
  * causal attention (ra_forward_flops: GQA/MQA and the FFN width from the
  * config). Without a profile every rank gets the same FLOPs: the member of the
- * search's equal-work family (search.h) whose k fits this model and length.
+ * search's equal-work family (search.h) whose k fits this model and length,
+ * rounded to tokens and then evened out by one-token moves until the busiest
+ * and the idlest rank differ by less than one token's work.
  * With a calibrated profile (costmodel.h) the same family balances predicted
  * seconds instead (GEMM and attention rates, the per-token "other" time), and
  * when the profile has a point-to-point link the cost model's KVR replay then
