@@ -33,7 +33,7 @@ out:
     return rc;
 }
 
-static void spread_of(double *v, int n, double *out)
+static void spread_of(const double *v, int n, double *out)
 {
     double lo = v[0], hi = v[0];
     for (int i = 1; i < n; i++) {
@@ -88,23 +88,32 @@ out:
     return rc;
 }
 
+struct timed_pass {
+    double ttft;
+    int pass;
+};
+
+static int cmp_pass(const void *a, const void *b)
+{
+    const struct timed_pass *x = a, *y = b;
+    if (x->ttft != y->ttft)
+        return x->ttft < y->ttft ? -1 : 1;
+    return (x->pass > y->pass) - (x->pass < y->pass);
+}
+
 /* The pass whose TTFT is the median: the lower middle for even n, the first
  * of equal ones (so every rank, holding the same array, picks the same). */
-static int median_pass(const double *ttft, int n)
+static int median_pass(const double *ttft, int n, int *pass)
 {
-    int best = 0;
-    for (int i = 0; i < n; i++) {
-        int below = 0, equal_before = 0;
-        for (int j = 0; j < n; j++) {
-            below += ttft[j] < ttft[i];
-            equal_before += j < i && ttft[j] == ttft[i];
-        }
-        if (below + equal_before == (n - 1) / 2) {
-            best = i;
-            break;
-        }
-    }
-    return best;
+    struct timed_pass *v = malloc(sizeof *v * (size_t)n);
+    if (!v)
+        return ra_error_set(RA_ENOMEM, "out of memory for the TTFTs of %d passes", n);
+    for (int i = 0; i < n; i++)
+        v[i] = (struct timed_pass){ ttft[i], i };
+    qsort(v, (size_t)n, sizeof *v, cmp_pass);
+    *pass = v[(n - 1) / 2].pass;
+    free(v);
+    return RA_OK;
 }
 
 int ra_prefill_repeat(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv, const int32_t *tokens,
@@ -132,7 +141,8 @@ int ra_prefill_repeat(struct ra_model *m, struct ra_exchange *x, struct ra_kvcac
     ra_watchdog_wait(RA_WATCH_RESULT, -1, x->size - 1);
     MPI_CHECK(MPI_Bcast(ps->ttft, n, MPI_DOUBLE, x->size - 1, x->comm));
     ra_watchdog_done();
-    ps->median = median_pass(ps->ttft, n);
+    if ((rc = median_pass(ps->ttft, n, &ps->median)) != RA_OK)
+        goto out;
     struct ra_layer_times *mine = x->stats.layers;
     x->stats = kept[ps->median];
     x->stats.layers = mine;

@@ -381,7 +381,7 @@ static int partition_auto(const struct options *o, const struct ra_config *c, in
     if ((rc = ra_partition_auto(c, have ? &pf : NULL, n_prompt, world, bounds, how, sizeof how)) != RA_OK)
         return rc;
     if (have)
-        snprintf(partition_source, sizeof partition_source, "%s %s", how, path);
+        snprintf(partition_source, sizeof partition_source, "%s; profile: %s", how, path);
     else
         snprintf(partition_source, sizeof partition_source, "%s%s", how, note);
     if (rank == 0) {
