@@ -1,8 +1,9 @@
 #!/bin/sh
-# jobs/run-prefill, jobs/scaling-study and jobs/network-study in a tiny
-# configuration through mpirun: the CSV, the JSON lines, the Table-1-shaped
-# table and the plots exist and hold the expected rows; a second start resumes
-# without rerunning; the noise study reports every method's overhead, and the
+# jobs/run-prefill, jobs/scaling-study, jobs/bench-chain and jobs/network-study
+# in a tiny configuration through mpirun: the CSV, the JSON lines, the
+# Table-1-shaped table, the caption and the plots exist and hold the expected
+# rows; a second start resumes without rerunning; --figure updates a copy of
+# the README; bench-chain grows its sweep past the edge and re-measures KVR-S; the noise study reports every method's overhead, and the
 # plots are real PNG and SVG files (jobs/setup installs gnuplot-nox; without it
 # the plot checks are a listed skip).
 . "$(dirname "$0")/lib.sh"
@@ -72,6 +73,25 @@ if [ "$plots" = 1 ]; then
         "$TMP/top/README.md" || fail "--figure: the README's caption was not replaced"
     [ "$(grep -c "The figure below is" "$TMP/top/README.md")" -eq 1 ] || fail "--figure: two captions in the README"
 fi
+
+# bench-chain in a tiny configuration: the table, the sweep grown past its edge when its best
+# share sits there, KVR-S re-measured (its own runs), the bound's runs, drain apart from waits.
+RA_BUILDDIR=$BUILD BENCH_CHAIN_MPI_FLAGS="$MPIEXEC_FLAGS" "$J/bench-chain" --model "$TMP/tiny" --contexts 192 \
+    --repeat 3 --splits 0.1,0.15 --quiet-wait 0 --retries 0 --report-dir "$TMP/bc" >"$TMP/bc.txt" 2>"$TMP/err" ||
+    fail "bench-chain: $(tail -3 "$TMP/err")"
+python3 - "$TMP/bc.txt" "$TMP/bc/bench-chain.jsonl" <<'PY' || { fail "bench-chain: outputs"; cat "$TMP/bc.txt" >&2; }
+import json, sys
+txt = open(sys.argv[1]).read()
+runs = [json.loads(l) for l in open(sys.argv[2])]
+labels = {r["label"] for r in runs}
+assert {"single-1t", "single-2t", "TSP", "KVR-E", "KVR-S", "bound"} <= labels, labels
+sweep = [l.split() for l in txt.split("# the sweep:")[1].splitlines() if l.split() and l.split()[0] == "192"]
+shares = [float(l[1]) for l in sweep]
+assert shares == sorted(shares) and len(shares) > 2 and any(l[-1].endswith("+") for l in sweep), sweep  # 0.1 and 0.15 are far too low
+assert sum(r["label"] == "KVR-S" and r["kept"] for r in runs) == 3, "KVR-S not re-measured with 3 runs"
+assert all("drain_s" in x for r in runs if r["label"] == "KVR-S" for x in r["per_rank"])
+assert "min..max" in txt and "KVR-S/bound" in txt
+PY
 
 # The network study: TTFT overhead of each method under emulated noise (Fig. 11c), and Table 3.
 "$J/network-study" --model "$TMP/tiny" --contexts 128,256 --ranks 2 --link-gbps 0.05 --repeat 2 --oversubscribe \
