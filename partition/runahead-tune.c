@@ -316,10 +316,14 @@ static int tune_context(struct tune *t, struct ra_table_group *g, int i)
     if (rank == 0) {
         char b[256];
         ra_partition_format(best, p, b, sizeof b);
-        fprintf(stderr, "runahead-tune: C=%d done: [%s] in %d trials (search's value %.4f s); medians of %d fresh "
-                "runs [min..max]: KVR-S %.4f s [%.4f..%.4f], KVR-E %.4f s [%.4f..%.4f], TSP %.4f s [%.4f..%.4f] "
-                "(%.0f s)\n", C, b, trials, searched, t->o->model_objective ? 1 : t->o->repeats, kvr[0], kvr[1],
-                kvr[2], even[0], even[1], even[2], tsp[0], tsp[1], tsp[2], elapsed(t));
+        if (t->o->model_objective)
+            fprintf(stderr, "runahead-tune: C=%d done: [%s] in %d trials; predicted KVR-S %.4f s, KVR-E %.4f s, "
+                    "TSP %.4f s (%.0f s)\n", C, b, trials, ttft, even[0], tsp[0], elapsed(t));
+        else
+            fprintf(stderr, "runahead-tune: C=%d done: [%s] in %d trials (search's value %.4f s); medians of %d "
+                    "fresh runs [min..max]: KVR-S %.4f s [%.4f..%.4f], KVR-E %.4f s [%.4f..%.4f], TSP %.4f s "
+                    "[%.4f..%.4f] (%.0f s)\n", C, b, trials, searched, t->o->repeats, kvr[0], kvr[1], kvr[2],
+                    even[0], even[1], even[2], tsp[0], tsp[1], tsp[2], elapsed(t));
         printf("%-8d %-40s %10.4f %10.4f %10.4f %8.3f %8.3f %7d\n", C, b, ttft, even[0], tsp[0], even[0] / ttft,
                tsp[0] / ttft, trials);
         fflush(stdout);
