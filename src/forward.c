@@ -68,19 +68,78 @@ static int workspace_reserve(struct ra_model *m, int n)
     return RA_OK;
 }
 
+/* Every weight matrix the forward pass multiplies by, for the backend's
+ * weight_prepare/weight_release (the classifier too: tied or not, its tensor
+ * is its own struct, so a copy made for it leaves the embedding alone). */
+static int linear_weights(struct ra_model *m, struct ra_tensor **out)
+{
+    int n = 0;
+    for (int l = 0; l < m->config.n_layers; l++) {
+        struct ra_layer_weights *w = &m->weights.layers[l];
+        struct ra_tensor *t[] = { &w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down };
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+            out[n++] = t[i];
+    }
+    out[n++] = &m->weights.output;
+    return n;
+}
+
+/* The backend is only touched when it made copies: callers that free a
+ * backend before the model (no copies: f32 compute) stay correct. */
+static void weights_release(struct ra_model *m)
+{
+    struct ra_backend *be = m->backend;
+    if (!be || !m->weights.layers)
+        return;
+    struct ra_tensor **t = malloc(sizeof *t * (size_t)(7 * m->config.n_layers + 1));
+    if (!t)
+        return; /* cannot happen in practice; the copies then live until exit */
+    const int n = linear_weights(m, t);
+    for (int i = 0; i < n; i++)
+        if (t[i]->device && be->ops->weight_release)
+            be->ops->weight_release(be, t[i]);
+    free(t);
+}
+
+static int weights_prepare(struct ra_model *m)
+{
+    struct ra_backend *be = m->backend;
+    if (!be->ops->weight_prepare || !m->weights.layers)
+        return RA_OK;
+    struct ra_tensor **t = malloc(sizeof *t * (size_t)(7 * m->config.n_layers + 1));
+    if (!t)
+        return ra_error_set(RA_ENOMEM, "forward: out of memory");
+    const int n = linear_weights(m, t);
+    int rc = RA_OK;
+    for (int i = 0; i < n && rc == RA_OK; i++)
+        rc = be->ops->weight_prepare(be, t[i]);
+    free(t);
+    if (rc != RA_OK)
+        weights_release(m);
+    return rc;
+}
+
 int ra_model_attach(struct ra_model *m, struct ra_backend *be)
 {
-    if (m->backend && m->ws)
-        workspace_free(m->backend, m->ws);
+    if (m->backend) {
+        weights_release(m);
+        if (m->ws)
+            workspace_free(m->backend, m->ws);
+    }
     m->ws = NULL;
     m->backend = be;
-    return RA_OK;
+    int rc = weights_prepare(m);
+    if (rc != RA_OK)
+        m->backend = NULL;
+    return rc;
 }
 
 void ra_model_detach(struct ra_model *m)
 {
-    if (m->backend)
+    if (m->backend) {
+        weights_release(m);
         workspace_free(m->backend, m->ws);
+    }
     m->ws = NULL;
     m->backend = NULL;
 }
