@@ -37,6 +37,7 @@ struct options {
     enum ra_route route;
     const char *partition, *report, *trace, *hw_tag;
     int repeat;
+    enum ra_compute compute;       /* --compute-dtype */
     int expect_ranks;              /* 0, or the world size the launcher must have started */
     int watchdog;                  /* seconds a rank may wait in a prompt pass; 0 = off */
     struct ra_netem_config netem;  /* an emulated link; link_gbps 0 = none */
@@ -92,6 +93,9 @@ static void usage(FILE *f)
 "      --hw-tag TAG          hardware tag to look up in the table (default: CPU model and cores)\n"
 "      --repeat N            run the prompt N times, report median/min/max TTFT (default 1)\n"
 "  -T, --threads N           CPU threads per rank (default: the node's cores / its ranks)\n"
+"      --compute-dtype D     linear layers in auto (default: bf16 for bf16/f16 weights on a\n"
+"                            CPU with AMX-BF16 or AVX512-BF16, else f32), f32, or bf16 (f32\n"
+"                            weights too: a bf16 copy made at load, half their size)\n"
 "      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
 "                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
 "      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
@@ -127,7 +131,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
-           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG };
+           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_COMPUTE_DTYPE };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -149,6 +153,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "trace", required_argument, NULL, OPT_TRACE },
         { "hw-tag", required_argument, NULL, OPT_HW_TAG },
         { "threads", required_argument, NULL, 'T' },
+        { "compute-dtype", required_argument, NULL, OPT_COMPUTE_DTYPE },
         { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
         { "watchdog", required_argument, NULL, OPT_WATCHDOG },
         { "link-gbps", required_argument, NULL, OPT_LINK_GBPS },
@@ -189,6 +194,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_TRACE: o->trace = optarg; break;
         case OPT_HW_TAG: o->hw_tag = optarg; break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
+        case OPT_COMPUTE_DTYPE: rc = ra_compute_parse(optarg, &o->compute); break;
         case OPT_EXPECT_RANKS: rc = ra_arg_int(optarg, "--expect-ranks", 1, RA_MAX_RANKS, &o->expect_ranks); break;
         case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
         case OPT_LINK_GBPS: rc = ra_arg_double(optarg, "--link-gbps", &o->netem.link_gbps); break;
@@ -518,6 +524,8 @@ static int run(int argc, char **argv)
         rc = check_fit(&o, &m, tok, tok_path, &r, bounds);
     if (rc == RA_OK)
         rc = ra_backend_cpu_init(&be, load.n_threads);
+    if (rc == RA_OK)
+        be->compute = o.compute;
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_config_kv_dim(&m.config));
