@@ -51,20 +51,17 @@ struct ra_gemm_bf16 {
 
 /* ---------------------------------------------------------------- CPU features */
 
+#ifdef RA_HAVE_X86_KERNELS
 static int xcr0_has(unsigned bits)
 {
-#ifdef RA_HAVE_X86_KERNELS
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) /* OSXSAVE */
         return 0;
     unsigned lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return (lo & bits) == bits;
-#else
-    (void)bits;
-    return 0;
-#endif
 }
+#endif
 
 /* Read once: the conversion asks per row. */
 int ra_cpu_has_avx512_bf16(void)
