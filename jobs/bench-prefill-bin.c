@@ -169,6 +169,7 @@ static double prefill(struct ra_model *m, struct ra_kvcache *kv, const int32_t *
 struct gemm_bufs {
     float *a, *w, *c;
     uint16_t *wb;
+    struct ra_bf16_packed *packed[7]; /* per layer shape, or NULL: plain wb */
 };
 
 struct shape {
@@ -211,9 +212,34 @@ static double bf16_forward_time(const struct ra_config *cfg, int n, struct ra_ge
     double t0 = now();
     for (int l = 0; l < cfg->n_layers; l++)
         for (int i = 0; i < ns; i++)
-            if (ra_gemm_bf16_run(u, g->c, sh[i].out, g->a, sh[i].k, g->wb, sh[i].out, sh[i].k, n) != RA_OK)
+            if ((g->packed[i] ? ra_gemm_bf16_run_packed(u, g->c, sh[i].out, g->a, sh[i].k, g->packed[i], n)
+                              : ra_gemm_bf16_run(u, g->c, sh[i].out, g->a, sh[i].k, g->wb, sh[i].out, sh[i].k, n)) !=
+                RA_OK)
                 return -1;
     return now() - t0;
+}
+
+/* The weights of each shape in the layout the backend gives its bf16 copies
+ * of f32 weights (oneDNN's blocked one unless RA_GEMM_PREPACK=0), so that
+ * the peak is taken on what the layers run. */
+static void pack_shapes(const struct ra_config *cfg, struct ra_gemm_bf16 *u, struct gemm_bufs *g)
+{
+    struct shape sh[7];
+    const int ns = layer_shapes(cfg, sh);
+    const char *env = getenv("RA_GEMM_PREPACK");
+    for (int i = 0; i < ns; i++) {
+        g->packed[i] = NULL;
+        if (!env || strcmp(env, "0") != 0)
+            ra_gemm_bf16_pack(u, g->wb, sh[i].out, sh[i].k, &g->packed[i]);
+    }
+}
+
+static void unpack_shapes(struct gemm_bufs *g)
+{
+    for (int i = 0; i < 7; i++) {
+        ra_bf16_packed_free(g->packed[i]);
+        g->packed[i] = NULL;
+    }
 }
 
 /* ----------------------------------------------------------- statistics */
@@ -429,9 +455,11 @@ int main(int argc, char **argv)
     printf("#           FLOPs from ra_forward_flops (no lm-head), times from the forward pass's stats\n");
     printf("#           peak = the unit's GEMM on the same shapes (M = tokens; every layer's q k v o gate up down\n");
     printf("#           in order), one sample right before each model run: f32 -> OpenBLAS sgemm (threads = T),\n");
-    printf("#           bf16 -> the backend's bf16 unit (activations rounded to bf16 included)\n");
+    printf("#           bf16 -> the backend's bf16 unit (activations rounded to bf16 included; weights in the\n");
+    printf("#           layout of the backend's bf16 copies: oneDNN's blocked one unless RA_GEMM_PREPACK=0)\n");
     printf("#           of peak = median linear GF/s / median peak GF/s of the unit the layers ran on\n");
-    printf("#           bf16 compute converts the f32 weights once at attach (a bf16 copy, half their bytes)\n");
+    printf("#           bf16 compute converts the f32 weights once at attach (a bf16 copy, half their bytes;\n");
+    printf("#           a bf16 model file would be read in place, in the plain layout)\n");
     printf("#\n");
     fflush(stdout);
 
@@ -445,6 +473,7 @@ int main(int argc, char **argv)
         malloc((size_t)od * kd * sizeof(float)),
         malloc((size_t)max_n * od * sizeof(float)),
         malloc((size_t)od * kd * sizeof(uint16_t)),
+        { NULL },
     };
     if (!tokens || !logits || !g.a || !g.w || !g.c || !g.wb) {
         fprintf(stderr, "bench-prefill: out of memory\n");
@@ -479,6 +508,8 @@ int main(int argc, char **argv)
         struct ra_gemm_bf16 *u = NULL;
         if ((rc = ra_gemm_bf16_create(&u, th)) != RA_OK)
             die("bf16 unit", rc);
+        if (u)
+            pack_shapes(cfg, u, &g);
         for (int dt = 0; dt < N_DT; dt++) {
             struct lane *ln = &lanes[dt];
             ln->on = want_dt[dt] && (dt == DT_F32 || u);
@@ -557,6 +588,7 @@ int main(int argc, char **argv)
             ra_model_detach(&ln->m);
             ra_backend_free(ln->be);
         }
+        unpack_shapes(&g);
         ra_gemm_bf16_free(u);
     }
 

@@ -154,13 +154,20 @@ static void matmul_block(struct cpu_backend *cb, float *y, int ldy, const float 
     }
 }
 
-/* The bf16 weights a bf16 GEMM would use for w, or NULL for the fp32 path. */
+/* The backend's bf16 copy of an f32 or f16 weight (w->device): in oneDNN's
+ * blocked layout where it can pack it, else plain [rows][k]. */
+struct bf16_copy {
+    uint16_t *plain;
+    struct ra_bf16_packed *packed;
+};
+
+/* The plain bf16 weights a bf16 GEMM would use for w, or NULL. */
 static const uint16_t *bf16_weights(const struct cpu_backend *cb, const struct ra_tensor *w)
 {
     if (!cb->bf16 || cb->base.compute == RA_COMPUTE_F32)
         return NULL;
     if (w->device)
-        return w->device;
+        return ((const struct bf16_copy *)w->device)->plain;
     return w->dtype == RA_DTYPE_BF16 ? w->data : NULL;
 }
 
@@ -169,9 +176,13 @@ static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, 
 {
     struct cpu_backend *cb = (struct cpu_backend *)be;
     const uint16_t *wb = bf16_weights(cb, w);
-    if (wb) {
-        int rc = ra_gemm_bf16_run(cb->bf16, y, ldy, x, ldx, wb, (int)w->rows, (int)w->cols, n);
-        if (rc != RA_EUNSUPPORTED) /* else no unit takes this shape: fp32 below */
+    const struct ra_bf16_packed *pw = w->device && cb->bf16 && be->compute != RA_COMPUTE_F32
+                                          ? ((const struct bf16_copy *)w->device)->packed
+                                          : NULL;
+    if (wb || pw) {
+        int rc = pw ? ra_gemm_bf16_run_packed(cb->bf16, y, ldy, x, ldx, pw, n)
+                    : ra_gemm_bf16_run(cb->bf16, y, ldy, x, ldx, wb, (int)w->rows, (int)w->cols, n);
+        if (rc != RA_EUNSUPPORTED) /* else no unit takes this shape: fp32 below, from w->data */
             return rc;
     }
     if (w->dtype != RA_DTYPE_F32 && ensure_scratch(cb, w->cols) != RA_OK)
@@ -275,7 +286,9 @@ static int cpu_add(struct ra_backend *be, float *x, const float *y, size_t count
 }
 
 /* bf16 compute of f32 weights, and of f16 ones (no f16 GEMM unit here): a
- * bf16 copy, made once. bf16 weights need none: they are used in place. */
+ * bf16 copy, made once, in oneDNN's blocked layout where it packs (the same
+ * bytes; RA_GEMM_PREPACK=0 keeps it plain). bf16 weights need none: they are
+ * used in place, straight from the mapping. */
 static int cpu_weight_prepare(struct ra_backend *be, struct ra_tensor *w)
 {
     struct cpu_backend *cb = (struct cpu_backend *)be;
@@ -302,13 +315,36 @@ static int cpu_weight_prepare(struct ra_backend *be, struct ra_tensor *w)
             ra_narrow_bf16(copy + r * cols, src, (size_t)cols);
         }
     }
-    w->device = copy;
+    struct bf16_copy *c = calloc(1, sizeof *c);
+    if (!c) {
+        free(copy);
+        return ra_error_set(RA_ENOMEM, "cpu backend: out of memory");
+    }
+    const char *env = getenv("RA_GEMM_PREPACK");
+    int rc = RA_EUNSUPPORTED;
+    if (!env || strcmp(env, "0") != 0)
+        rc = ra_gemm_bf16_pack(cb->bf16, copy, (int)w->rows, (int)cols, &c->packed);
+    if (rc == RA_OK)
+        free(copy);
+    else if (rc == RA_EUNSUPPORTED)
+        c->plain = copy;
+    else {
+        free(copy);
+        free(c);
+        return rc;
+    }
+    w->device = c;
     return RA_OK;
 }
 
 static void cpu_weight_release(struct ra_backend *be, struct ra_tensor *w)
 {
-    free(w->device);
+    struct bf16_copy *c = w->device;
+    if (c) {
+        free(c->plain);
+        ra_bf16_packed_free(c->packed);
+    }
+    free(c);
     w->device = NULL;
 }
 

@@ -31,11 +31,21 @@ enum unit { UNIT_NONE = 0, UNIT_ONEDNN, UNIT_SBGEMM };
 
 struct plan {
     int n, rows, k, ldy;
+    int packed; /* weights in oneDNN's blocked layout wmd */
     enum unit unit;
     char impl[64];
 #ifdef RA_HAVE_ONEDNN
+    dnnl_memory_desc_t wmd;
     dnnl_primitive_t prim;
     dnnl_memory_t src, wei, dst;
+#endif
+};
+
+struct ra_bf16_packed {
+    int rows, k;
+    void *data;
+#ifdef RA_HAVE_ONEDNN
+    dnnl_memory_desc_t md;
 #endif
 };
 
@@ -212,9 +222,11 @@ static int onednn_plan(struct ra_gemm_bf16 *g, struct plan *p)
     const char *impl = "";
     int rc = RA_EUNSUPPORTED;
     set_threads(g->n_threads);
+    if (p->packed)
+        b = p->wmd;
     if (dnnl_memory_desc_init_by_strides(&a, 2, (dnnl_dims_t){ p->n, p->k }, dnnl_bf16, (dnnl_dims_t){ p->k, 1 }) ||
-        dnnl_memory_desc_init_by_strides(&b, 2, (dnnl_dims_t){ p->k, p->rows }, dnnl_bf16,
-                                         (dnnl_dims_t){ 1, p->k }) ||
+        (!p->packed && dnnl_memory_desc_init_by_strides(&b, 2, (dnnl_dims_t){ p->k, p->rows }, dnnl_bf16,
+                                                        (dnnl_dims_t){ 1, p->k })) ||
         dnnl_memory_desc_init_by_strides(&c, 2, (dnnl_dims_t){ p->n, p->rows }, dnnl_f32,
                                          (dnnl_dims_t){ p->ldy, 1 }) ||
         dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) || dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL))
@@ -222,7 +234,7 @@ static int onednn_plan(struct ra_gemm_bf16 *g, struct plan *p)
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     if (!impl || strstr(impl, "ref")) /* reference loops: slower than the fp32 path */
         goto out;
-    snprintf(p->impl, sizeof p->impl, "oneDNN %s", impl);
+    snprintf(p->impl, sizeof p->impl, "oneDNN %s%s", impl, p->packed ? ", prepacked" : "");
     if (dnnl_primitive_create(&p->prim, pd) || dnnl_memory_create(&p->src, &a, engine, DNNL_MEMORY_NONE) ||
         dnnl_memory_create(&p->wei, &b, engine, DNNL_MEMORY_NONE) ||
         dnnl_memory_create(&p->dst, &c, engine, DNNL_MEMORY_NONE)) {
@@ -305,11 +317,16 @@ static void plan_free(struct plan *p)
  * first call of a shape runs both on the caller's operands and keeps the
  * faster (y is overwritten either way). */
 static int plan_get(struct ra_gemm_bf16 *g, int n, int rows, int k, int ldy, float *y, const uint16_t *xb,
-                    const uint16_t *w, const struct plan **out)
+                    const uint16_t *w, const struct ra_bf16_packed *pw, const struct plan **out)
 {
     for (int i = 0; i < g->n_plans; i++) {
         const struct plan *p = &g->plans[i];
-        if (p->n == n && p->rows == rows && p->k == k && p->ldy == ldy) {
+        int same_layout = p->packed == (pw != NULL);
+#ifdef RA_HAVE_ONEDNN
+        if (same_layout && pw)
+            same_layout = dnnl_memory_desc_equal(&p->wmd, &pw->md);
+#endif
+        if (p->n == n && p->rows == rows && p->k == k && p->ldy == ldy && same_layout) {
             *out = p->unit ? p : NULL;
             return p->unit ? RA_OK : RA_EUNSUPPORTED;
         }
@@ -323,12 +340,16 @@ static int plan_get(struct ra_gemm_bf16 *g, int n, int rows, int k, int ldy, flo
         plan_free(p);
     }
     memset(p, 0, sizeof *p);
-    *p = (struct plan){ .n = n, .rows = rows, .k = k, .ldy = ldy, .unit = UNIT_NONE };
+    *p = (struct plan){ .n = n, .rows = rows, .k = k, .ldy = ldy, .packed = pw != NULL, .unit = UNIT_NONE };
     int have_dnnl = 0;
 #ifdef RA_HAVE_ONEDNN
+    if (pw)
+        p->wmd = pw->md;
     have_dnnl = g->onednn && onednn_plan(g, p) == RA_OK;
 #endif
-    if (have_dnnl && g->sbgemm) {
+    if (pw) { /* only oneDNN reads its own layout */
+        p->unit = have_dnnl ? UNIT_ONEDNN : UNIT_NONE;
+    } else if (have_dnnl && g->sbgemm) {
         p->unit = UNIT_ONEDNN;
         double t0 = now();
         if (plan_run(g, p, y, xb, w) != RA_OK)
@@ -401,8 +422,8 @@ void ra_narrow_bf16(uint16_t *dst, const float *src, size_t n)
         dst[i] = ra_f32_to_bf16(src[i]);
 }
 
-int ra_gemm_bf16_run(struct ra_gemm_bf16 *g, float *y, int ldy, const float *x, int ldx, const uint16_t *w,
-                     int rows, int k, int n)
+/* Rounds x to bf16 into g->xb: RA_OK or RA_ENOMEM. */
+static int convert_x(struct ra_gemm_bf16 *g, const float *x, int ldx, int k, int n)
 {
     const size_t need = (size_t)n * (size_t)k;
     if (need > g->xb_elems) {
@@ -419,10 +440,119 @@ int ra_gemm_bf16_run(struct ra_gemm_bf16 *g, float *y, int ldy, const float *x, 
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > 16 && nt > 1)
     for (int i = 0; i < n; i++)
         ra_narrow_bf16(xb + (size_t)i * k, x + (size_t)i * ldx, (size_t)k);
+    return RA_OK;
+}
+
+int ra_gemm_bf16_run(struct ra_gemm_bf16 *g, float *y, int ldy, const float *x, int ldx, const uint16_t *w,
+                     int rows, int k, int n)
+{
+    int rc = convert_x(g, x, ldx, k, n);
     const struct plan *p = NULL;
-    int rc = plan_get(g, n, rows, k, ldy, y, xb, w, &p);
+    if (rc == RA_OK)
+        rc = plan_get(g, n, rows, k, ldy, y, g->xb, w, NULL, &p);
     if (rc != RA_OK)
         return rc;
     g->last = p;
-    return plan_run(g, p, y, xb, w);
+    return plan_run(g, p, y, g->xb, w);
+}
+
+int ra_gemm_bf16_run_packed(struct ra_gemm_bf16 *g, float *y, int ldy, const float *x, int ldx,
+                            const struct ra_bf16_packed *w, int n)
+{
+    int rc = convert_x(g, x, ldx, w->k, n);
+    const struct plan *p = NULL;
+    if (rc == RA_OK)
+        rc = plan_get(g, n, w->rows, w->k, ldy, y, g->xb, w->data, w, &p);
+    if (rc != RA_OK)
+        return rc;
+    g->last = p;
+    return plan_run(g, p, y, g->xb, w->data);
+}
+
+/* The layout oneDNN's matmul wants for these weights, asked of a primitive
+ * for 256 tokens (prefill's blocking); plans for other token counts are then
+ * made for that layout and fall back to the fp32 path if oneDNN refuses. */
+int ra_gemm_bf16_pack(struct ra_gemm_bf16 *g, const uint16_t *plain, int rows, int k, struct ra_bf16_packed **out)
+{
+    *out = NULL;
+#ifdef RA_HAVE_ONEDNN
+    if (!g->onednn || onednn_init() != RA_OK)
+        return RA_EUNSUPPORTED;
+    dnnl_memory_desc_t a, b, c, bp;
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+    dnnl_primitive_t reorder = NULL;
+    dnnl_memory_t src = NULL, dst = NULL;
+    struct ra_bf16_packed *pw = NULL;
+    const char *impl = "";
+    int rc = RA_EUNSUPPORTED;
+    set_threads(g->n_threads);
+    if (dnnl_memory_desc_init_by_strides(&a, 2, (dnnl_dims_t){ 256, k }, dnnl_bf16, (dnnl_dims_t){ k, 1 }) ||
+        dnnl_memory_desc_init_by_tag(&b, 2, (dnnl_dims_t){ k, rows }, dnnl_bf16, dnnl_format_tag_any) ||
+        dnnl_memory_desc_init_by_strides(&c, 2, (dnnl_dims_t){ 256, rows }, dnnl_f32, (dnnl_dims_t){ rows, 1 }) ||
+        dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) || dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL))
+        goto out;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    if (!impl || strstr(impl, "ref"))
+        goto out;
+    bp = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    if (dnnl_memory_desc_init_by_strides(&b, 2, (dnnl_dims_t){ k, rows }, dnnl_bf16, (dnnl_dims_t){ 1, k }))
+        goto out;
+    if (!(pw = calloc(1, sizeof *pw)) ||
+        posix_memalign(&pw->data, 64, dnnl_memory_desc_get_size(&bp)) != 0) {
+        rc = ra_error_set(RA_ENOMEM, "bf16 GEMM: cannot allocate %zu bytes of prepacked weights",
+                          dnnl_memory_desc_get_size(&bp));
+        if (pw)
+            pw->data = NULL;
+        goto out;
+    }
+    if (dnnl_memory_create(&src, &b, engine, (void *)plain) || dnnl_memory_create(&dst, &bp, engine, pw->data) ||
+        dnnl_reorder_primitive_desc_create(&rpd, &b, engine, &bp, engine, NULL) ||
+        dnnl_primitive_create(&reorder, rpd))
+        goto out;
+    dnnl_exec_arg_t args[2] = { { DNNL_ARG_FROM, src }, { DNNL_ARG_TO, dst } };
+    if (dnnl_primitive_execute(reorder, stream, 2, args) || dnnl_stream_wait(stream))
+        goto out;
+    pw->rows = rows;
+    pw->k = k;
+    pw->md = bp;
+    *out = pw;
+    pw = NULL;
+    rc = RA_OK;
+out:
+    if (pw)
+        free(pw->data);
+    free(pw);
+    if (reorder)
+        dnnl_primitive_destroy(reorder);
+    if (rpd)
+        dnnl_primitive_desc_destroy(rpd);
+    if (src)
+        dnnl_memory_destroy(src);
+    if (dst)
+        dnnl_memory_destroy(dst);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    return rc;
+#else
+    (void)g, (void)plain, (void)rows, (void)k;
+    return RA_EUNSUPPORTED;
+#endif
+}
+
+size_t ra_bf16_packed_bytes(const struct ra_bf16_packed *w)
+{
+#ifdef RA_HAVE_ONEDNN
+    return w ? dnnl_memory_desc_get_size(&w->md) : 0;
+#else
+    (void)w;
+    return 0;
+#endif
+}
+
+void ra_bf16_packed_free(struct ra_bf16_packed *w)
+{
+    if (w)
+        free(w->data);
+    free(w);
 }

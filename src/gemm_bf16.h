@@ -36,6 +36,16 @@ void ra_gemm_bf16_free(struct ra_gemm_bf16 *g);
 int ra_gemm_bf16_run(struct ra_gemm_bf16 *g, float *y, int ldy, const float *x, int ldx, const uint16_t *w,
                      int rows, int k, int n);
 
+/* Weights in oneDNN's blocked layout, for copies the backend makes anyway
+ * (f32/f16 weights in bf16 compute): the layout oneDNN's matmul reads
+ * fastest, the same bytes as plain bf16. RA_EUNSUPPORTED without oneDNN. */
+struct ra_bf16_packed;
+int ra_gemm_bf16_pack(struct ra_gemm_bf16 *g, const uint16_t *plain, int rows, int k, struct ra_bf16_packed **out);
+int ra_gemm_bf16_run_packed(struct ra_gemm_bf16 *g, float *y, int ldy, const float *x, int ldx,
+                            const struct ra_bf16_packed *w, int n);
+size_t ra_bf16_packed_bytes(const struct ra_bf16_packed *w);
+void ra_bf16_packed_free(struct ra_bf16_packed *w);
+
 /* The unit of the last plan made, e.g. "oneDNN brg:avx512_core_amx". */
 const char *ra_gemm_bf16_describe(const struct ra_gemm_bf16 *g);
 
