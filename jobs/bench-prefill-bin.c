@@ -74,8 +74,12 @@ static void usage(FILE *f)
             "                   (default ${RA_BENCH_DIR:-$HOME/.cache/runahead}/bench-small)\n"
             "  --tokens LIST    prompt lengths (default 512,2048,8192)\n"
             "  --threads LIST   thread counts (default 1,2)\n"
-            "  --dtypes LIST    compute dtypes of the linear layers, interleaved run by run\n"
-            "                   (default f32,bf16; bf16 needs a bf16 unit, else it is skipped)\n"
+            "  --dtypes LIST    lanes, interleaved run by run (default f32,bf16,bf16m): f32 compute;\n"
+            "                   bf16 compute of the f32 model (a bf16 copy made at attach, prepacked);\n"
+            "                   bf16m, a bf16 copy of the model (--bf16-model) read in place. The bf16\n"
+            "                   lanes need a bf16 unit, else they are skipped\n"
+            "  --bf16-model DIR the bf16m model (default: the model's directory + \"-bf16\", if present;\n"
+            "                   the jobs/bench-prefill wrapper writes it)\n"
             "  --repeat N       runs of everything timed; medians and spreads of them (default 3)\n"
             "  --no-scaling     skip the attention scaling check (spans of 4096 and 8192 tokens)\n"
             "  --help\n"
@@ -205,14 +209,15 @@ static double sgemm_forward_time(const struct ra_config *cfg, int n, int threads
 /* The bf16 unit (gemm_bf16.h, the backend's own path: activations rounded
  * to bf16, then the unit's GEMM) on the same shapes; a negative time if it
  * declines a shape. */
-static double bf16_forward_time(const struct ra_config *cfg, int n, struct ra_gemm_bf16 *u, struct gemm_bufs *g)
+static double bf16_forward_time(const struct ra_config *cfg, int n, struct ra_gemm_bf16 *u, struct gemm_bufs *g,
+                                int plain)
 {
     struct shape sh[7];
     const int ns = layer_shapes(cfg, sh);
     double t0 = now();
     for (int l = 0; l < cfg->n_layers; l++)
         for (int i = 0; i < ns; i++)
-            if ((g->packed[i] ? ra_gemm_bf16_run_packed(u, g->c, sh[i].out, g->a, sh[i].k, g->packed[i], n)
+            if ((g->packed[i] && !plain ? ra_gemm_bf16_run_packed(u, g->c, sh[i].out, g->a, sh[i].k, g->packed[i], n)
                               : ra_gemm_bf16_run(u, g->c, sh[i].out, g->a, sh[i].k, g->wb, sh[i].out, sh[i].k, n)) !=
                 RA_OK)
                 return -1;
@@ -294,8 +299,10 @@ static const char *spread(char *buf, size_t size, const struct samples *s, const
 
 /* ----------------------------------------------------------- one dtype */
 
-enum { DT_F32, DT_BF16, N_DT };
-static const char *const dt_names[N_DT] = { "f32", "bf16" };
+/* f32: fp32 compute; bf16: the f32 weights' bf16 copy (prepacked); bf16m:
+ * a bf16 model file, its weights read in place from the mapping. */
+enum { DT_F32, DT_BF16, DT_BF16M, N_DT };
+static const char *const dt_names[N_DT] = { "f32", "bf16", "bf16m" };
 
 /* What one (threads, tokens, dtype) cell collects, one value per run. */
 struct cell {
@@ -317,7 +324,7 @@ static void lane_sample(struct lane *ln, int dt, const int32_t *tokens, int n, f
     struct ra_forward_stats st;
     double wall;
     const double tp = dt == DT_F32 ? sgemm_forward_time(&ln->m.config, n, threads, g)
-                                   : bf16_forward_time(&ln->m.config, n, u, g);
+                                   : bf16_forward_time(&ln->m.config, n, u, g, dt == DT_BF16M);
     prefill(&ln->m, &ln->kv, tokens, b, 1, &st, &wall, logits);
     const int r = c->tps.n;
     const double acc = st.t_linear + st.t_attention + st.t_other;
@@ -353,7 +360,9 @@ int main(int argc, char **argv)
 {
     int tokens_list[MAX_LIST] = { 512, 2048, 8192 }, n_tokens = 3;
     int threads_list[MAX_LIST] = { 1, 2 }, n_threads = 2;
-    int want_dt[N_DT] = { 1, 1 };
+    int want_dt[N_DT] = { 1, 1, 1 };
+    const char *bf16_model = NULL;
+    char *bf16_default = NULL;
     int repeat = 3, scaling = 1;
     char model_default[4096];
     const char *model_dir = NULL;
@@ -362,10 +371,10 @@ int main(int argc, char **argv)
         { "model", required_argument, 0, 'm' },   { "tokens", required_argument, 0, 'n' },
         { "threads", required_argument, 0, 't' }, { "repeat", required_argument, 0, 'r' },
         { "dtypes", required_argument, 0, 'd' },  { "no-scaling", no_argument, 0, 's' },
-        { "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 },
+        { "bf16-model", required_argument, 0, 'b' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
     };
     int c;
-    while ((c = getopt_long(argc, argv, "m:n:t:r:d:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:n:t:r:d:b:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_dir = optarg; break;
         case 'n': n_tokens = parse_list(optarg, tokens_list, MAX_LIST, "--tokens"); break;
@@ -376,18 +385,21 @@ int main(int argc, char **argv)
             break;
         case 'd': {
             char *copy = strdup(optarg), *save = NULL;
-            want_dt[DT_F32] = want_dt[DT_BF16] = 0;
+            want_dt[DT_F32] = want_dt[DT_BF16] = want_dt[DT_BF16M] = 0;
             for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
                 if (strcmp(t, "f32") == 0)
                     want_dt[DT_F32] = 1;
                 else if (strcmp(t, "bf16") == 0)
                     want_dt[DT_BF16] = 1;
+                else if (strcmp(t, "bf16m") == 0)
+                    want_dt[DT_BF16M] = 1;
                 else
-                    return ra_arg_usage_error("bench-prefill", "--dtypes: '%s' is not f32 or bf16", t);
+                    return ra_arg_usage_error("bench-prefill", "--dtypes: '%s' is not f32, bf16 or bf16m", t);
             }
             free(copy);
             break;
         }
+        case 'b': bf16_model = optarg; break;
         case 's': scaling = 0; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -413,9 +425,25 @@ int main(int argc, char **argv)
     struct lane lanes[N_DT];
     memset(lanes, 0, sizeof lanes);
     int rc;
+    if (!bf16_model) { /* beside the f32 model: DIR-bf16, if it is there */
+        const size_t len = strlen(model_dir);
+        bf16_default = malloc(len + 6);
+        if (bf16_default) {
+            memcpy(bf16_default, model_dir, len);
+            memcpy(bf16_default + len, "-bf16", 6);
+        }
+        bf16_model = bf16_default;
+        if (!bf16_model || access(bf16_model, R_OK) != 0)
+            want_dt[DT_BF16M] = 0;
+    }
     for (int dt = 0; dt < N_DT; dt++)
-        if (want_dt[dt] && (rc = ra_model_load(&lanes[dt].m, model_dir)) != RA_OK)
+        if (want_dt[dt] && (rc = ra_model_load(&lanes[dt].m, dt == DT_BF16M ? bf16_model : model_dir)) != RA_OK)
             die("loading the model", rc);
+    if (want_dt[DT_BF16M] && want_dt[DT_F32] &&
+        memcmp(&lanes[DT_BF16M].m.config, &lanes[DT_F32].m.config, sizeof lanes[DT_F32].m.config) != 0) {
+        fprintf(stderr, "bench-prefill: %s does not have the shape of %s\n", bf16_model, model_dir);
+        return 2;
+    }
     const int dt0 = want_dt[DT_F32] ? DT_F32 : DT_BF16;
     const struct ra_config *cfg = &lanes[dt0].m.config;
 
@@ -513,13 +541,15 @@ int main(int argc, char **argv)
         for (int dt = 0; dt < N_DT; dt++) {
             struct lane *ln = &lanes[dt];
             ln->on = want_dt[dt] && (dt == DT_F32 || u);
+            if (dt == DT_BF16M && want_dt[dt] && !ln->on)
+                continue; /* said once, for bf16 */
             if (want_dt[dt] && !ln->on)
                 printf("# T=%d: no bf16 unit (%s): bf16 skipped\n", th, units);
             if (!ln->on)
                 continue;
             if ((rc = ra_backend_cpu_init(&ln->be, th)) != RA_OK)
                 die("backend", rc);
-            ln->be->compute = dt == DT_F32 ? RA_COMPUTE_F32 : RA_COMPUTE_BF16;
+            ln->be->compute = dt == DT_F32 ? RA_COMPUTE_F32 : dt == DT_BF16 ? RA_COMPUTE_BF16 : RA_COMPUTE_AUTO;
             if ((rc = ra_model_attach(&ln->m, ln->be)) != RA_OK)
                 die("attach", rc);
             if ((rc = ra_kvcache_init(&ln->kv, ln->be, cfg->n_layers, ra_config_kv_dim(cfg), max_n)) != RA_OK)
@@ -532,7 +562,7 @@ int main(int argc, char **argv)
             if (dt == DT_F32)
                 sgemm_forward_time(cfg, b[1], th, &g);
             else
-                bf16_forward_time(cfg, b[1], u, &g);
+                bf16_forward_time(cfg, b[1], u, &g, dt == DT_BF16M);
             if (dt == DT_F32)
                 snprintf(ln->unit, sizeof ln->unit, "sgemm");
             else
@@ -542,11 +572,12 @@ int main(int argc, char **argv)
             const int n = tokens_list[ni];
             /* The bf16 unit JIT-compiles a plan per shape (a few ms each) on
              * its first call: make them outside the timed runs. */
-            if (lanes[DT_BF16].on) {
-                struct cell scratch;
-                memset(&scratch, 0, sizeof scratch);
-                lane_sample(&lanes[DT_BF16], DT_BF16, tokens, n, logits, th, u, &g, &scratch);
-            }
+            for (int dt = DT_BF16; dt < N_DT; dt++)
+                if (lanes[dt].on) {
+                    struct cell scratch;
+                    memset(&scratch, 0, sizeof scratch);
+                    lane_sample(&lanes[dt], dt, tokens, n, logits, th, u, &g, &scratch);
+                }
             for (int r = 0; r < repeat; r++)
                 for (int dt = 0; dt < N_DT; dt++)
                     if (lanes[dt].on)
@@ -593,26 +624,31 @@ int main(int argc, char **argv)
     }
 
     /* ----------------------------------------------------------- ratios */
-    printf("#\n# ratios of medians, all from this run (bf16 unit: %s)\n", lanes[DT_BF16].unit[0] ? lanes[DT_BF16].unit : "-");
-    printf("%-3s %6s %12s %12s %16s %18s %18s\n", "T", "tokens", "bf16/f32", "bf16/f32", "f32 linear", "bf16 linear",
-           "bf16 peak");
-    printf("%-3s %6s %12s %12s %16s %18s %18s\n", "", "", "tok/s", "linear", "/ sgemm peak", "/ bf16 peak",
-           "/ sgemm peak");
+    printf("#\n# ratios of medians, all from this run (bf16: %s; bf16m: %s)\n",
+           lanes[DT_BF16].unit[0] ? lanes[DT_BF16].unit : "-", lanes[DT_BF16M].unit[0] ? lanes[DT_BF16M].unit : "-");
+    printf("%-3s %6s %10s %10s %10s %12s %12s %12s %12s\n", "T", "tokens", "bf16/f32", "bf16m/f32", "bf16/f32",
+           "f32 linear", "bf16 linear", "bf16m linear", "bf16 peak");
+    printf("%-3s %6s %10s %10s %10s %12s %12s %12s %12s\n", "", "", "tok/s", "tok/s", "linear", "/ its peak",
+           "/ its peak", "/ its peak", "/ sgemm peak");
     for (int ti = 0; ti < n_threads; ti++)
         for (int ni = 0; ni < n_tokens; ni++) {
-            const struct cell *cf = &cells[ti][ni][DT_F32], *cb = &cells[ti][ni][DT_BF16];
-            const int hf = cf->tps.n > 0, hb = cb->tps.n > 0;
-            char r1[16] = "-", r2[16] = "-", r3[16] = "-", r4[16] = "-", r5[16] = "-";
-            if (hf && hb) {
-                snprintf(r1, sizeof r1, "%.2fx", median(&cb->tps) / median(&cf->tps));
-                snprintf(r2, sizeof r2, "%.2fx", median(&cb->lin) / median(&cf->lin));
-                snprintf(r5, sizeof r5, "%.2fx", median(&cb->peak) / median(&cf->peak));
+            const struct cell *cl = cells[ti][ni];
+            char r[8][16];
+            for (int i = 0; i < 8; i++)
+                snprintf(r[i], sizeof r[i], "-");
+            const int hf = cl[DT_F32].tps.n > 0;
+            for (int dt = DT_BF16; dt < N_DT && hf; dt++)
+                if (cl[dt].tps.n > 0)
+                    snprintf(r[dt - 1], 16, "%.2fx", median(&cl[dt].tps) / median(&cl[DT_F32].tps));
+            if (hf && cl[DT_BF16].tps.n > 0) {
+                snprintf(r[2], 16, "%.2fx", median(&cl[DT_BF16].lin) / median(&cl[DT_F32].lin));
+                snprintf(r[6], 16, "%.2fx", median(&cl[DT_BF16].peak) / median(&cl[DT_F32].peak));
             }
-            if (hf)
-                snprintf(r3, sizeof r3, "%.0f%%", 100 * median(&cf->lin) / median(&cf->peak));
-            if (hb)
-                snprintf(r4, sizeof r4, "%.0f%%", 100 * median(&cb->lin) / median(&cb->peak));
-            printf("%-3d %6d %12s %12s %16s %18s %18s\n", threads_list[ti], tokens_list[ni], r1, r2, r3, r4, r5);
+            for (int dt = 0; dt < N_DT; dt++)
+                if (cl[dt].tps.n > 0)
+                    snprintf(r[3 + dt], 16, "%.0f%%", 100 * median(&cl[dt].lin) / median(&cl[dt].peak));
+            printf("%-3d %6d %10s %10s %10s %12s %12s %12s %12s\n", threads_list[ti], tokens_list[ni], r[0], r[1], r[2],
+                   r[3], r[4], r[5], r[6]);
         }
 
     if (scaling) {
@@ -643,6 +679,7 @@ int main(int argc, char **argv)
     free(g.w);
     free(g.c);
     free(g.wb);
+    free(bf16_default);
     for (int dt = 0; dt < N_DT; dt++)
         if (want_dt[dt])
             ra_model_free(&lanes[dt].m);
