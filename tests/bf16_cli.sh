@@ -17,7 +17,7 @@ RA="$BUILD/runahead --prompt-ids-file $TMP/p.ids --generate 24 --output ids"
 got=$(RA_CPU_ISA=avx2 "$BUILD/runahead" --model "$M" --prompt-ids 1 --generate 200 --output ids --compute-dtype bf16 \
       2>"$TMP/err") || fail "RA_CPU_ISA=avx2 --compute-dtype bf16: $(cat "$TMP/err")"
 [ "$got" = "$expected" ] || fail "RA_CPU_ISA=avx2 --compute-dtype bf16: tokens differ from the fp32 reference"
-RA_CPU_ISA=avx2 "$BUILD/runahead" --version | grep -q "^bf16 GEMM: none (the CPU kernels in use are below avx512" ||
+RA_CPU_ISA=avx2 "$BUILD/runahead" --version | grep -q "^bf16 GEMM: none (" ||
     fail "--version under RA_CPU_ISA=avx2 does not say that there is no bf16 unit"
 
 # Without a bf16 unit what follows runs the fp32 path and must hold all the same.
