@@ -41,6 +41,7 @@ struct options {
     enum ra_transport_kind transport;
     const char *partition, *report, *trace, *hw_tag;
     int repeat;
+    enum ra_compute compute;       /* --compute-dtype */
     int expect_ranks;              /* 0, or the world size the launcher must have started */
     int watchdog;                  /* seconds a rank may wait in a prompt pass; 0 = off */
     struct ra_netem_config netem;  /* an emulated link; link_gbps 0 = none */
@@ -119,6 +120,9 @@ static void usage(FILE *f)
 "                            node, modulo the node's GPUs)\n"
 "      --device-dtype D      cuda: weight matrices on the GPU as bf16 (default), f16 or f32;\n"
 "                            activations, KV cache and accumulation stay fp32\n"
+"      --compute-dtype D     linear layers in auto (default: bf16 for bf16/f16 weights on a\n"
+"                            CPU with AMX-BF16 or AVX512-BF16, else f32), f32, or bf16 (f32\n"
+"                            weights too: a bf16 copy made at load, half their size)\n"
 "      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
 "                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
 "      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
@@ -155,7 +159,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
            OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_TRANSPORT, OPT_BACKEND, OPT_DEVICE,
-           OPT_DEVICE_DTYPE };
+           OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -178,6 +182,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "trace", required_argument, NULL, OPT_TRACE },
         { "hw-tag", required_argument, NULL, OPT_HW_TAG },
         { "threads", required_argument, NULL, 'T' },
+        { "compute-dtype", required_argument, NULL, OPT_COMPUTE_DTYPE },
         { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
         { "watchdog", required_argument, NULL, OPT_WATCHDOG },
         { "backend", required_argument, NULL, OPT_BACKEND },
@@ -223,6 +228,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_TRACE: o->trace = optarg; break;
         case OPT_HW_TAG: o->hw_tag = optarg; break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
+        case OPT_COMPUTE_DTYPE: rc = ra_compute_parse(optarg, &o->compute); break;
         case OPT_EXPECT_RANKS: rc = ra_arg_int(optarg, "--expect-ranks", 1, RA_MAX_RANKS, &o->expect_ranks); break;
         case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
         case OPT_BACKEND:
@@ -657,6 +663,8 @@ static int run(int argc, char **argv)
     const int local_rank = ra_mpi_local_rank(); /* collective: every rank, whatever rc is */
     if (rc == RA_OK)
         rc = open_backend(&o, load.n_threads, local_rank, &be);
+    if (rc == RA_OK)
+        be->compute = o.compute;
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_config_kv_dim(&m.config));
