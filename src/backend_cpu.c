@@ -50,6 +50,11 @@ struct cpu_backend {
     size_t rope_floats;
     int rope_pos0, rope_n, rope_head_dim;
     float rope_theta;
+    /* A decode step's activations rounded to bf16 for a bf16-compute GEMV
+     * (as the bf16 unit rounds them), kept as bf16 and as fp32 values. */
+    uint16_t *gemv_xb;
+    float *gemv_xr;
+    size_t gemv_floats;
 };
 
 static int thread_id(void)
@@ -70,6 +75,8 @@ static void cpu_destroy(struct ra_backend *be)
     ra_gemm_bf16_free(cb->bf16);
     free(cb->rope_cos);
     free(cb->rope_sin);
+    free(cb->gemv_xb);
+    free(cb->gemv_xr);
     free(cb);
 }
 
@@ -208,6 +215,56 @@ static const uint16_t *bf16_weights(const struct cpu_backend *cb, const struct r
     return w->dtype == RA_DTYPE_BF16 ? w->data : NULL;
 }
 
+/* RA_GEMV=0 sends decode steps through the GEMM path (sgemv / the bf16
+ * unit) instead, for A/B comparisons; read once. */
+static int getenv_gemv_off(void)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("RA_GEMV");
+        off = e && strcmp(e, "0") == 0;
+    }
+    return off;
+}
+
+/* Decode steps (n <= GEMV_MAX_N tokens) are memory bound: the kernel
+ * table's GEMV streams the weights once, in their stored dtype. */
+#define GEMV_MAX_N 4
+/* Below this many weight bytes a GEMV runs on one thread: a team's fork and
+ * join barrier (microseconds, more when a thread waits for a core on a busy
+ * machine) would cost more than the split saves. */
+#define GEMV_PARALLEL_BYTES (256 * 1024)
+/* Rows per work item of a parallel GEMV: large enough to stream (>= 16
+ * rows), small enough (8 per thread) that a thread delayed by another
+ * process does not hold up the whole op (dynamic schedule). */
+#define GEMV_CHUNKS_PER_THREAD 8
+
+static int gemv_threads(const struct ra_backend *be, int64_t rows, int64_t k, enum ra_dtype dt)
+{
+    const size_t bytes = (size_t)rows * (size_t)k * (dt == RA_DTYPE_F32 ? 4 : 2);
+    return bytes < GEMV_PARALLEL_BYTES || rows < 32 ? 1 : be->n_threads;
+}
+
+static void matmul_gemv(const struct cpu_backend *cb, float *y, int ldy, const float *x, int ldx, const void *w,
+                        enum ra_dtype dt, int64_t rows, int64_t k, int n)
+{
+    const struct ra_cpu_kernels *kt = cb->k;
+    const int nt = gemv_threads(&cb->base, rows, k, dt);
+    if (nt == 1) {
+        kt->gemv(y, ldy, x, ldx, n, w, dt, rows, k);
+        return;
+    }
+    const size_t esz = dt == RA_DTYPE_F32 ? 4 : 2;
+    int64_t chunk = (rows + (int64_t)nt * GEMV_CHUNKS_PER_THREAD - 1) / ((int64_t)nt * GEMV_CHUNKS_PER_THREAD);
+    chunk = (chunk + 15) / 16 * 16;
+    const int64_t nchunks = (rows + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t c = 0; c < nchunks; c++) {
+        const int64_t r0 = c * chunk, nr = rows - r0 < chunk ? rows - r0 : chunk;
+        kt->gemv(y + r0, ldy, x, ldx, n, (const char *)w + (size_t)r0 * (size_t)k * esz, dt, nr, k);
+    }
+}
+
 static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, int ldx,
                       const struct ra_tensor *w, int n)
 {
@@ -216,6 +273,32 @@ static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, 
     const struct ra_bf16_packed *pw = w->device && cb->bf16 && be->compute != RA_COMPUTE_F32
                                           ? ((const struct bf16_copy *)w->device)->packed
                                           : NULL;
+    if (n <= GEMV_MAX_N && !pw && !getenv_gemv_off()) {
+        /* bf16 compute reads the bf16 weights (half the bytes); the GEMV
+         * keeps the activations in fp32, within the bf16 GEMM's tolerance. */
+        if (wb) {
+            /* Round the activations to bf16 as the bf16 unit does: products
+             * of two bf16 values are exact in fp32, so a decode step equals
+             * the GEMM path up to the order of the sums. */
+            const size_t kk = (size_t)w->cols, need = kk * (size_t)n;
+            if (need > cb->gemv_floats) {
+                free(cb->gemv_xb);
+                free(cb->gemv_xr);
+                cb->gemv_xb = malloc(need * sizeof(uint16_t));
+                cb->gemv_xr = malloc(need * sizeof(float));
+                cb->gemv_floats = cb->gemv_xb && cb->gemv_xr ? need : 0;
+                if (!cb->gemv_floats)
+                    return ra_error_set(RA_ENOMEM, "cpu backend: out of memory for %zu activations", need);
+            }
+            for (int t = 0; t < n; t++) {
+                ra_narrow_bf16(cb->gemv_xb + t * kk, x + (size_t)t * ldx, kk);
+                cb->k->widen_bf16(cb->gemv_xr + t * kk, cb->gemv_xb + t * kk, kk);
+            }
+            matmul_gemv(cb, y, ldy, cb->gemv_xr, (int)kk, wb, RA_DTYPE_BF16, w->rows, w->cols, n);
+        } else
+            matmul_gemv(cb, y, ldy, x, ldx, w->data, w->dtype, w->rows, w->cols, n);
+        return RA_OK;
+    }
     if (wb || pw) {
         int rc = pw ? ra_gemm_bf16_run_packed(cb->bf16, y, ldy, x, ldx, pw, n)
                     : ra_gemm_bf16_run(cb->bf16, y, ldy, x, ldx, wb, (int)w->rows, (int)w->cols, n);

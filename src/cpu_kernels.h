@@ -38,6 +38,12 @@ struct ra_cpu_kernels {
     /* dst[i] = (float)src[i], one thread */
     void (*widen_bf16)(float *dst, const uint16_t *src, size_t count);
     void (*widen_f16)(float *dst, const uint16_t *src, size_t count);
+    /* y[t*ldy + r] = w[r] · x[t*ldx] for t < n, r < rows, w [rows][k]
+     * row-major in wdtype (f32, f16 or bf16, widened in registers), x fp32;
+     * one thread. For the few tokens of a decode step: the weights are
+     * streamed once (rows re-read from L1 per token), no packing, no scratch. */
+    void (*gemv)(float *y, int ldy, const float *x, int ldx, int n, const void *w, enum ra_dtype wdtype,
+                 int64_t rows, int64_t k);
 };
 
 /* One table per instruction set; the x86 ones exist where configure found
