@@ -424,12 +424,9 @@ static void attend_block(float *out, const float *q, const float *k_cache, const
     }
 }
 
-static int attention(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
-                     const struct ra_attention_shape *s, int n_threads)
+static int attention_items(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+                           const struct ra_attention_shape *s, int n_threads)
 {
-    if (s->head_dim > RA_ATTN_MAX_HEAD_DIM || s->n_heads % s->n_kv_heads != 0)
-        return ra_error_set(RA_EUNSUPPORTED, "attention: head dimension %d exceeds %d or heads %d/%d do not group",
-                            s->head_dim, RA_ATTN_MAX_HEAD_DIM, s->n_heads, s->n_kv_heads);
     int w = NV; /* item width in vectors: the fewest that hold the span, at most NV */
 #if ATTN_SIMD
     while (w > 1 && (w / 2) * VL >= n)
@@ -447,6 +444,129 @@ static int attention(float *out, const float *q, const float *k_cache, const flo
         attend_block(out, q, k_cache, v_cache, start, q0, nq, h, w, s);
     }
     return RA_OK;
+}
+
+/* ------------------------------------------------------------ attention of a decode step
+ *
+ * A decode step has one query (or a few) per head: the item layout above
+ * would use one lane of each vector and leave the rest idle, making a long
+ * context's attention compute bound at a sixteenth of the machine. Here the
+ * vectors run along head_dim instead: per key, a dot product q·K[j] and an
+ * update o += p_j V[j], so K and V are streamed once at memory speed. One
+ * item is one KV head with every query head of its group (GQA): the group
+ * shares each K/V block while it is in L1. Keys go in the same absolute
+ * blocks of BK with the same online softmax (scores in log2 units, the same
+ * 2^x), so results match the block kernel to rounding of the sums' order. */
+#define DEC_MAX_Q 32 /* query rows (heads of a group x tokens) per item */
+
+static inline float exp2_neg_s(float x)
+{
+    x = x < -126.0f ? -126.0f : x;
+    const float t = x + 12583039.0f;
+    const float r = x - (t - 12583039.0f);
+    float p = 1.5403530393381606e-4f;
+    p = p * r + 1.3333558146428443e-3f;
+    p = p * r + 9.6181291076284772e-3f;
+    p = p * r + 5.5504108664821580e-2f;
+    p = p * r + 2.4022650695910071e-1f;
+    p = p * r + 6.9314718055994531e-1f;
+    p = p * r + 1.0f;
+    uint32_t bits;
+    memcpy(&bits, &t, sizeof bits);
+    bits <<= 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+struct dec_state {
+    float o[DEC_MAX_Q][RA_ATTN_MAX_HEAD_DIM] __attribute__((aligned(64)));
+    float q[DEC_MAX_Q][RA_ATTN_MAX_HEAD_DIM] __attribute__((aligned(64)));
+    float m[DEC_MAX_Q], l[DEC_MAX_Q];
+    float st[BK] __attribute__((aligned(64)));
+};
+
+static void attend_decode(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+                          int kvh, const struct ra_attention_shape *s)
+{
+    struct dec_state ds;
+    const int hd = s->head_dim, group = s->n_heads / s->n_kv_heads, rows = group * n;
+    const float scale = 1.4426950408889634f / sqrtf((float)hd);
+    const size_t kvs = (size_t)s->kv_stride;
+    const float *kh = k_cache + (size_t)kvh * hd, *vh = v_cache + (size_t)kvh * hd;
+    for (int r = 0; r < rows; r++) { /* row r: token r / group, head kvh*group + r % group */
+        const float *qr = q + (size_t)(r / group) * s->q_stride + (size_t)(kvh * group + r % group) * hd;
+        for (int d = 0; d < hd; d++) {
+            ds.q[r][d] = qr[d] * scale;
+            ds.o[r][d] = 0;
+        }
+        ds.m[r] = -FLT_MAX;
+        ds.l[r] = 0;
+    }
+    const int last = start + n - 1;
+    for (int kb = 0; kb <= last; kb += BK) {
+        const float *kblk = kh + (size_t)kb * kvs, *vblk = vh + (size_t)kb * kvs;
+        for (int r = 0; r < rows; r++) {
+            const int pos = start + r / group;
+            if (kb > pos)
+                continue;
+            const int nk = pos - kb + 1 < BK ? pos - kb + 1 : BK;
+            const float *qr = ds.q[r];
+            float mx = ds.m[r];
+            for (int j = 0; j < nk; j++) {
+                const float *kj = kblk + (size_t)j * kvs;
+                float a = 0;
+#pragma omp simd reduction(+ : a)
+                for (int d = 0; d < hd; d++)
+                    a += qr[d] * kj[d];
+                ds.st[j] = a;
+                mx = a > mx ? a : mx;
+            }
+            float sum = 0;
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < nk; j++) {
+                const float p = exp2_neg_s(ds.st[j] - mx);
+                ds.st[j] = p;
+                sum += p;
+            }
+            const float alpha = exp2_neg_s(ds.m[r] - mx);
+            ds.l[r] = ds.l[r] * alpha + sum;
+            ds.m[r] = mx;
+            float *o = ds.o[r];
+#pragma omp simd
+            for (int d = 0; d < hd; d++)
+                o[d] *= alpha;
+            for (int j = 0; j < nk; j++) {
+                const float p = ds.st[j], *vj = vblk + (size_t)j * kvs;
+#pragma omp simd
+                for (int d = 0; d < hd; d++)
+                    o[d] += p * vj[d];
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        float *o = out + (size_t)(r / group) * s->q_stride + (size_t)(kvh * group + r % group) * hd;
+        const float inv = 1.0f / ds.l[r];
+        for (int d = 0; d < hd; d++)
+            o[d] = ds.o[r][d] * inv;
+    }
+}
+
+static int attention(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+                     const struct ra_attention_shape *s, int n_threads)
+{
+    if (s->head_dim > RA_ATTN_MAX_HEAD_DIM || s->n_heads % s->n_kv_heads != 0)
+        return ra_error_set(RA_EUNSUPPORTED, "attention: head dimension %d exceeds %d or heads %d/%d do not group",
+                            s->head_dim, RA_ATTN_MAX_HEAD_DIM, s->n_heads, s->n_kv_heads);
+    if (n * (s->n_heads / s->n_kv_heads) <= DEC_MAX_Q && n <= 4) {
+        /* Threads only when the step reads enough K/V to pay for a team. */
+        const int team = (size_t)(start + n) * (size_t)s->kv_stride >= 32768 && s->n_kv_heads > 1;
+#pragma omp parallel for schedule(dynamic, 1) if (team) num_threads(n_threads)
+        for (int h = 0; h < s->n_kv_heads; h++)
+            attend_decode(out, q, k_cache, v_cache, start, n, h, s);
+        return RA_OK;
+    }
+    return attention_items(out, q, k_cache, v_cache, start, n, s, n_threads);
 }
 
 /* ------------------------------------------------------------ element-wise ops */

@@ -1,0 +1,23 @@
+/* Memory bandwidth as a STREAM-like triad, for benchmarks that report a rate
+ * against what the memory can deliver (decode is memory bound). */
+#ifndef RA_MEMBW_H
+#define RA_MEMBW_H
+
+#include <stddef.h>
+
+struct ra_membw {
+    double best_gbs;   /* the fastest repetition, GB/s (1e9 bytes) */
+    double median_gbs; /* the median repetition */
+    size_t array_bytes;
+    int threads, reps;
+};
+
+/* a[i] = b[i] + s * c[i] over three arrays of array_bytes each (0: 256 MiB,
+ * far beyond any last-level cache), on `threads` OpenMP threads, each
+ * touching the pages it later streams (first touch); `reps` timed
+ * repetitions after one untimed. Bytes counted per repetition: 3 arrays,
+ * as STREAM counts them (2 read, 1 written; write-allocate traffic not
+ * counted). RA_ENOMEM if the arrays cannot be allocated. */
+int ra_membw_triad(size_t array_bytes, int threads, int reps, struct ra_membw *out);
+
+#endif
