@@ -41,6 +41,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(RA_KERNELS_AVX512)
@@ -81,6 +82,8 @@ typedef __m512 vf;
 #define vselect(mask, yes, no) _mm512_mask_blend_ps(mask, no, yes)
 #define vpow2bits(t) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23))
 #define vlanes() _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#define vloadu _mm512_loadu_ps
+static inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
 #elif defined(RA_KERNELS_AVX2)
 #include <immintrin.h>
 #define ATTN_SIMD 256
@@ -103,6 +106,14 @@ typedef __m256 vf;
 #define vselect(mask, yes, no) _mm256_blendv_ps(no, yes, mask)
 #define vpow2bits(t) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23))
 #define vlanes() _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7)
+#define vloadu _mm256_loadu_ps
+static inline float vsum(vf v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
 #else
 #define ATTN_SIMD 0
 #define VL 8
@@ -115,6 +126,7 @@ typedef __m256 vf;
  * to one: the arithmetic of a query does not depend on the width of its item. */
 #define BQ (NV * VL)
 #define BK 64         /* keys per block, blocks at absolute positions */
+#define RA_ATTN_MAX_HEADS_DEC 512 /* query rows (heads x tokens) of the decode path */
 
 /* Prefetches rows [r0, r0+rows) of kc floats, `stride` apart, into L1. */
 static inline void prefetch_rows(const float *x, size_t stride, int r0, int rows, int kc)
@@ -448,16 +460,21 @@ static int attention_items(float *out, const float *q, const float *k_cache, con
 
 /* ------------------------------------------------------------ attention of a decode step
  *
- * A decode step has one query (or a few) per head: the item layout above
- * would use one lane of each vector and leave the rest idle, making a long
- * context's attention compute bound at a sixteenth of the machine. Here the
- * vectors run along head_dim instead: per key, a dot product q·K[j] and an
- * update o += p_j V[j], so K and V are streamed once at memory speed. One
- * item is one KV head with every query head of its group (GQA): the group
- * shares each K/V block while it is in L1. Keys go in the same absolute
- * blocks of BK with the same online softmax (scores in log2 units, the same
- * 2^x), so results match the block kernel to rounding of the sums' order. */
-#define DEC_MAX_Q 32 /* query rows (heads of a group x tokens) per item */
+ * A decode step has one query (or a few) per head. The item layout above
+ * would use one lane of each vector and read each head's 256 bytes of a
+ * cache row separately, kilobytes apart: a long context's attention then
+ * runs at a fraction of the memory's rate. Here every head is done at once,
+ * key by key: each K and V row is read whole and in order (the prefetchers
+ * stream it), vectors run along head_dim (q·K[j], o += p V[j]). The keys are
+ * split into at most DEC_CHUNKS chunks of whole BK blocks, fixed by the
+ * context alone (not the thread count, so results do not depend on it); the
+ * chunks run in parallel, each with its own online softmax state, merged in
+ * order at the end (flash-decoding). Within a chunk the blocks and the
+ * softmax are the block kernel's (absolute blocks of BK keys, scores in log2
+ * units, the same 2^x): results match it to rounding of the sums' order. */
+#define DEC_MAX_N 4      /* tokens per step this path takes */
+#define DEC_CHUNKS 8     /* key chunks at most */
+#define DEC_CHUNK_MIN 512 /* keys per chunk at least */
 
 static inline float exp2_neg_s(float x)
 {
@@ -479,77 +496,169 @@ static inline float exp2_neg_s(float x)
     return p * scale;
 }
 
-struct dec_state {
-    float o[DEC_MAX_Q][RA_ATTN_MAX_HEAD_DIM] __attribute__((aligned(64)));
-    float q[DEC_MAX_Q][RA_ATTN_MAX_HEAD_DIM] __attribute__((aligned(64)));
-    float m[DEC_MAX_Q], l[DEC_MAX_Q];
-    float st[BK] __attribute__((aligned(64)));
+static inline float dec_dot(const float *a, const float *b, int hd)
+{
+#if ATTN_SIMD
+    if (hd % VL == 0) {
+        vf acc = vmul(vload(a), vloadu(b));
+        for (int d = VL; d < hd; d += VL)
+            acc = vfma(vload(a + d), vloadu(b + d), acc);
+        return vsum(acc);
+    }
+#endif
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int d = 0; d < hd; d++)
+        s += a[d] * b[d];
+    return s;
+}
+
+/* o = o * alpha + sum_j p[j] v[j], o aligned */
+static inline void dec_axpy(float *o, float p, const float *v, int hd)
+{
+#if ATTN_SIMD
+    if (hd % VL == 0) {
+        const vf pv = vset1(p);
+        for (int d = 0; d < hd; d += VL)
+            vstore(o + d, vfma(pv, vloadu(v + d), vload(o + d)));
+        return;
+    }
+#endif
+#pragma omp simd
+    for (int d = 0; d < hd; d++)
+        o[d] += p * v[d];
+}
+
+/* st[0, nk) = 2^(st - mx) in place; returns their sum. */
+static inline float dec_exp(float *st, int nk, float mx)
+{
+    float sum = 0;
+    int j = 0;
+#if ATTN_SIMD
+    vf sv = vzero();
+    for (; j + VL <= nk; j += VL) {
+        const vf p = vexp2_neg(vsub(vload(st + j), vset1(mx)));
+        vstore(st + j, p);
+        sv = vadd(sv, p);
+    }
+    sum = vsum(sv);
+#endif
+    for (; j < nk; j++) {
+        st[j] = exp2_neg_s(st[j] - mx);
+        sum += st[j];
+    }
+    return sum;
+}
+
+/* Per chunk state: per query row r (token r / n_heads, head r % n_heads)
+ * the running max m, sum l, output o[hd]; scores st[BK] of the block. */
+struct dec_chunk {
+    float *o, *m, *l, *st;
 };
 
-static void attend_decode(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
-                          int kvh, const struct ra_attention_shape *s)
+/* Keys [k0, k1) (whole blocks from k0) for every row, from a fresh state. */
+static void dec_run_chunk(const struct dec_chunk *c, const float *qs, const float *k_cache, const float *v_cache,
+                          int k0, int k1, int start, int rows, const struct ra_attention_shape *s)
 {
-    struct dec_state ds;
-    const int hd = s->head_dim, group = s->n_heads / s->n_kv_heads, rows = group * n;
-    const float scale = 1.4426950408889634f / sqrtf((float)hd);
-    const size_t kvs = (size_t)s->kv_stride;
-    const float *kh = k_cache + (size_t)kvh * hd, *vh = v_cache + (size_t)kvh * hd;
-    for (int r = 0; r < rows; r++) { /* row r: token r / group, head kvh*group + r % group */
-        const float *qr = q + (size_t)(r / group) * s->q_stride + (size_t)(kvh * group + r % group) * hd;
-        for (int d = 0; d < hd; d++) {
-            ds.q[r][d] = qr[d] * scale;
-            ds.o[r][d] = 0;
-        }
-        ds.m[r] = -FLT_MAX;
-        ds.l[r] = 0;
+    const int hd = s->head_dim, nh = s->n_heads, group = nh / s->n_kv_heads;
+    const size_t kvs = (size_t)s->kv_stride, ldo = (size_t)((hd + 15) / 16 * 16);
+    for (int r = 0; r < rows; r++) {
+        c->m[r] = -FLT_MAX;
+        c->l[r] = 0;
+        memset(c->o + r * ldo, 0, sizeof(float) * (size_t)hd);
     }
-    const int last = start + n - 1;
-    for (int kb = 0; kb <= last; kb += BK) {
-        const float *kblk = kh + (size_t)kb * kvs, *vblk = vh + (size_t)kb * kvs;
-        for (int r = 0; r < rows; r++) {
-            const int pos = start + r / group;
-            if (kb > pos)
+    for (int kb = k0; kb < k1; kb += BK) {
+        const int nkb = k1 - kb < BK ? k1 - kb : BK;
+        for (int j = 0; j < nkb; j++) { /* S: row by row of K, every head */
+            const float *krow = k_cache + (size_t)(kb + j) * kvs;
+            for (int r = 0; r < rows; r++)
+                if (kb + j <= start + r / nh)
+                    c->st[r * BK + j] = dec_dot(qs + r * ldo, krow + (size_t)((r % nh) / group) * hd, hd);
+        }
+        int nk[RA_ATTN_MAX_HEADS_DEC];
+        for (int r = 0; r < rows; r++) { /* the online softmax, row by row */
+            const int pos = start + r / nh;
+            nk[r] = pos - kb + 1 < nkb ? pos - kb + 1 : nkb;
+            if (nk[r] <= 0)
                 continue;
-            const int nk = pos - kb + 1 < BK ? pos - kb + 1 : BK;
-            const float *qr = ds.q[r];
-            float mx = ds.m[r];
-            for (int j = 0; j < nk; j++) {
-                const float *kj = kblk + (size_t)j * kvs;
-                float a = 0;
-#pragma omp simd reduction(+ : a)
-                for (int d = 0; d < hd; d++)
-                    a += qr[d] * kj[d];
-                ds.st[j] = a;
-                mx = a > mx ? a : mx;
-            }
-            float sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < nk; j++) {
-                const float p = exp2_neg_s(ds.st[j] - mx);
-                ds.st[j] = p;
-                sum += p;
-            }
-            const float alpha = exp2_neg_s(ds.m[r] - mx);
-            ds.l[r] = ds.l[r] * alpha + sum;
-            ds.m[r] = mx;
-            float *o = ds.o[r];
-#pragma omp simd
+            float *st = c->st + r * BK, mx = c->m[r];
+            for (int j = 0; j < nk[r]; j++)
+                mx = st[j] > mx ? st[j] : mx;
+            const float sum = dec_exp(st, nk[r], mx), alpha = exp2_neg_s(c->m[r] - mx);
+            c->l[r] = c->l[r] * alpha + sum;
+            c->m[r] = mx;
+            float *o = c->o + r * ldo;
             for (int d = 0; d < hd; d++)
                 o[d] *= alpha;
-            for (int j = 0; j < nk; j++) {
-                const float p = ds.st[j], *vj = vblk + (size_t)j * kvs;
-#pragma omp simd
-                for (int d = 0; d < hd; d++)
-                    o[d] += p * vj[d];
-            }
+        }
+        for (int j = 0; j < nkb; j++) { /* O += P·V: row by row of V */
+            const float *vrow = v_cache + (size_t)(kb + j) * kvs;
+            for (int r = 0; r < rows; r++)
+                if (j < nk[r])
+                    dec_axpy(c->o + r * ldo, c->st[r * BK + j], vrow + (size_t)((r % nh) / group) * hd, hd);
         }
     }
-    for (int r = 0; r < rows; r++) {
-        float *o = out + (size_t)(r / group) * s->q_stride + (size_t)(kvh * group + r % group) * hd;
-        const float inv = 1.0f / ds.l[r];
-        for (int d = 0; d < hd; d++)
-            o[d] = ds.o[r][d] * inv;
+}
+
+/* The chunks' scratch, per calling thread, grown as needed (no allocation
+ * per step once it has grown). */
+static __thread float *dec_buf;
+static __thread size_t dec_floats;
+
+static int attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+                            const struct ra_attention_shape *s, int n_threads)
+{
+    const int hd = s->head_dim, nh = s->n_heads, rows = nh * n, keys = start + n;
+    const size_t ldo = (size_t)((hd + 15) / 16 * 16);
+    int nc = (keys + DEC_CHUNK_MIN - 1) / DEC_CHUNK_MIN;
+    nc = nc > DEC_CHUNKS ? DEC_CHUNKS : nc;
+    const int per = ((keys + nc - 1) / nc + BK - 1) / BK * BK;
+    nc = (keys + per - 1) / per;
+    const size_t ml = ((size_t)rows + 15) / 16 * 16; /* m and l, each rounded to 64 bytes */
+    const size_t chunk_floats = (size_t)rows * (ldo + BK) + 2 * ml;
+    const size_t need = (size_t)rows * ldo + (size_t)nc * chunk_floats + 16;
+    if (need > dec_floats) {
+        free(dec_buf);
+        dec_floats = 0;
+        if (posix_memalign((void **)&dec_buf, 64, need * sizeof(float)) != 0) {
+            dec_buf = NULL;
+            return ra_error_set(RA_ENOMEM, "attention: cannot allocate %zu bytes of decode scratch", need * 4);
+        }
+        dec_floats = need;
     }
+    float *qs = dec_buf;
+    const float scale = 1.4426950408889634f / sqrtf((float)hd); /* scores in log2 units */
+    for (int r = 0; r < rows; r++)
+        for (int d = 0; d < hd; d++)
+            qs[r * ldo + d] = q[(size_t)(r / nh) * s->q_stride + (size_t)(r % nh) * hd + d] * scale;
+    struct dec_chunk ch[DEC_CHUNKS];
+    for (int c = 0; c < nc; c++) {
+        float *base = dec_buf + (size_t)rows * ldo + (size_t)c * chunk_floats;
+        ch[c] = (struct dec_chunk){ base, base + (size_t)rows * ldo, base + (size_t)rows * ldo + ml,
+                                    base + (size_t)rows * ldo + 2 * ml };
+    }
+#pragma omp parallel for schedule(dynamic, 1) if (nc > 1) num_threads(n_threads)
+    for (int c = 0; c < nc; c++)
+        dec_run_chunk(&ch[c], qs, k_cache, v_cache, c * per, (c + 1) * per < keys ? (c + 1) * per : keys, start,
+                      rows, s);
+    for (int r = 0; r < rows; r++) { /* merge the chunks in order */
+        float mx = -FLT_MAX;
+        for (int c = 0; c < nc; c++)
+            mx = ch[c].m[r] > mx ? ch[c].m[r] : mx;
+        float l = 0, w[DEC_CHUNKS];
+        for (int c = 0; c < nc; c++) {
+            w[c] = exp2_neg_s(ch[c].m[r] - mx);
+            l += ch[c].l[r] * w[c];
+        }
+        float *o = out + (size_t)(r / nh) * s->q_stride + (size_t)(r % nh) * hd;
+        for (int d = 0; d < hd; d++) {
+            float a = 0;
+            for (int c = 0; c < nc; c++)
+                a += ch[c].o[r * ldo + d] * w[c];
+            o[d] = a / l;
+        }
+    }
+    return RA_OK;
 }
 
 static int attention(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
@@ -558,14 +667,8 @@ static int attention(float *out, const float *q, const float *k_cache, const flo
     if (s->head_dim > RA_ATTN_MAX_HEAD_DIM || s->n_heads % s->n_kv_heads != 0)
         return ra_error_set(RA_EUNSUPPORTED, "attention: head dimension %d exceeds %d or heads %d/%d do not group",
                             s->head_dim, RA_ATTN_MAX_HEAD_DIM, s->n_heads, s->n_kv_heads);
-    if (n * (s->n_heads / s->n_kv_heads) <= DEC_MAX_Q && n <= 4) {
-        /* Threads only when the step reads enough K/V to pay for a team. */
-        const int team = (size_t)(start + n) * (size_t)s->kv_stride >= 32768 && s->n_kv_heads > 1;
-#pragma omp parallel for schedule(dynamic, 1) if (team) num_threads(n_threads)
-        for (int h = 0; h < s->n_kv_heads; h++)
-            attend_decode(out, q, k_cache, v_cache, start, n, h, s);
-        return RA_OK;
-    }
+    if (n <= DEC_MAX_N && s->n_heads * n <= RA_ATTN_MAX_HEADS_DEC)
+        return attention_decode(out, q, k_cache, v_cache, start, n, s, n_threads);
     return attention_items(out, q, k_cache, v_cache, start, n, s, n_threads);
 }
 
@@ -707,8 +810,6 @@ static inline vf wload_bf16(const uint16_t *p)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
 static inline vf wload_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
-static inline vf xload(const float *p) { return _mm512_loadu_ps(p); }
-static inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
 #else
 static inline vf wload_f32(const float *p) { return _mm256_loadu_ps(p); }
 static inline vf wload_bf16(const uint16_t *p)
@@ -716,14 +817,6 @@ static inline vf wload_bf16(const uint16_t *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 static inline vf wload_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
-static inline vf xload(const float *p) { return _mm256_loadu_ps(p); }
-static inline float vsum(vf v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 #endif
 
 static inline __attribute__((always_inline)) vf wload(const int DT, const void *w, size_t i)
@@ -759,7 +852,7 @@ static inline __attribute__((always_inline)) void gemv_rows(const int DT, const 
         for (int i = 0; i < NR; i++)
             acc[i][0] = acc[i][1] = vzero();
         for (; j + 2 * VL <= k; j += 2 * VL) {
-            const vf x0 = xload(xt + j), x1 = xload(xt + j + VL);
+            const vf x0 = vloadu(xt + j), x1 = vloadu(xt + j + VL);
 #pragma GCC unroll 4
             for (int i = 0; i < NR; i++) {
                 const size_t o = (size_t)(r + i) * (size_t)k + (size_t)j;
@@ -768,7 +861,7 @@ static inline __attribute__((always_inline)) void gemv_rows(const int DT, const 
             }
         }
         for (; j + VL <= k; j += VL) {
-            const vf x0 = xload(xt + j);
+            const vf x0 = vloadu(xt + j);
             for (int i = 0; i < NR; i++)
                 acc[i][0] = vfma(wload(DT, w, (size_t)(r + i) * (size_t)k + (size_t)j), x0, acc[i][0]);
         }
