@@ -793,14 +793,17 @@ static void widen_f16(float *dst, const uint16_t *src, size_t count)
  *
  * y[t][r] = w[r] · x[t] for a few tokens t: one decode step's linear layers
  * are memory bound, so the kernel's job is to stream each weight row once at
- * the memory's rate. Rows go in groups of GEMV_ROWS (independent streams the
- * prefetchers follow; 2 vectors each in flight for the FMA latency); f16/bf16
+ * the memory's rate. Rows go one at a time, in memory order: the matrix is
+ * one sequential stream for the prefetchers (on the EPYC here, groups of 2, 4
+ * or 8 rows read in parallel streamed 30-50% slower on one core, and software
+ * prefetch did not help); 2 vectors in flight per step for the FMA latency,
+ * 4 for bf16 (the same bytes per step as f32); f16/bf16
  * weights are widened in registers (bf16: a 16-bit shift; f16: vcvtph2ps), so
  * they cost half the bytes of f32 and no scratch. Activations stay fp32: the
  * result is the f32 product of the widened weights, i.e. the prefill path's
  * numerics (which widens the same weights) up to summation order. With more
  * than one token the group's rows are re-read from L1 for the next token. */
-#define GEMV_ROWS 4
+#define GEMV_ROWS 1
 
 #if ATTN_SIMD
 #if ATTN_SIMD == 512
@@ -841,7 +844,7 @@ static inline __attribute__((always_inline)) float wscalar(const int DT, const v
 /* NR rows starting at row r (NR constant at each call). */
 static inline __attribute__((always_inline)) void gemv_rows(const int DT, const int NR, float *y, int ldy,
                                                              const float *x, int ldx, int n, const void *w,
-                                                             int64_t r, int64_t k)
+                                                             int64_t r, int64_t k, const float *xeo)
 {
     for (int t = 0; t < n; t++) {
         const float *xt = x + (size_t)t * ldx;
@@ -851,6 +854,53 @@ static inline __attribute__((always_inline)) void gemv_rows(const int DT, const 
         vf acc[GEMV_ROWS][2];
         for (int i = 0; i < NR; i++)
             acc[i][0] = acc[i][1] = vzero();
+        if (DT == RA_DTYPE_BF16 && xeo) {
+            /* A vector of 2*VL bf16 is VL 32-bit pairs: the even weight
+             * shifted up and the odd one masked are both fp32 already, and
+             * meet x's even and odd elements (xeo, split once per call). Two
+             * in-lane ops per 2*VL weights instead of two cross-lane
+             * widenings (vpmovzxwd), which bound the rate on one core. */
+            const float *xe = xeo + (size_t)t * (size_t)k, *xo = xe + k / 2;
+#if ATTN_SIMD == 512
+            const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+#define LOADW(p) _mm512_loadu_si512((const void *)(p))
+#define EVEN(v) _mm512_castsi512_ps(_mm512_slli_epi32(v, 16))
+#define ODD(v) _mm512_castsi512_ps(_mm512_and_si512(v, hi))
+#else
+            const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+#define LOADW(p) _mm256_loadu_si256((const __m256i *)(p))
+#define EVEN(v) _mm256_castsi256_ps(_mm256_slli_epi32(v, 16))
+#define ODD(v) _mm256_castsi256_ps(_mm256_and_si256(v, hi))
+#endif
+            /* Two vectors (128 bytes with AVX-512) per row per step, as
+             * many bytes in flight as the f32 loop: one core's rate is
+             * bound by its outstanding misses, not by the arithmetic. */
+            for (; j + 4 * VL <= k; j += 4 * VL) {
+                const vf x0 = vloadu(xe + j / 2), x1 = vloadu(xo + j / 2);
+                const vf x2 = vloadu(xe + j / 2 + VL), x3 = vloadu(xo + j / 2 + VL);
+#pragma GCC unroll 4
+                for (int i = 0; i < NR; i++) {
+                    const uint16_t *wr = (const uint16_t *)w + (size_t)(r + i) * (size_t)k + (size_t)j;
+                    const __typeof__(LOADW(wr)) v = LOADW(wr), u = LOADW(wr + 2 * VL);
+                    acc[i][0] = vfma(EVEN(v), x0, acc[i][0]);
+                    acc[i][1] = vfma(ODD(v), x1, acc[i][1]);
+                    acc[i][0] = vfma(EVEN(u), x2, acc[i][0]);
+                    acc[i][1] = vfma(ODD(u), x3, acc[i][1]);
+                }
+            }
+            for (; j + 2 * VL <= k; j += 2 * VL) {
+                const vf x0 = vloadu(xe + j / 2), x1 = vloadu(xo + j / 2);
+                for (int i = 0; i < NR; i++) {
+                    const uint16_t *wr = (const uint16_t *)w + (size_t)(r + i) * (size_t)k + (size_t)j;
+                    const __typeof__(LOADW(wr)) v = LOADW(wr);
+                    acc[i][0] = vfma(EVEN(v), x0, acc[i][0]);
+                    acc[i][1] = vfma(ODD(v), x1, acc[i][1]);
+                }
+            }
+#undef LOADW
+#undef EVEN
+#undef ODD
+        }
         for (; j + 2 * VL <= k; j += 2 * VL) {
             const vf x0 = vloadu(xt + j), x1 = vloadu(xt + j + VL);
 #pragma GCC unroll 4
@@ -887,14 +937,50 @@ static inline __attribute__((always_inline)) void gemv_rows(const int DT, const 
     }
 }
 
+#if ATTN_SIMD
+/* x split into even and odd elements for the bf16 GEMV, per thread, grown
+ * as needed (no allocation per call once grown). */
+static __thread float *gemv_xeo;
+static __thread size_t gemv_xeo_floats;
+
+static const float *gemv_split(const float *x, int ldx, int n, int64_t k)
+{
+    const size_t need = (size_t)n * (size_t)k;
+    if (k % 2 || k < 4 * VL)
+        return NULL;
+    if (need > gemv_xeo_floats) {
+        free(gemv_xeo);
+        gemv_xeo_floats = 0;
+        gemv_xeo = malloc(need * sizeof(float));
+        if (!gemv_xeo)
+            return NULL; /* the widening path needs no buffer */
+        gemv_xeo_floats = need;
+    }
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * ldx;
+        float *xe = gemv_xeo + (size_t)t * (size_t)k, *xo = xe + k / 2;
+        for (int64_t j = 0; j < k / 2; j++) {
+            xe[j] = xt[2 * j];
+            xo[j] = xt[2 * j + 1];
+        }
+    }
+    return gemv_xeo;
+}
+#endif
+
 static inline __attribute__((always_inline)) void gemv_dt(const int DT, float *y, int ldy, const float *x, int ldx,
                                                            int n, const void *w, int64_t rows, int64_t k)
 {
+    const float *xeo = NULL;
+#if ATTN_SIMD
+    if (DT == RA_DTYPE_BF16)
+        xeo = gemv_split(x, ldx, n, k);
+#endif
     int64_t r = 0;
     for (; r + GEMV_ROWS <= rows; r += GEMV_ROWS)
-        gemv_rows(DT, GEMV_ROWS, y, ldy, x, ldx, n, w, r, k);
+        gemv_rows(DT, GEMV_ROWS, y, ldy, x, ldx, n, w, r, k, xeo);
     for (; r < rows; r++)
-        gemv_rows(DT, 1, y, ldy, x, ldx, n, w, r, k);
+        gemv_rows(DT, 1, y, ldy, x, ldx, n, w, r, k, xeo);
 }
 
 static void gemv(float *y, int ldy, const float *x, int ldx, int n, const void *w, enum ra_dtype wdtype,
