@@ -7,8 +7,20 @@
  * OpenMP thread multiplies its own block of output columns (on bench-small at
  * 2 threads this runs one layer's GEMMs at 99% of OpenBLAS's own threading).
  * Weights stored as f16/bf16 are widened block by block into a per-thread
- * scratch. A single token (decode, a prompt's classifier) goes to sgemv, which
- * streams the weights once instead of packing them first.
+ * scratch. A decode step (up to GEMV_MAX_N tokens; also a prompt's
+ * classifier) is memory bound: it goes to the kernel table's GEMV, which
+ * streams the weights once in their stored dtype (bf16/f16 widened in
+ * registers: half the bytes of f32), rows in chunks handed out dynamically.
+ *
+ * Thread policy for decode: an op below GEMV_PARALLEL_BYTES of weights runs
+ * on one thread (a team's fork/join costs microseconds); larger ones split
+ * into GEMV_CHUNKS_PER_THREAD chunks per thread, dynamically, so that a
+ * thread that another process delays (2 cores shared with other jobs: the
+ * "2 threads slower than 1" of a loaded run came from every statically split
+ * op waiting at its barrier for a descheduled thread) does not hold up the
+ * op. OMP_WAIT_POLICY stays the runtime's default: with passive waits the
+ * threads sleep between the ~100 ops of a step, and 2-thread decode was
+ * 30-40% slower in interleaved runs (jobs/bench-decode).
  *
  * With bf16 compute (backend.h: enum ra_compute) the linear layers are
  * bf16 x bf16 -> fp32 GEMMs on the CPU's bf16 unit (gemm_bf16.h): bf16
