@@ -19,7 +19,7 @@ static int tag_of(const struct ra_exchange *x, int layer, int piece, int kind)
     return (layer * x->size + piece) * 2 + kind;
 }
 
-static float *rows_of(struct ra_kvcache *kv, int layer, int kind, int pos)
+static void *rows_of(struct ra_kvcache *kv, int layer, int kind, int pos)
 {
     return kind ? ra_kvcache_v(kv, layer, pos) : ra_kvcache_k(kv, layer, pos);
 }

@@ -3,6 +3,7 @@
 #include "ra_mpi.h"
 #include "watchdog.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +34,7 @@ int ra_route_parse(const char *s, enum ra_route *r)
 }
 
 int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method, enum ra_route route,
-                     const int *bounds, int n_layers, int kv_dim)
+                     const int *bounds, int n_layers, size_t row_bytes)
 {
     int rc = RA_OK;
     memset(x, 0, sizeof *x);
@@ -49,7 +50,12 @@ int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method
         goto out;
     }
     memcpy(x->bounds, bounds, sizeof(int) * (size_t)(x->size + 1));
-    MPI_CHECK(MPI_Type_contiguous(kv_dim, MPI_FLOAT, &x->row));
+    if (row_bytes == 0 || row_bytes > INT_MAX) {
+        rc = ra_error_set(RA_EINVAL, "rank %d: a KV row of %zu bytes", x->rank, row_bytes);
+        goto out;
+    }
+    /* Bytes, whatever the cache's dtype (ra_kvcache_row_bytes): fp32 and bf16 rows alike. */
+    MPI_CHECK(MPI_Type_contiguous((int)row_bytes, MPI_BYTE, &x->row));
     MPI_CHECK(MPI_Type_commit(&x->row));
     int row_size;
     MPI_CHECK(MPI_Type_size(x->row, &row_size));
@@ -122,7 +128,7 @@ const struct ra_kv_exchange *ra_exchange_hooks(struct ra_exchange *x)
     return x->size > 1 && x->method != RA_METHOD_SINGLE ? &x->hooks : NULL;
 }
 
-int ra_exchange_post_send(struct ra_exchange *x, const float *buf, int rows, int dest, int tag)
+int ra_exchange_post_send(struct ra_exchange *x, const void *buf, int rows, int dest, int tag)
 {
     int rc = RA_OK;
     if (x->n_send == x->max_send)
@@ -139,7 +145,7 @@ out:
     return rc;
 }
 
-int ra_exchange_post_recv(struct ra_exchange *x, float *buf, int rows, int source, int tag)
+int ra_exchange_post_recv(struct ra_exchange *x, void *buf, int rows, int source, int tag)
 {
     int rc = RA_OK;
     MPI_CHECK(MPI_Irecv(buf, rows, x->row, source, tag, x->comm, &x->recv[x->n_recv]));

@@ -44,7 +44,7 @@ struct ra_exchange {
     enum ra_route route;
     int bounds[RA_MAX_RANKS + 1]; /* rank r owns positions [bounds[r], bounds[r+1]) */
     int n_layers;
-    MPI_Datatype row;       /* one KV row: kv_dim floats */
+    MPI_Datatype row;       /* one KV row: ra_kvcache_row_bytes bytes */
     size_t row_bytes;       /* MPI_Type_size of row */
     MPI_Request *recv;      /* this layer's receives */
     MPI_Status *recv_status;/* their statuses, where the received bytes are counted */
@@ -58,7 +58,7 @@ struct ra_exchange {
 };
 
 int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method, enum ra_route route,
-                     const int *bounds, int n_layers, int kv_dim);
+                     const int *bounds, int n_layers, size_t row_bytes);
 void ra_exchange_free(struct ra_exchange *x);
 /* Starts a pass: clears the stats and takes t0. */
 void ra_exchange_begin(struct ra_exchange *x);
@@ -70,8 +70,8 @@ const struct ra_kv_exchange *ra_exchange_hooks(struct ra_exchange *x);
 /* Internal to mpi/: set up the method's hooks. */
 void ra_chain_hooks(struct ra_exchange *x);
 void ra_tsp_hooks(struct ra_exchange *x);
-int ra_exchange_post_send(struct ra_exchange *x, const float *buf, int rows, int dest, int tag);
-int ra_exchange_post_recv(struct ra_exchange *x, float *buf, int rows, int source, int tag);
+int ra_exchange_post_send(struct ra_exchange *x, const void *buf, int rows, int dest, int tag);
+int ra_exchange_post_recv(struct ra_exchange *x, void *buf, int rows, int source, int tag);
 /* Counts n completed receives from their statuses. */
 int ra_exchange_count_recvs(struct ra_exchange *x, const MPI_Status *st, int n);
 

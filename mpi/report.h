@@ -22,6 +22,7 @@ struct ra_run_info {
     double t_decode;
     const char *transport;          /* "mpi" */
     const struct ra_netem_config *link; /* an emulated link (netem.h), or NULL */
+    enum ra_dtype kv_dtype;         /* of the KV cache rows (f32 when left zero) */
 };
 
 double ra_median(const double *v, int n);

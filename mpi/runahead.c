@@ -40,6 +40,7 @@ struct options {
     int expect_ranks;              /* 0, or the world size the launcher must have started */
     int watchdog;                  /* seconds a rank may wait in a prompt pass; 0 = off */
     struct ra_netem_config netem;  /* an emulated link; link_gbps 0 = none */
+    enum ra_dtype kv_dtype;        /* of the KV cache: f32 (default) or bf16 */
 };
 
 /* The output files, opened by the last rank (which writes them) before any work. */
@@ -92,6 +93,8 @@ static void usage(FILE *f)
 "      --hw-tag TAG          hardware tag to look up in the table (default: CPU model and cores)\n"
 "      --repeat N            run the prompt N times, report median/min/max TTFT (default 1)\n"
 "  -T, --threads N           CPU threads per rank (default: the node's cores / its ranks)\n"
+"      --kv-dtype T          KV cache rows: f32 (default) or bf16 (half the memory and\n"
+"                            the bytes kvr/tsp move; attention still sums in fp32)\n"
 "      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
 "                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
 "      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
@@ -127,7 +130,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
-           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG };
+           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_KV_DTYPE };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -149,6 +152,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "trace", required_argument, NULL, OPT_TRACE },
         { "hw-tag", required_argument, NULL, OPT_HW_TAG },
         { "threads", required_argument, NULL, 'T' },
+        { "kv-dtype", required_argument, NULL, OPT_KV_DTYPE },
         { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
         { "watchdog", required_argument, NULL, OPT_WATCHDOG },
         { "link-gbps", required_argument, NULL, OPT_LINK_GBPS },
@@ -189,6 +193,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_TRACE: o->trace = optarg; break;
         case OPT_HW_TAG: o->hw_tag = optarg; break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
+        case OPT_KV_DTYPE: rc = ra_kv_dtype_parse(optarg, "--kv-dtype", &o->kv_dtype); break;
         case OPT_EXPECT_RANKS: rc = ra_arg_int(optarg, "--expect-ranks", 1, RA_MAX_RANKS, &o->expect_ranks); break;
         case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
         case OPT_LINK_GBPS: rc = ra_arg_double(optarg, "--link-gbps", &o->netem.link_gbps); break;
@@ -446,7 +451,7 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
         .config = &m->config, .method = o->method, .route = o->route, .bounds = bounds, .ranks = world,
         .threads = m->backend->n_threads, .n_prompt = r->n_prompt, .repeat = o->repeat, .ttft = r->ttft,
         .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = "mpi",
-        .link = o->netem.link_gbps > 0 ? &o->netem : NULL,
+        .link = o->netem.link_gbps > 0 ? &o->netem : NULL, .kv_dtype = o->kv_dtype,
     };
     ra_report_print(stderr, &info, &all);
     if (r->n_generated > 1)
@@ -520,10 +525,10 @@ static int run(int argc, char **argv)
         rc = ra_backend_cpu_init(&be, load.n_threads);
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
-                              ra_config_kv_dim(&m.config));
+                              ra_kv_row_bytes(ra_config_kv_dim(&m.config), o.kv_dtype));
     if (rc == RA_OK)
-        rc = ra_kvcache_init(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config),
-                             ra_prefill_kv_rows(&x) + (last ? o.generate : 0));
+        rc = ra_kvcache_init_dtype(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config),
+                                   ra_prefill_kv_rows(&x) + (last ? o.generate : 0), o.kv_dtype);
     logits = malloc(sizeof(float) * (size_t)(m.config.vocab_size > 0 ? m.config.vocab_size : 1));
     r.ttft = calloc((size_t)o.repeat, sizeof *r.ttft);
     r.generated = malloc(sizeof(int32_t) * (size_t)(o.generate > 0 ? o.generate : 1));

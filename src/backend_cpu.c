@@ -231,8 +231,8 @@ static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads,
     return RA_OK;
 }
 
-static int cpu_attention(struct ra_backend *be, float *out, const float *q, const float *k_cache,
-                         const float *v_cache, int start, int n, const struct ra_attention_shape *s)
+static int cpu_attention(struct ra_backend *be, float *out, const float *q, const void *k_cache,
+                         const void *v_cache, int start, int n, const struct ra_attention_shape *s)
 {
     return ((struct cpu_backend *)be)->k->attention(out, q, k_cache, v_cache, start, n, s, be->n_threads);
 }
@@ -246,6 +246,17 @@ static int cpu_swiglu(struct ra_backend *be, float *gate, const float *up, size_
 static int cpu_add(struct ra_backend *be, float *x, const float *y, size_t count)
 {
     ((struct cpu_backend *)be)->k->add(x, y, count, be->n_threads);
+    return RA_OK;
+}
+
+static int cpu_narrow(struct ra_backend *be, void *dst, enum ra_dtype dtype, const float *src, size_t count)
+{
+    if (dtype == RA_DTYPE_F32)
+        memcpy(dst, src, count * sizeof(float));
+    else if (dtype == RA_DTYPE_BF16)
+        ((struct cpu_backend *)be)->k->narrow_bf16(dst, src, count, be->n_threads);
+    else
+        return ra_error_set(RA_EUNSUPPORTED, "cpu backend: cannot narrow to %s", ra_dtype_name(dtype));
     return RA_OK;
 }
 
@@ -264,6 +275,7 @@ static const struct ra_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
+    .narrow = cpu_narrow,
 };
 
 int ra_backend_cpu_init(struct ra_backend **out, int n_threads)

@@ -19,8 +19,9 @@
 
 struct ra_cpu_kernels {
     enum ra_cpu_isa isa;
-    /* Causal attention; see ra_backend_ops.attention. */
-    int (*attention)(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+    /* Causal attention; see ra_backend_ops.attention. bf16 cache rows are
+     * widened block by block; the arithmetic is then the fp32 kernel's. */
+    int (*attention)(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
                      const struct ra_attention_shape *s, int n_threads);
     /* y[i] = x[i] / rms(x[i]) * w for n rows of dim floats; w is fp32. */
     void (*rmsnorm)(float *y, const float *x, const float *w, int n, int dim, float eps, int n_threads);
@@ -35,6 +36,8 @@ struct ra_cpu_kernels {
     /* dst[i] = (float)src[i], one thread */
     void (*widen_bf16)(float *dst, const uint16_t *src, size_t count);
     void (*widen_f16)(float *dst, const uint16_t *src, size_t count);
+    /* dst[i] = src[i] rounded to bf16, to nearest even (NaN stays NaN) */
+    void (*narrow_bf16)(uint16_t *dst, const float *src, size_t count, int n_threads);
 };
 
 /* One table per instruction set; the x86 ones exist where configure found

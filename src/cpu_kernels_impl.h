@@ -384,16 +384,33 @@ static void softmax_block(int w, struct item *it, int kb, int nk, int pos0)
 }
 #endif
 
+/* Rows [0, rows) of a bf16 cache block (stride elements apart) widened to
+ * fp32, hd floats a row: exact, so the fp32 kernel then computes on the
+ * values the cache holds. Once per item and key block: 2/BQ of the block's
+ * multiply-adds, against the bandwidth of reading half the bytes. */
+static void widen_rows(float *dst, const uint16_t *src, size_t stride, int rows, int hd)
+{
+    for (int j = 0; j < rows; j++) {
+        const uint16_t *sj = src + (size_t)j * stride;
+        float *dj = dst + (size_t)j * hd;
+#pragma omp simd
+        for (int d = 0; d < hd; d++)
+            dj[d] = ra_bf16_to_f32(sj[d]);
+    }
+}
+
 /* One item: queries [q0, q0+nq) of head h (positions start+q0...), in w
  * vectors of VL lanes; all rows of the item's arrays are w*VL floats. */
-static void attend_block(float *out, const float *q, const float *k_cache, const float *v_cache,
+static void attend_block(float *out, const float *q, const void *k_cache, const void *v_cache,
                          int start, int q0, int nq, int h, int w, const struct ra_attention_shape *s)
 {
     struct item it;
     const int hd = s->head_dim, kvh = h / (s->n_heads / s->n_kv_heads), ld = w * VL;
     const float scale = 1.4426950408889634f / sqrtf((float)hd); /* scores in log2 units */
-    const size_t kvs = (size_t)s->kv_stride;
-    const float *kh = k_cache + (size_t)kvh * hd, *vh = v_cache + (size_t)kvh * hd;
+    const size_t kvs = (size_t)s->kv_stride, head = (size_t)kvh * hd;
+    const int bf16 = s->kv_dtype == RA_DTYPE_BF16;
+    /* bf16 rows: this item's fp32 copy of the current K and V blocks, [j][d] */
+    float kv_tile[bf16 ? 2 * BK * hd : 1];
 
     memset(it.qt, 0, sizeof(float) * (size_t)hd * ld);
     for (int r = 0; r < nq; r++) {
@@ -410,11 +427,24 @@ static void attend_block(float *out, const float *q, const float *k_cache, const
     const int pos0 = start + q0, last = pos0 + nq - 1; /* positions of the item's first and last query */
     for (int kb = 0; kb <= last; kb += BK) {
         const int nk = last - kb + 1 < BK ? last - kb + 1 : BK;
+        const float *kblk, *vblk;
+        size_t ldkv;
+        if (bf16) {
+            widen_rows(kv_tile, (const uint16_t *)k_cache + head + (size_t)kb * kvs, kvs, nk, hd);
+            widen_rows(kv_tile + BK * hd, (const uint16_t *)v_cache + head + (size_t)kb * kvs, kvs, nk, hd);
+            kblk = kv_tile;
+            vblk = kv_tile + BK * hd;
+            ldkv = (size_t)hd;
+        } else {
+            kblk = (const float *)k_cache + head + (size_t)kb * kvs;
+            vblk = (const float *)v_cache + head + (size_t)kb * kvs;
+            ldkv = kvs;
+        }
         /* St[j][r] = K[kb+j] · Q[r] */
-        micro_rows(w, nk, it.st, NULL, kh + (size_t)kb * kvs, kvs, 1, it.qt, hd, vh + (size_t)kb * kvs);
+        micro_rows(w, nk, it.st, NULL, kblk, ldkv, 1, it.qt, hd, vblk);
         softmax_block(w, &it, kb, nk, pos0);
         /* Ot[d][r] = Ot[d][r] alpha[r] + sum_j V[kb+j][d] P[j][r] */
-        micro_rows(w, hd, it.ot, it.alpha, vh + (size_t)kb * kvs, 1, kvs, it.st, nk, NULL);
+        micro_rows(w, hd, it.ot, it.alpha, vblk, 1, ldkv, it.st, nk, NULL);
     }
     for (int r = 0; r < nq; r++) {
         float *o = out + (size_t)(q0 + r) * s->q_stride + (size_t)h * hd;
@@ -424,12 +454,15 @@ static void attend_block(float *out, const float *q, const float *k_cache, const
     }
 }
 
-static int attention(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+static int attention(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
                      const struct ra_attention_shape *s, int n_threads)
 {
     if (s->head_dim > RA_ATTN_MAX_HEAD_DIM || s->n_heads % s->n_kv_heads != 0)
         return ra_error_set(RA_EUNSUPPORTED, "attention: head dimension %d exceeds %d or heads %d/%d do not group",
                             s->head_dim, RA_ATTN_MAX_HEAD_DIM, s->n_heads, s->n_kv_heads);
+    if (s->kv_dtype != RA_DTYPE_F32 && s->kv_dtype != RA_DTYPE_BF16)
+        return ra_error_set(RA_EUNSUPPORTED, "attention: %s KV rows are not supported (f32 or bf16)",
+                            ra_dtype_name(s->kv_dtype));
     int w = NV; /* item width in vectors: the fewest that hold the span, at most NV */
 #if ATTN_SIMD
     while (w > 1 && (w / 2) * VL >= n)
@@ -537,6 +570,13 @@ static void widen_bf16(float *dst, const uint16_t *src, size_t count)
         dst[i] = ra_bf16_to_f32(src[i]);
 }
 
+static void narrow_bf16(uint16_t *dst, const float *src, size_t count, int n_threads)
+{
+#pragma omp parallel for simd schedule(static) if (count > 65536) num_threads(n_threads)
+    for (size_t i = 0; i < count; i++)
+        dst[i] = ra_f32_to_bf16(src[i]);
+}
+
 static void widen_f16(float *dst, const uint16_t *src, size_t count)
 {
     for (size_t i = 0; i < count; i++)
@@ -552,4 +592,5 @@ const struct ra_cpu_kernels KERNELS_TABLE = {
     .add = add,
     .widen_bf16 = widen_bf16,
     .widen_f16 = widen_f16,
+    .narrow_bf16 = narrow_bf16,
 };
