@@ -41,12 +41,19 @@
  * 8 significant bits (relative error up to 2^-9 = 2e-3 each) moves scores
  * of ~±10 by ~1e-2 and outputs by up to 6.6e-3 seen (every case, ISA and
  * seed above): 2e-2. The equality with the fp32 kernel on the widened rows
- * is exact. stories260K's whole forward with a bf16 cache: see TOL_TRAINED_BF16. */
+ * is exact.
+ *
+ * stories260K with a bf16 cache, against the oracle whose cache rounds K and
+ * V to bf16 too (ref_kv.round_bf16): the fp32 and double values of a row
+ * element round to different bf16 neighbours now and then (one bf16 ulp,
+ * 2^-8), and the model amplifies that; worst seen 2.0e-3 on logits, 5.9e-3
+ * on KV rows: 2e-2. (Against the oracle's unrounded cache the logits move by
+ * up to 0.16 and the rows by 0.085: the cost of bf16 rows on this model.) */
 #define TOL_ATTN 1e-5
 #define TOL_ATTN_BF16 2e-2
 #define TOL_FWD 1e-5
 #define TOL_TRAINED 1e-4
-#define TOL_TRAINED_BF16 1e-1
+#define TOL_TRAINED_BF16 2e-2
 
 static double now(void)
 {
@@ -307,6 +314,7 @@ static void forward_case(struct ra_model *m, const char *name, const int *lens, 
         free(ref_logits);
         return;
     }
+    ref_kv.round_bf16 = kv_dtype == RA_DTYPE_BF16; /* the oracle's cache holds what the runtime's does */
     CHECK(ref_forward(m, tokens, 0, T, &ref_kv, ref_logits) == 0);
     const double t_ref = now() - t0;
 
