@@ -43,6 +43,8 @@ struct ra_cpu_kernels {
 /* One table per instruction set; the x86 ones exist where configure found
  * the compiler flags for them (RA_HAVE_X86_KERNELS). */
 extern const struct ra_cpu_kernels ra_cpu_kernels_portable, ra_cpu_kernels_avx2, ra_cpu_kernels_avx512;
+/* Where configure found flags for AVX512-BF16 too (RA_HAVE_AVX512BF16_KERNELS). */
+extern const struct ra_cpu_kernels ra_cpu_kernels_avx512bf16;
 
 /* The kernels of `isa`, or NULL if this build has none for it. */
 const struct ra_cpu_kernels *ra_cpu_kernels_for(enum ra_cpu_isa isa);

@@ -40,20 +40,28 @@
  * bf16 KV rows (against the oracle on unrounded rows): rounding K and V to
  * 8 significant bits (relative error up to 2^-9 = 2e-3 each) moves scores
  * of ~±10 by ~1e-2 and outputs by up to 6.6e-3 seen (every case, ISA and
- * seed above): 2e-2. The equality with the fp32 kernel on the widened rows
- * is exact.
+ * seed above), 1.1e-2 on avx512bf16, which rounds Q and P too: 3e-2. The
+ * equality with the fp32 kernel on the widened rows is exact; avx512bf16's
+ * distance to it, worst seen 7.3e-3: 2e-2.
  *
  * stories260K with a bf16 cache, against the oracle whose cache rounds K and
  * V to bf16 too (ref_kv.round_bf16): the fp32 and double values of a row
  * element round to different bf16 neighbours now and then (one bf16 ulp,
  * 2^-8), and the model amplifies that; worst seen 2.0e-3 on logits, 5.9e-3
  * on KV rows: 2e-2. (Against the oracle's unrounded cache the logits move by
- * up to 0.16 and the rows by 0.085: the cost of bf16 rows on this model.) */
+ * up to 0.16 and the rows by 0.085: the cost of bf16 rows on this model.)
+ * The avx512bf16 kernels also round Q and P to bf16: that is the same order
+ * of error again, and on this model it shows as much: worst seen 0.17 on
+ * logits, 0.07 on KV rows: 0.5. Their arithmetic is held tighter by the
+ * attention cases above (TOL_ATTN_BF16, TOL_ATTN_BF16DP) and the greedy tokens
+ * by tests/kv_dtype.sh. */
 #define TOL_ATTN 1e-5
-#define TOL_ATTN_BF16 2e-2
+#define TOL_ATTN_BF16 3e-2
+#define TOL_ATTN_BF16DP 2e-2
 #define TOL_FWD 1e-5
 #define TOL_TRAINED 1e-4
 #define TOL_TRAINED_BF16 2e-2
+#define TOL_TRAINED_BF16DP 5e-1
 
 static double now(void)
 {
@@ -103,12 +111,15 @@ static const int attn_lens[] = { 1, 7, 63, 65, 1000 };
 /* bf16 KV rows: the kernel widens them exactly and then runs the fp32
  * kernel's arithmetic, so its output must equal, bit for bit, the fp32
  * kernel's on the same rows widened (kw, vw); and against the oracle on the
- * unrounded rows it is off by the rounding of K and V alone. */
+ * unrounded rows it is off by the rounding of K and V alone. The avx512bf16
+ * kernels multiply in bf16 (Q and P rounded too): there the output is within
+ * TOL_ATTN_BF16 of the oracle and TOL_ATTN_BF16DP of the fp32 kernel's. */
 static void bf16_attention_case(struct ra_backend *be, const struct ra_attention_shape *s16, const float *bq,
                                 const uint16_t *k16, const uint16_t *v16, const float *kw, const float *vw,
                                 int start, int n, float *bout, float *out, const double *ref, size_t nq,
-                                const char *isa)
+                                enum ra_cpu_isa isa)
 {
+    const int dp = isa == RA_CPU_ISA_AVX512BF16;
     const struct ra_attention_shape s32 = { s16->n_heads, s16->n_kv_heads, s16->head_dim, s16->q_stride,
                                             s16->kv_stride, RA_DTYPE_F32 };
     const size_t nkv = (size_t)ATTN_T * s16->kv_stride, nout = (size_t)n * s16->q_stride;
@@ -127,13 +138,19 @@ static void bf16_attention_case(struct ra_backend *be, const struct ra_attention
     CHECK_OK(be->ops->attention(be, bout, bq, bk16, bv16, start, n, s16));
     CHECK_OK(be->ops->download(be, out, bout, nq * sizeof(float)));
     const double err = max_err(out, ref, nout);
-    const int same = memcmp(out, want, nout * sizeof(float)) == 0;
+    int same = memcmp(out, want, nout * sizeof(float)) == 0;
+    double vs32 = 0;
+    for (size_t i = 0; i < nout; i++)
+        vs32 = fmax(vs32, fabs((double)out[i] - want[i]) / (1.0 + fabs((double)want[i])));
+    if (dp)
+        same = vs32 <= TOL_ATTN_BF16DP;
     int overrun = 0;
     for (size_t i = nout; i < nq; i++)
         overrun |= out[i] != 12345.0f;
-    printf("attention %-8s hd %3d heads %d/%d  [%4d, %4d)  bf16 KV: worst %.2e%s, %s the fp32 kernel's%s\n", isa,
-           s16->head_dim, s16->n_heads, s16->n_kv_heads, start, start + n, err, err <= TOL_ATTN_BF16 ? "" : "  FAIL",
-           same ? "equal to" : "DIFFERS from", overrun ? "  wrote past its rows" : "");
+    printf("attention %-8s hd %3d heads %d/%d  [%4d, %4d)  bf16 KV: worst %.2e%s, %s the fp32 kernel's (%.2e)%s\n",
+           ra_cpu_isa_name(isa), s16->head_dim, s16->n_heads, s16->n_kv_heads, start, start + n, err,
+           err <= TOL_ATTN_BF16 ? "" : "  FAIL", dp ? (same ? "near" : "FAR FROM") : (same ? "equal to" : "DIFFERS from"),
+           vs32, overrun ? "  wrote past its rows" : "");
     CHECK(err <= TOL_ATTN_BF16);
     CHECK(same);
     CHECK(!overrun);
@@ -208,7 +225,7 @@ static void attention_case(const struct attn_case *ac)
                 CHECK(err <= TOL_ATTN);
                 CHECK(!overrun);
                 bf16_attention_case(be, &shape16, bq + (size_t)start * qd, k16, v16, kw, vw, start, n, bout, out,
-                                    ref + (size_t)start * qd, nq, ra_cpu_isa_name(isa));
+                                    ref + (size_t)start * qd, nq, (enum ra_cpu_isa)isa);
             }
         be->ops->release(be, bq);
         be->ops->release(be, bk);
@@ -291,7 +308,7 @@ static void forward_span_case(struct ra_model *m, struct ra_backend *be, const c
 
 /* Every length of lens[] as one span from 0 and as a second span from MID,
  * on every instruction set, against one oracle pass over the longest prompt. */
-static void forward_case(struct ra_model *m, const char *name, const int *lens, int n_lens, double tol,
+static void forward_case(struct ra_model *m, const char *name, const int *lens, int n_lens, double tol_all,
                          enum ra_dtype kv_dtype)
 {
     const struct ra_config *c = &m->config;
@@ -326,6 +343,8 @@ static void forward_case(struct ra_model *m, const char *name, const int *lens, 
         if (!be)
             continue;
         CHECK_OK(ra_model_attach(m, be));
+        /* bf16 rows on avx512bf16: Q and P are rounded to bf16 too */
+        const double tol = kv_dtype == RA_DTYPE_BF16 && isa == RA_CPU_ISA_AVX512BF16 ? TOL_TRAINED_BF16DP : tol_all;
         for (int i = 0; i < n_lens; i++) {
             forward_span_case(m, be, name, ra_cpu_isa_name(isa), tokens, 0, lens[i], &ref_kv, ref_logits, T, tol,
                               kv_dtype);
