@@ -401,12 +401,15 @@ static void softmax_block(int w, struct item *it, int kb, int nk, int pos0)
 #endif
 
 #if defined(RA_KERNELS_BF16DP)
+/* A bf16 pair read as one 32-bit lane out of a uint16_t array (the cache's K rows). */
+typedef uint32_t __attribute__((may_alias)) pair_t;
+
 /* The bf16 micro-kernel: as micro, with k over pairs: c[a][:] = (cs ? c[a][:] *
  * cs[:] : 0) + sum_{i < kp} x[a*sa + i*sk] . y[i][:], where x holds a bf16
  * pair per uint32 (broadcast) and y rows W vectors of bf16 pairs; each
  * vdpbf16ps adds both products of a pair to a lane's fp32 sum. */
 static inline __attribute__((always_inline)) void micro_dp(const int NA, const int W, float *c, const float *cs,
-                                                           const uint32_t *x, size_t sa, size_t sk,
+                                                           const pair_t *x, size_t sa, size_t sk,
                                                            const uint32_t *y, int kp)
 {
     vf acc[12][NV];
@@ -420,7 +423,7 @@ static inline __attribute__((always_inline)) void micro_dp(const int NA, const i
 #pragma GCC unroll 4
         for (int v = 0; v < W; v++)
             yv[v] = (__m512bh)_mm512_load_si512(y + ((size_t)i * W + v) * VL);
-        const uint32_t *xi = x + (size_t)i * sk;
+        const pair_t *xi = x + (size_t)i * sk;
 #pragma GCC unroll 16
         for (int a = 0; a < NA; a++) {
             const __m512bh b = (__m512bh)_mm512_set1_epi32((int)xi[a * sa]);
@@ -438,7 +441,7 @@ static inline __attribute__((always_inline)) void micro_dp(const int NA, const i
 
 /* Rows [0, na) of c in tiles, as micro_rows_w. */
 static inline __attribute__((always_inline)) void micro_dp_rows_w(const int W, int na, float *c, const float *cs,
-                                                                  const uint32_t *x, size_t sa, size_t sk,
+                                                                  const pair_t *x, size_t sa, size_t sk,
                                                                   const uint32_t *y, int kp)
 {
     const int NA = NA_FOR(W);
@@ -446,7 +449,7 @@ static inline __attribute__((always_inline)) void micro_dp_rows_w(const int W, i
     for (; a + NA <= na; a += NA)
         micro_dp(NA, W, c + (size_t)a * W * VL, cs, x + a * sa, sa, sk, y, kp);
     float *ca = c + (size_t)a * W * VL;
-    const uint32_t *xa = x + a * sa;
+    const pair_t *xa = x + a * sa;
     switch (na - a) {
 #define TAIL(n) case n: if (n < NA) micro_dp(n, W, ca, cs, xa, sa, sk, y, kp); break;
     TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10) TAIL(11)
@@ -455,7 +458,7 @@ static inline __attribute__((always_inline)) void micro_dp_rows_w(const int W, i
     }
 }
 
-static void micro_dp_rows(int w, int na, float *c, const float *cs, const uint32_t *x, size_t sa, size_t sk,
+static void micro_dp_rows(int w, int na, float *c, const float *cs, const pair_t *x, size_t sa, size_t sk,
                           const uint32_t *y, int kp)
 {
     switch (w) {
@@ -510,7 +513,7 @@ static void attend_block_dp(float *out, const float *q, const uint16_t *k_cache,
         const int nk = last - kb + 1 < BK ? last - kb + 1 : BK, np = (nk + 1) / 2;
         const uint16_t *kblk = k_cache + head + (size_t)kb * kvs, *vblk = v_cache + head + (size_t)kb * kvs;
         /* St[j][r] = K[kb+j] · Q[r]: K's pairs (2i, 2i+1) are adjacent in the row */
-        micro_dp_rows(w, nk, it.st, NULL, (const uint32_t *)kblk, kvs / 2, 1, dp.qp, hp);
+        micro_dp_rows(w, nk, it.st, NULL, (const pair_t *)kblk, kvs / 2, 1, dp.qp, hp);
         softmax_block(w, &it, kb, nk, pos0);
         /* P and V in pairs of keys; an odd block's last pair gets a zero partner */
         for (int i = 0; i < np; i++) {
