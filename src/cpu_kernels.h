@@ -1,7 +1,7 @@
 /* The CPU backend's hand-written kernels, one table per instruction set.
  *
  * cpu_kernels_impl.h is compiled once per instruction set, each time with that
- * set's compiler flags (cpu_kernels_portable.c, _avx2.c, _avx512.c), so one
+ * set's compiler flags (cpu_kernels_portable.c, _avx2.c, _avx512.c, _avx512bf16.c), so one
  * binary holds every version and none of them runs an instruction the CPU
  * lacks: the backend picks its table at run time (cpu_isa.h). The GEMMs are
  * OpenBLAS's, which does its own run-time dispatch. All pointers are host

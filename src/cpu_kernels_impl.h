@@ -1,9 +1,10 @@
 /* The CPU kernels, compiled once per instruction set (see cpu_kernels.h).
  *
- * Not an ordinary header: cpu_kernels_<isa>.c defines RA_KERNELS_AVX512,
- * RA_KERNELS_AVX2 or nothing (portable), then includes this file, and the
- * build compiles each with that instruction set's flags (AVX512_CFLAGS,
- * AVX2_CFLAGS or none, from configure). The marker picks the intrinsics; the
+ * Not an ordinary header: cpu_kernels_<isa>.c defines RA_KERNELS_AVX512
+ * (and RA_KERNELS_BF16DP for avx512bf16), RA_KERNELS_AVX2 or nothing
+ * (portable), then includes this file, and the build compiles each with that
+ * instruction set's flags (AVX512BF16_CFLAGS, AVX512_CFLAGS, AVX2_CFLAGS or
+ * none, from configure). The marker picks the intrinsics; the
  * plain loops are written to vectorise for whatever the flags allow.
  *
  * Causal attention, block by block with an online softmax.
