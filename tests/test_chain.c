@@ -28,9 +28,11 @@
 #define TOL 1e-4
 /* bf16 rows: a slice's GEMMs see other row counts than the single process's,
  * so an fp32 K or V element can differ in its last bits and then round to the
- * neighbouring bf16 value: one bf16 ulp, 2^-8 relative (seen: 1.2e-4 with the
- * 1 + |x| denominator); the logits then move by 1e-5 (seen 9.3e-6). */
-#define TOL_KV_BF16 3.9e-3
+ * neighbouring bf16 value: one bf16 ulp, 2^-8 relative, and the later layers'
+ * rows, computed from the moved attention output, by a few ulps more (seen:
+ * 5.0e-3 with the 1 + |x| denominator, in the sanitizer build); the logits
+ * move by 1e-4 (seen 1.7e-4). A wrong or stale row moves both by 1e-1 or more. */
+#define TOL_KV_BF16 2e-2
 #define TOL_LOGITS_BF16 1e-3
 #define N_DECODE 16
 
