@@ -48,6 +48,7 @@ struct options {
     const char *backend;           /* NULL (auto), "cpu" or "cuda" */
     int device;                    /* --device, or -1: the node-local rank modulo the GPUs */
     enum ra_dtype device_dtype;
+    enum ra_dtype kv_dtype;        /* of the KV cache: f32 (default) or bf16 */
 };
 
 /* The output files, opened by the last rank (which writes them) before any work. */
@@ -123,6 +124,8 @@ static void usage(FILE *f)
 "      --compute-dtype D     linear layers in auto (default: bf16 for bf16/f16 weights on a\n"
 "                            CPU with AMX-BF16 or AVX512-BF16, else f32), f32, or bf16 (f32\n"
 "                            weights too: a bf16 copy made at load, half their size)\n"
+"      --kv-dtype T          KV cache rows: f32 (default) or bf16 (half the memory and\n"
+"                            the bytes kvr/tsp move; attention still sums in fp32)\n"
 "      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
 "                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
 "      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
@@ -159,7 +162,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
            OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_TRANSPORT, OPT_BACKEND, OPT_DEVICE,
-           OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE };
+           OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_KV_DTYPE };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -183,6 +186,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "hw-tag", required_argument, NULL, OPT_HW_TAG },
         { "threads", required_argument, NULL, 'T' },
         { "compute-dtype", required_argument, NULL, OPT_COMPUTE_DTYPE },
+        { "kv-dtype", required_argument, NULL, OPT_KV_DTYPE },
         { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
         { "watchdog", required_argument, NULL, OPT_WATCHDOG },
         { "backend", required_argument, NULL, OPT_BACKEND },
@@ -229,6 +233,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_HW_TAG: o->hw_tag = optarg; break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
         case OPT_COMPUTE_DTYPE: rc = ra_compute_parse(optarg, &o->compute); break;
+        case OPT_KV_DTYPE: rc = ra_kv_dtype_parse(optarg, "--kv-dtype", &o->kv_dtype); break;
         case OPT_EXPECT_RANKS: rc = ra_arg_int(optarg, "--expect-ranks", 1, RA_MAX_RANKS, &o->expect_ranks); break;
         case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
         case OPT_BACKEND:
@@ -557,7 +562,7 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
         .median_pass = r->passes.median, .partition_source = partition_source[0] ? partition_source : NULL,
         .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = ra_exchange_transport_name(x),
         .link = o->netem.link_gbps > 0 ? &o->netem : NULL, .procs = procs,
-        .backend = m->backend->ops->name,
+        .backend = m->backend->ops->name, .kv_dtype = o->kv_dtype,
     };
     ra_report_print(stderr, &info, &all);
     if (r->n_generated > 1)
@@ -667,10 +672,10 @@ static int run(int argc, char **argv)
         be->compute = o.compute;
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
-                              ra_config_kv_dim(&m.config));
+                              ra_kv_row_bytes(ra_config_kv_dim(&m.config), o.kv_dtype));
     if (rc == RA_OK)
-        rc = ra_kvcache_init(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config),
-                             ra_prefill_kv_rows(&x) + (last ? o.generate : 0));
+        rc = ra_kvcache_init_dtype(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config),
+                                   ra_prefill_kv_rows(&x) + (last ? o.generate : 0), o.kv_dtype);
     logits = malloc(sizeof(float) * (size_t)(m.config.vocab_size > 0 ? m.config.vocab_size : 1));
     r.ttft = calloc((size_t)o.repeat, sizeof *r.ttft);
     r.generated = malloc(sizeof(int32_t) * (size_t)(o.generate > 0 ? o.generate : 1));
