@@ -177,7 +177,7 @@ static void check_threshold(void)
 /* ---------------------------------------------------------------- decode against dense */
 
 struct decode_result {
-    double recall, recall_min, kl, fetched; /* means over steps; fetched: fraction of the dense rows */
+    double recall, recall_min, kl, fetched, q_cos; /* means over steps; fetched: fraction of the dense rows */
     int agree, steps;
 };
 
@@ -204,8 +204,11 @@ static void run_decode(struct ra_model *m, const int32_t *tokens, int n_prompt, 
         CHECK(memcmp(dense, got, sizeof(float) * c->vocab_size) == 0);
     for (int s = 0; s < steps; s++) {
         const int pos = n_prompt + s;
-        struct ra_infinigen_step_stats st;
+        struct ra_infinigen_step_stats st = { 0 };
+        int per_layer[64];
+        st.tokens_layer = c->n_layers <= 64 ? per_layer : NULL;
         CHECK_OK(ra_forward_span(m, tokens + pos, pos, 1, &kv, NULL, dense));
+        const int pooled0 = pool.n_used[0];
         CHECK_OK(ra_infinigen_decode(&ig, &pool, m, tokens[pos], pos, got, &st));
         if (exact && memcmp(dense, got, sizeof(float) * c->vocab_size) != 0) {
             fprintf(stderr, "step %d: logits differ from dense\n", s);
@@ -221,6 +224,8 @@ static void run_decode(struct ra_model *m, const int32_t *tokens, int n_prompt, 
         res->recall_min = s == 0 ? st.recall_min : fmin(res->recall_min, st.recall_min);
         res->kl += ra_infinigen_kl(dense, got, c->vocab_size) / steps;
         res->fetched += (double)st.rows_fetched / (double)st.rows_dense / steps;
+        res->q_cos += st.q_cos / steps;
+        CHECK(!st.tokens_layer || st.tokens_layer[0] == pooled0); /* layer 0: everything */
         CHECK_OK(ra_kvpool_check(&pool));
         CHECK_OK(ra_infinigen_check_pool(&ig, &pool));
     }
@@ -354,8 +359,8 @@ static void check_stories(void)
     /* the fraction of the pooled tokens layers >= 1 attend (layer 0 takes all) */
     const double frac = (r.fetched * c->n_layers - 1) / (c->n_layers - 1);
     printf("stories260K ratio %.1f alpha %.0f cap %.1f: recall %.4f (min head %.3f) with %.3f of the tokens at "
-           "layers >= 1 (%.3f of the KV fetched), greedy agreement %d/%d, KL %.2e nats\n", p.ratio, p.alpha, p.cap,
-           r.recall, r.recall_min, frac, r.fetched, r.agree, r.steps, r.kl);
+           "layers >= 1 (%.3f of the KV fetched), greedy agreement %d/%d, KL %.2e nats; cos(speculative q, q) %.3f\n", p.ratio, p.alpha,
+           p.cap, r.recall, r.recall_min, frac, r.fetched, r.agree, r.steps, r.kl, r.q_cos);
     CHECK(frac <= p.cap + 1e-9);
     CHECK(r.recall > 1.5 * frac); /* well above a random choice of as many tokens */
     /* without skewing, the same budget */

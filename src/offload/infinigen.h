@@ -106,6 +106,9 @@ struct ra_infinigen_step_stats {
     double recall;         /* attention mass (dense softmax over pool + current token) on the attended
                               tokens, mean over layers >= 1 and query heads */
     double recall_min;     /* the smallest per-(layer, head) recall of the step */
+    double q_cos;          /* cosine of the speculative query (layer l−1's input through W_Q^l) and layer
+                              l's real query, mean over layers >= 1: how well the rehearsal can work */
+    int *tokens_layer;     /* NULL, or [n_layers] (caller's): pooled tokens each layer attended */
 };
 
 /* The prompt tokens [0, n), dense: fills the pool and Kp with every layer's

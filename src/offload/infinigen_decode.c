@@ -209,8 +209,10 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
         free(head_recall);
         return rc;
     }
-    if (stats)
-        *stats = (struct ra_infinigen_step_stats){ 0, 0, 0, 1 };
+    if (stats) {
+        int *per_layer = stats->tokens_layer;
+        *stats = (struct ra_infinigen_step_stats){ .recall_min = 1, .tokens_layer = per_layer };
+    }
     int recall_n = 0;
     if ((rc = op->embed(be, p.x, &m->weights.embed, &token, 1)) != RA_OK)
         goto out;
@@ -235,6 +237,17 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
         if ((rc = ra_kvpool_gather(pool, l, n_sel < 0 ? NULL : p.sel, n_att, p.kg, p.vg)) != RA_OK)
             goto out;
         if (stats) {
+            if (stats->tokens_layer)
+                stats->tokens_layer[l] = n_att;
+            if (l > 0) { /* p.qs still holds the rehearsal's query for this layer */
+                double dot = 0, a2 = 0, b2 = 0;
+                for (int i = 0; i < d; i++) {
+                    dot += (double)p.qs[i] * p.q[i];
+                    a2 += (double)p.qs[i] * p.qs[i];
+                    b2 += (double)p.q[i] * p.q[i];
+                }
+                stats->q_cos += dot / sqrt(a2 * b2 + 1e-300) / (c->n_layers - 1);
+            }
             stats->rows_fetched += (int64_t)n_att * G;
             stats->rows_dense += (int64_t)n_slots * G;
             if (n_sel >= 0) {
