@@ -239,7 +239,7 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
         if (stats) {
             if (stats->tokens_layer)
                 stats->tokens_layer[l] = n_att;
-            if (l > 0) { /* p.qs still holds the rehearsal's query for this layer */
+            if (l > 0 && !ig->p.oracle) { /* p.qs still holds the rehearsal's query for this layer */
                 double dot = 0, a2 = 0, b2 = 0;
                 for (int i = 0; i < d; i++) {
                     dot += (double)p.qs[i] * p.q[i];
