@@ -253,6 +253,34 @@ static void check_full_selection_random(enum ra_rope_style style, int n_kv_heads
     const struct ra_infinigen_params all = { .ratio = 1, .alpha = INFINITY, .cap = 1, .skew = 1 };
     struct decode_result r;
     run_decode(&m, tokens, 32, 16, &all, 0, 1, &r);
+    /* calibration through the model, also from fewer query rows than head_dim: A stays orthogonal */
+    for (int n = 1; n <= 32; n += 31) {
+        struct ra_infinigen ig;
+        struct ra_infinigen_params p;
+        ra_infinigen_params_default(&p);
+        CHECK_OK(ra_infinigen_init(&ig, &m.config, &p, 8));
+        CHECK_OK(ra_infinigen_calibrate(&ig, &m, tokens, n));
+        const int d = m.config.head_dim;
+        double ortho = 0;
+        for (int l = 0; l < cfg.n_layers; l++)
+            for (int g = 0; g < n_kv_heads; g++) {
+                const float *A = ra_infinigen_A(&ig, l, g);
+                for (int i = 0; i < d; i++)
+                    for (int j = 0; j < d; j++) {
+                        double dot = 0;
+                        for (int t = 0; t < d; t++)
+                            dot += (double)A[t * d + i] * A[t * d + j];
+                        ortho = fmax(ortho, fabs(dot - (i == j)));
+                    }
+                const int32_t *idx = ra_infinigen_idx(&ig, l, g);
+                for (int j = 1; j < ig.n_part; j++)
+                    CHECK(idx[j] > idx[j - 1] && idx[j] < d);
+            }
+        CHECK(ortho < 1e-5);
+        CHECK(ig.n_part == (int)(0.3 * d));
+        CHECK(ra_infinigen_kp_bytes(&ig) == (size_t)cfg.n_layers * 8 * n_kv_heads * ig.n_part * sizeof(float));
+        ra_infinigen_free(&ig);
+    }
     CHECK(r.fetched == 1 && r.agree == r.steps && r.kl == 0 && fabs(r.recall - 1) < 1e-12);
     printf("full selection %s Hkv=%d: logits equal to dense over %d steps (recall %.6f)\n", ra_rope_style_name(style),
            n_kv_heads, r.steps, r.recall);

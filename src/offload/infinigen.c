@@ -277,6 +277,11 @@ int ra_infinigen_speculate(const struct ra_infinigen *ig, int layer, const float
     return RA_OK;
 }
 
+size_t ra_infinigen_kp_bytes(const struct ra_infinigen *ig)
+{
+    return (size_t)ig->c.n_layers * ig->capacity * ig->c.n_kv_heads * ig->n_part * sizeof(float);
+}
+
 int ra_infinigen_check_pool(const struct ra_infinigen *ig, const struct ra_kvpool *pool)
 {
     if (pool->capacity > ig->capacity || pool->n_layers != ig->c.n_layers)

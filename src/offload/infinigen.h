@@ -94,6 +94,9 @@ int ra_infinigen_kp_store(struct ra_infinigen *ig, int layer, int slot, int toke
 int ra_infinigen_speculate(const struct ra_infinigen *ig, int layer, const float *q_rot, int n_slots,
                            int32_t *sel, int *n_sel);
 
+/* Bytes of the partial key cache (the device's share: about ratio × the K cache). */
+size_t ra_infinigen_kp_bytes(const struct ra_infinigen *ig);
+
 /* Kp and the pool hold the same token at every slot (RA_OK), else RA_ERANGE. */
 int ra_infinigen_check_pool(const struct ra_infinigen *ig, const struct ra_kvpool *pool);
 
