@@ -122,7 +122,7 @@ static int dense_pass(struct ra_infinigen *ig, struct ra_kvpool *pool, struct ra
     struct ra_backend *be = m->backend;
     const struct ra_backend_ops *op = be->ops;
     const int d = c->dim, kvd = ra_config_kv_dim(c);
-    const struct ra_attention_shape shape = { c->n_heads, c->n_kv_heads, c->head_dim, d, kvd };
+    const struct ra_attention_shape shape = { c->n_heads, c->n_kv_heads, c->head_dim, d, kvd, RA_DTYPE_F32 };
     struct pass p;
     struct ra_kvcache kv;
     if ((rc = pass_init(&p, c, n, 0)) != RA_OK)
@@ -199,7 +199,7 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
     struct ra_backend *be = m->backend;
     const struct ra_backend_ops *op = be->ops;
     const int d = c->dim, kvd = ra_config_kv_dim(c), G = c->n_kv_heads, H = c->n_heads;
-    const struct ra_attention_shape shape = { H, G, c->head_dim, d, kvd };
+    const struct ra_attention_shape shape = { H, G, c->head_dim, d, kvd, RA_DTYPE_F32 };
     struct pass p;
     double *head_recall = malloc((size_t)H * sizeof(double));
     int n_sel = -1; /* -1: no speculation for this layer, fetch every token */
