@@ -12,7 +12,7 @@
 #   a figure in every cell it ran.
 . "$(dirname "$0")/lib.sh"
 JOB=$SRC/jobs/compare-llama-cpp
-export RA_BUILD_DIR=$BUILD
+export RA_BUILD_DIR="$BUILD"
 [ -x "$BUILD/runahead" ] && [ -x "$BUILD/runahead-synth" ] || skip "runahead not built in $BUILD"
 
 # --- refusals (a fake tree where one is needed: only the checks before any work run)
