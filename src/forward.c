@@ -258,6 +258,8 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
         const struct ra_layer_weights *w = &m->weights.layers[l];
         HOOK(layer_begin);
         OP(t_other, op->rmsnorm(be, ws->xb, ws->x, &w->attn_norm, n, d, c->norm_eps));
+        if (m->tap && m->tap->attn_input && (rc = m->tap->attn_input(m->tap->ctx, l, start, n, ws->xb)) != RA_OK)
+            goto out;
         OP(t_linear, op->matmul(be, ws->q, d, ws->xb, d, &w->wq, n));
         OP(t_linear, op->matmul(be, ra_kvcache_k(kv, l, start), kvd, ws->xb, d, &w->wk, n));
         OP(t_linear, op->matmul(be, ra_kvcache_v(kv, l, start), kvd, ws->xb, d, &w->wv, n));
@@ -268,7 +270,14 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
         /* every row attention will read, the earlier positions' too */
         PROBE(kv->k[l], start + n, kvd, 0, l, "keys");
         PROBE(kv->v[l], start + n, kvd, 0, l, "values");
-        OP(t_attention, op->attention(be, ws->att, ws->q, kv->k[l], kv->v[l], start, n, &shape));
+        const float *ak = kv->k[l], *av = kv->v[l];
+        int rows = start + n;
+        if (xchg && xchg->attend) {
+            const struct ra_layer_acts acts = { ws->x, ws->xb, ws->q };
+            if ((rc = xchg->attend(xchg->ctx, l, kv, start, n, &acts, &ak, &av, &rows)) != RA_OK)
+                goto out;
+        }
+        OP(t_attention, op->attention(be, ws->att, ws->q, ak, av, rows - n, n, &shape));
         OP(t_linear, op->matmul(be, ws->xb, d, ws->att, d, &w->wo, n));
         OP(t_other, op->add(be, ws->x, ws->xb, (size_t)n * d));
         OP(t_other, op->rmsnorm(be, ws->xb, ws->x, &w->ffn_norm, n, d, c->norm_eps));
