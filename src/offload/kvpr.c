@@ -15,7 +15,8 @@ static double now(void)
 
 int ra_kvpr_x_rows(const struct ra_kvpr_shape *sh, int l)
 {
-    return l == 1 && sh->x_rows >= 2 ? 2 : l;
+    (void)sh;
+    return l;
 }
 
 void ra_kvpr_bytes(const struct ra_kvpr_shape *sh, int l, int64_t *x_bytes, int64_t *kv_bytes)
@@ -38,7 +39,8 @@ double ra_kvpr_cost(const struct ra_kvpr_profile *p, const struct ra_kvpr_shape 
     const double inv = isinf(p->v_com) ? 0 : 1.0 / p->v_com;
     const double t_x = l ? p->lat_s + (double)xb * inv : 0;
     const double t_kv = 2 * kv_segments(sh, l) * p->lat_s + (double)kvb * inv;
-    const double t_re = l ? p->gemm_s0 + 4.0 * ra_kvpr_x_rows(sh, l) * (double)sh->dim * sh->kv_dim / p->v_gpu : 0;
+    const double t_re = !l ? 0 : p->fixed_s > 0 ? p->fixed_s
+                                 : p->gemm_s0 + 4.0 * l * (double)sh->dim * sh->kv_dim / p->v_gpu;
     return t_x + (t_re > t_kv ? t_re : t_kv);
 }
 
@@ -68,7 +70,7 @@ int ra_kvpr_plan_closed(const struct ra_kvpr_profile *p, const struct ra_kvpr_sh
     int lo = (int)floor(ls), hi = lo + 1;
     lo = lo < 0 ? 0 : lo > lmax ? lmax : lo;
     hi = hi < 0 ? 0 : hi > lmax ? lmax : hi;
-    const struct ra_kvpr_profile q = { p->v_com, 0, p->v_gpu, 0 }; /* the closed form's own model */
+    const struct ra_kvpr_profile q = { p->v_com, 0, p->v_gpu, 0, 0 }; /* the closed form's own model */
     return ra_kvpr_cost(&q, sh, hi) < ra_kvpr_cost(&q, sh, lo) ? hi : lo;
 }
 
@@ -131,7 +133,7 @@ int ra_kvpr_profile(struct ra_offload *o, struct ra_kvpr_profile *p)
     const struct ra_offload_config *cfg = vw->cfg;
     struct ra_backend *be = vw->be;
     int rc = RA_OK;
-    *p = (struct ra_kvpr_profile){ INFINITY, 0, INFINITY, 0 };
+    *p = (struct ra_kvpr_profile){ INFINITY, 0, INFINITY, 0, 0 };
     /* the link: modelled where it is emulated, timed where it is real */
     if (be->ops->mem_kind(be) != RA_MEM_DEVICE) {
         if (cfg->link_gbps > 0)
@@ -155,10 +157,14 @@ int ra_kvpr_profile(struct ra_offload *o, struct ra_kvpr_profile *p)
         p->v_gpu = flop_row / per_row;
         p->gemm_s0 = fmax(0, t2 - per_row * n2);
     }
+    /* the CPU backend recomputes on the prefill span's row count (kvpr.h): a constant */
+    const int span = vw->x_end - vw->x_start;
+    if (rc == RA_OK && be->ops->mem_kind(be) != RA_MEM_DEVICE && span > 0)
+        rc = time_gemm(o, span, &p->fixed_s);
     if (cfg->kvpr_v_com > 0)
         p->v_com = cfg->kvpr_v_com;
     if (cfg->kvpr_v_gpu > 0)
-        p->v_gpu = cfg->kvpr_v_gpu, p->gemm_s0 = 0;
+        p->v_gpu = cfg->kvpr_v_gpu, p->gemm_s0 = 0, p->fixed_s = 0;
     return rc;
 }
 
@@ -167,7 +173,7 @@ int ra_kvpr_profile(struct ra_offload *o, struct ra_kvpr_profile *p)
 struct kvpr_state {
     struct ra_kvpr_profile prof;
     int l, nx;                   /* this step's split and X rows sent */
-    float *scratch_k, *scratch_v; /* device, 2 rows: l = 1 recomputes two rows */
+    float *scratch_k, *scratch_v; /* device, the span's rows: the CPU backend's recompute output */
 };
 
 static struct ra_kvpr_shape shape_at(struct ra_offload *o, int pos)
@@ -184,7 +190,7 @@ static int kvpr_begin(struct ra_offload *o)
     if (!st)
         return ra_error_set(RA_ENOMEM, "kvpr: out of memory");
     vw->policy_state = st;
-    const size_t two = 2 * (size_t)vw->kv_dim * sizeof(float);
+    const size_t two = (size_t)(vw->max_rows > 1 ? vw->max_rows : 1) * vw->kv_dim * sizeof(float);
     st->scratch_k = vw->be->ops->alloc_mem(vw->be, two, RA_MEM_DEVICE);
     st->scratch_v = vw->be->ops->alloc_mem(vw->be, two, RA_MEM_DEVICE);
     if (!st->scratch_k || !st->scratch_v)
@@ -261,16 +267,16 @@ static int kvpr_ready(struct ra_offload *o, int layer, int pos)
     const size_t off = (size_t)vw->x_start * vw->kv_dim;
     float *k = ra_offload_slot_k(o, layer) + off, *v = ra_offload_slot_v(o, layer) + off;
     struct ra_backend *be = vw->be;
-    if (st->nx == st->l) {
-        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start, st->nx, k, v);
-    } else { /* l = 1 computed as two rows (the GEMM path), the first kept */
-        const size_t row = (size_t)vw->kv_dim * sizeof(float);
-        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start, st->nx, st->scratch_k,
-                               st->scratch_v);
+    if (be->ops->mem_kind(be) == RA_MEM_DEVICE) {
+        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start, st->l, k, v);
+    } else { /* on the span's row count (kvpr.h), into scratch; rows [l, span) of X are stale and unused */
+        const size_t bytes = (size_t)st->l * vw->kv_dim * sizeof(float);
+        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start, vw->x_end - vw->x_start,
+                               st->scratch_k, st->scratch_v);
         if (rc == RA_OK)
-            rc = be->ops->copy_async(be, k, st->scratch_k, row, RA_STREAM_COMPUTE);
+            rc = be->ops->copy_async(be, k, st->scratch_k, bytes, RA_STREAM_COMPUTE);
         if (rc == RA_OK)
-            rc = be->ops->copy_async(be, v, st->scratch_v, row, RA_STREAM_COMPUTE);
+            rc = be->ops->copy_async(be, v, st->scratch_v, bytes, RA_STREAM_COMPUTE);
     }
     if (rc == RA_OK && be->ops->mem_kind(be) != RA_MEM_DEVICE)
         rc = be->ops->synchronize(be);

@@ -8,10 +8,12 @@
  * after a chain. The split is bounded by them (the paper's l <= s): generated
  * rows always transfer as KV.
  *
- * Bit-exactness on the CPU backend: the recompute GEMM of l rows gives the
- * same bits as the prefill's GEMM of its span for every row as long as both
- * take the GEMM path (more than one row); one row would take the GEMV path, so
- * l = 1 recomputes (and sends X of) two rows when the span has two. */
+ * Bit-exactness on the CPU backend: OpenBLAS picks its kernel (and the
+ * threads their split) by the GEMM's row count, so a row's bits depend on M
+ * (tests/test_forward_spans.c). The CPU backend therefore recomputes on the
+ * prefill span's row count (rows [l, span) of the X buffer are stale and their
+ * output discarded): bytes are KVPR's, the recompute time is that of the span
+ * (profile.fixed_s). A GPU backend recomputes the l rows (tolerance there). */
 #ifndef RA_KVPR_H
 #define RA_KVPR_H
 
@@ -24,6 +26,7 @@ struct ra_kvpr_profile {
     double lat_s;   /* host link, seconds per message */
     double v_gpu;   /* recompute GEMM, FLOP/s */
     double gemm_s0; /* recompute GEMM, fixed seconds per call */
+    double fixed_s; /* > 0: every recompute takes this long whatever l (the CPU backend, above) */
 };
 
 /* Per-layer sizes of one step. */
@@ -38,7 +41,7 @@ struct ra_kvpr_shape {
  * backend) and the recompute GEMM of layer 0 on the backend. Config overrides win. */
 int ra_kvpr_profile(struct ra_offload *o, struct ra_kvpr_profile *p);
 
-/* Rows of X sent for split l (l, or 2 for l = 1 when two rows have X). */
+/* Rows of X sent for split l (l). */
 int ra_kvpr_x_rows(const struct ra_kvpr_shape *sh, int l);
 /* Bytes per layer the split sends: X, and K+V. */
 void ra_kvpr_bytes(const struct ra_kvpr_shape *sh, int l, int64_t *x_bytes, int64_t *kv_bytes);

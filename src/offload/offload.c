@@ -371,8 +371,8 @@ int ra_offload_create(struct ra_offload **out, struct ra_model *m, const struct 
     o->emulated = be->ops->mem_kind(be) != RA_MEM_DEVICE;
     o->row_bytes = (size_t)o->view.kv_dim * sizeof(float);
     o->slot_bytes = 2 * (size_t)max_rows * o->row_bytes;
-    if (cfg->mode == RA_OFFLOAD_KVPR)
-        o->slot_bytes += (size_t)max_rows * (size_t)c->dim * sizeof(float);
+    if (cfg->mode == RA_OFFLOAD_KVPR) /* X rows, and the recompute's output (counted per slot: conservative) */
+        o->slot_bytes += (size_t)max_rows * (size_t)c->dim * sizeof(float) + 2 * (size_t)max_rows * o->row_bytes;
     const size_t budget = cfg->device_kv_mem ? cfg->device_kv_mem : 2 * o->slot_bytes;
     o->n_slots = budget >= 2 * o->slot_bytes ? 2 : budget >= o->slot_bytes ? 1 : 0;
     if (o->n_slots > c->n_layers)
