@@ -491,8 +491,6 @@ static int decode(const struct options *o, struct ra_model *m, struct ra_kvcache
         .offload = off,
     };
     const double t0 = MPI_Wtime();
-    if (rc == RA_OK && off) /* the prompt's rows go to the host pool: decode reads only that */
-        rc = ra_offload_begin(off, kv, r->n_prompt);
     if (rc == RA_OK)
         rc = ra_generate_run(m, kv, r->n_prompt, logits, &sampler, &g, r->generated, &r->n_generated);
     if (rc == RA_OK && off)

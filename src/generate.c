@@ -16,6 +16,11 @@ int ra_generate_run(struct ra_model *m, struct ra_kvcache *kv, int n_prompt, flo
         const int start = i ? n_prompt + i - 1 : g->prompt_start, n = i ? 1 : n_prompt - g->prompt_start;
         if ((rc = ra_forward_check_logits(m, span, start, n, kv, logits)) != RA_OK)
             break;
+        if (i == 0 && g->offload) { /* the prompt's rows move to the host pool; the device keeps only its budget */
+            if ((rc = ra_offload_begin(g->offload, kv, n_prompt)) != RA_OK)
+                break;
+            ra_kvcache_free(kv);
+        }
         const int32_t token = ra_sampler_sample(s, logits);
         out[(*n_out)++] = token;
         if ((g->on_token && g->on_token(g->ctx, token)) || token == g->eos_id || i + 1 == g->max_tokens)

@@ -22,8 +22,11 @@ struct ra_generate {
      * non-finite logit be traced to its layer and position; NULL: not traced. */
     const int32_t *prompt;
     int prompt_start;
-    /* Decode from a host KV pool (src/offload/offload.h) after ra_offload_begin;
-     * NULL: from the cache in place (--offload none). */
+    /* Decode from a host KV pool (src/offload/offload.h): once the prompt's
+     * logits are checked, ra_generate_run moves the cache's rows into the pool
+     * (ra_offload_begin) and releases the cache (ra_kvcache_free: freeing it
+     * again is harmless), so the device holds only the offload's working set.
+     * NULL: decode from the cache in place (--offload none). */
     struct ra_offload *offload;
 };
 
