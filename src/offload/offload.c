@@ -19,6 +19,7 @@ struct ra_offload {
     int emulated;          /* the CPU backend: the device and its link are emulated */
     size_t row_bytes;      /* one K (or V) row */
     size_t slot_bytes;     /* one slot: K and V of max_rows rows, + X rows for kvpr */
+    size_t fixed_bytes;    /* device bytes besides the slots (KVPR's recompute output) */
     int n_slots;
     float *slot_k[MAX_SLOTS], *slot_v[MAX_SLOTS], *slot_x[MAX_SLOTS]; /* device */
     float **pool_k, **pool_v, **pool_x;                               /* pinned host */
@@ -371,20 +372,24 @@ int ra_offload_create(struct ra_offload **out, struct ra_model *m, const struct 
     o->emulated = be->ops->mem_kind(be) != RA_MEM_DEVICE;
     o->row_bytes = (size_t)o->view.kv_dim * sizeof(float);
     o->slot_bytes = 2 * (size_t)max_rows * o->row_bytes;
-    if (cfg->mode == RA_OFFLOAD_KVPR) /* X rows, and the recompute's output (counted per slot: conservative) */
-        o->slot_bytes += (size_t)max_rows * (size_t)c->dim * sizeof(float) + 2 * (size_t)max_rows * o->row_bytes;
-    const size_t budget = cfg->device_kv_mem ? cfg->device_kv_mem : 2 * o->slot_bytes;
-    o->n_slots = budget >= 2 * o->slot_bytes ? 2 : budget >= o->slot_bytes ? 1 : 0;
+    if (cfg->mode == RA_OFFLOAD_KVPR) { /* X rows per slot; one recompute output */
+        o->slot_bytes += (size_t)max_rows * (size_t)c->dim * sizeof(float);
+        o->fixed_bytes = 2 * (size_t)max_rows * o->row_bytes;
+    }
+    const size_t budget = cfg->device_kv_mem ? cfg->device_kv_mem : o->fixed_bytes + 2 * o->slot_bytes;
+    const size_t avail = budget > o->fixed_bytes ? budget - o->fixed_bytes : 0;
+    o->n_slots = avail >= 2 * o->slot_bytes ? 2 : avail >= o->slot_bytes ? 1 : 0;
     if (o->n_slots > c->n_layers)
         o->n_slots = c->n_layers;
     int rc = RA_OK;
     if (!o->n_slots) {
         char need[32], got[32];
-        format_size(need, sizeof need, (double)o->slot_bytes);
+        format_size(need, sizeof need, (double)(o->slot_bytes + o->fixed_bytes));
         format_size(got, sizeof got, (double)budget);
         rc = ra_error_set(RA_EINVAL, "--device-kv-mem %s cannot hold one layer's working set (%s: K and V of %d "
                           "rows%s); give at least %zu bytes", got, need, max_rows,
-                          cfg->mode == RA_OFFLOAD_KVPR ? " and their layer inputs" : "", o->slot_bytes);
+                          cfg->mode == RA_OFFLOAD_KVPR ? ", their layer inputs and the recompute's output" : "",
+                          o->slot_bytes + o->fixed_bytes);
         goto fail;
     }
     const int L = c->n_layers;
@@ -439,7 +444,7 @@ fail:
 
 size_t ra_offload_working_set(const struct ra_offload *o)
 {
-    return (size_t)o->n_slots * o->slot_bytes;
+    return (size_t)o->n_slots * o->slot_bytes + o->fixed_bytes;
 }
 
 int ra_offload_slots(const struct ra_offload *o) { return o->n_slots; }
