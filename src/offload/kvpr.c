@@ -231,7 +231,7 @@ static int kvpr_fetch(struct ra_offload *o, int layer, int pos)
         const struct ra_kvpr_shape sh = shape_at(o, pos);
         st->l = ra_kvpr_split(o, pos);
         st->nx = ra_kvpr_x_rows(&sh, st->l);
-        ((struct ra_offload_stats *)ra_offload_stats(o))->kvpr_l = st->l;
+        ra_offload_counters(o)->kvpr_l = st->l;
     }
     const size_t row = (size_t)vw->kv_dim * sizeof(float);
     const int x0 = vw->x_start, x1 = x0 + st->l;
@@ -280,7 +280,7 @@ static int kvpr_ready(struct ra_offload *o, int layer, int pos)
     }
     if (rc == RA_OK && be->ops->mem_kind(be) != RA_MEM_DEVICE)
         rc = be->ops->synchronize(be);
-    ((struct ra_offload_stats *)ra_offload_stats(o))->recompute_s += now() - t0;
+    ra_offload_counters(o)->recompute_s += now() - t0;
     ra_offload_charge(o, now() - t0);
     return rc;
 }

@@ -23,7 +23,7 @@ struct ra_offload {
     int n_slots;
     float *slot_k[MAX_SLOTS], *slot_v[MAX_SLOTS], *slot_x[MAX_SLOTS]; /* device */
     float **pool_k, **pool_v, **pool_x;                               /* pinned host */
-    struct ra_event *fetched[MAX_SLOTS], *computed[MAX_SLOTS];
+    struct ra_event *fetched[MAX_SLOTS], *x_fetched[MAX_SLOTS], *computed[MAX_SLOTS];
     struct ra_kvcache dev;        /* the forward pass's view: k[l] = slot of layer l */
     struct ra_kv_exchange xchg;
     struct ra_forward_tap tap;
@@ -71,6 +71,7 @@ float *ra_offload_pool_k(struct ra_offload *o, int layer) { return o->pool_k[lay
 float *ra_offload_pool_v(struct ra_offload *o, int layer) { return o->pool_v[layer]; }
 float *ra_offload_pool_x(struct ra_offload *o, int layer) { return o->pool_x ? o->pool_x[layer] : NULL; }
 const struct ra_offload_stats *ra_offload_stats(const struct ra_offload *o) { return &o->stats; }
+struct ra_offload_stats *ra_offload_counters(struct ra_offload *o) { return &o->stats; }
 
 /* Modelled time of one message on the host link. */
 double ra_offload_link_time(const struct ra_offload_config *cfg, size_t bytes)
@@ -89,6 +90,9 @@ int ra_offload_send(struct ra_offload *o, void *dst, const void *src, size_t byt
     if (rc != RA_OK)
         return rc;
     const int s = slot_of(o, o->cur_layer);
+    /* X goes first: KVPR's recompute waits for it alone, not for the KV behind it */
+    if (is_x && (rc = be->ops->event_record(be, o->x_fetched[s], RA_STREAM_COPY)) != RA_OK)
+        return rc;
     const double t = ra_offload_link_time(&o->cfg, bytes);
     const double start = o->link_free > o->clock ? o->link_free : o->clock;
     o->link_free = start + t;
@@ -116,9 +120,9 @@ int ra_offload_wait_link(struct ra_offload *o, int x_only)
 {
     const int s = slot_of(o, o->cur_layer);
     struct ra_backend *be = o->view.be;
-    int rc = be->ops->event_record(be, o->fetched[s], RA_STREAM_COPY);
+    int rc = x_only ? RA_OK : be->ops->event_record(be, o->fetched[s], RA_STREAM_COPY);
     if (rc == RA_OK)
-        rc = be->ops->stream_wait(be, RA_STREAM_COMPUTE, o->fetched[s]);
+        rc = be->ops->stream_wait(be, RA_STREAM_COMPUTE, x_only ? o->x_fetched[s] : o->fetched[s]);
     const double t = x_only ? o->x_arrive[s] : o->all_arrive[s];
     if (t > o->clock) {
         o->stats.stall_s += t - o->clock;
@@ -321,6 +325,7 @@ void ra_offload_free(struct ra_offload *o)
         if (o->slot_v[s]) be->ops->release_mem(be, o->slot_v[s], RA_MEM_DEVICE);
         if (o->slot_x[s]) be->ops->release_mem(be, o->slot_x[s], RA_MEM_DEVICE);
         if (o->fetched[s]) be->ops->event_destroy(be, o->fetched[s]);
+        if (o->x_fetched[s]) be->ops->event_destroy(be, o->x_fetched[s]);
         if (o->computed[s]) be->ops->event_destroy(be, o->computed[s]);
     }
     for (int l = 0; l < o->view.n_layers; l++) {
@@ -426,6 +431,7 @@ int ra_offload_create(struct ra_offload **out, struct ra_model *m, const struct 
             goto fail;
         }
         if ((rc = be->ops->event_create(be, &o->fetched[s])) != RA_OK ||
+            (rc = be->ops->event_create(be, &o->x_fetched[s])) != RA_OK ||
             (rc = be->ops->event_create(be, &o->computed[s])) != RA_OK)
             goto fail;
     }

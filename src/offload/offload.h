@@ -155,6 +155,8 @@ int ra_offload_send(struct ra_offload *o, void *dst, const void *src, size_t byt
 /* The device waits (host and emulated clock) for the X messages (x_only) or
  * all messages of the current layer's fetch. */
 int ra_offload_wait_link(struct ra_offload *o, int x_only);
+/* The counters, for a policy's own fields (KVPR's l, recompute time). */
+struct ra_offload_stats *ra_offload_counters(struct ra_offload *o);
 /* Charge measured device work done inside a hook (the recompute) to the clock. */
 void ra_offload_charge(struct ra_offload *o, double seconds);
 
