@@ -185,7 +185,7 @@ static int hook_layer_begin(void *ctx, int layer, struct ra_kvcache *kv, int sta
     o->dev.k[layer] = ra_offload_slot_k(o, layer);
     o->dev.v[layer] = ra_offload_slot_v(o, layer);
     /* two slots: the next layer's rows travel while this one computes */
-    if (rc == RA_OK && o->n_slots > 1 && layer + 1 < o->view.n_layers)
+    if (rc == RA_OK && o->n_slots > 1 && !o->policy->fetch_after_attend && layer + 1 < o->view.n_layers)
         rc = issue_fetch(o, layer + 1);
     o->mark = now();
     return rc;
@@ -198,6 +198,9 @@ static int hook_attend(void *ctx, int layer, struct ra_kvcache *kv, int start, i
     int rc = RA_OK;
     if (o->policy->attend) /* its time is device work: it stays on the clock */
         rc = o->policy->attend(o, layer, start, a, k, v, rows);
+    /* a policy that picks layer l+1's rows from layer l's activations fetches now */
+    if (rc == RA_OK && o->n_slots > 1 && o->policy->fetch_after_attend && layer + 1 < o->view.n_layers)
+        rc = issue_fetch(o, layer + 1);
     (void)kv, (void)n;
     o->stats.rows_attended += *rows;
     return rc;

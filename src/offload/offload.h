@@ -28,8 +28,13 @@
  *   fetch(l)        issue the transfer of layer l's working set into device
  *                   slot ra_offload_slot_k/v(o, l) (rows in any layout the
  *                   policy likes) with ra_offload_send() only: no device work.
- *                   Called for layer l+1 as soon as layer l is ready, so it
- *                   overlaps layer l's compute when there are two slots.
+ *                   Called for layer 0 at the start of the step (no prefetch
+ *                   across steps), and for layer l+1 as soon as layer l is
+ *                   ready (or, with fetch_after_attend, right after attend(l),
+ *                   when layer l's activations exist: InfiniGen speculates
+ *                   layer l+1's tokens from them), so it overlaps layer l's
+ *                   compute when there are two slots; with one slot, after
+ *                   layer l's end.
  *   ready(l)        layer l is about to run: finish its working set on the
  *                   device once its messages arrived (KVPR: wait for X with
  *                   ra_offload_wait_link(o, 1), recompute, charge it with
@@ -96,6 +101,7 @@ struct ra_offload;
 
 struct ra_offload_policy {
     const char *name;
+    int fetch_after_attend; /* issue fetch(l+1) after attend(l), not when layer l is ready */
     int (*begin)(struct ra_offload *o);
     int (*fetch)(struct ra_offload *o, int layer, int pos);
     int (*ready)(struct ra_offload *o, int layer, int pos);
