@@ -9,17 +9,20 @@
  *       writes the medians to F.
  *   mpirun -np 2 --bind-to core bench-chain-bin --single-in F ...
  *       per context, in rounds (every configuration once per round, so slow
- *       drifts of the clock hit all of them alike): TSP (even), KVR-E (even,
- *       route chain) and KVR with each explicit rank-0 share (route chain).
- *       KVR-S is the share with the best median. Then the no-communication
- *       bound of that split: after a barrier each rank runs its slice as one
- *       span with no exchange hooks (the rows before its slice are whatever
- *       the cache holds: the compute is the same), the bound being the slower
- *       rank. Prints the table, with the F figures beside its own.
+ *       drifts of the clock hit all of them alike): TSP (even) and KVR-E
+ *       (even, route chain); then the sweep of explicit rank-0 shares (route
+ *       chain), likewise in rounds, extended one share at a time past its edge
+ *       while the best median sits on the edge. The best share is then
+ *       measured afresh (KVR-S: the sweep's best median, the lowest of several
+ *       noisy medians, is biased low). Then the no-communication bound of that
+ *       split: each rank computes its slice alone, the ranks taking turns (the
+ *       others asleep), with the rows before the slice computed beforehand, the
+ *       bound of a run being the slower rank; KVR-S below it is flagged.
+ *       Prints the table, with the F figures beside its own.
  *
- * Every figure is the median of --repeat runs; contexts run longest first, so
- * the KV cache and the activations are allocated once and the cold first
- * round is the one the median drops. Progress goes to stderr, the table to
+ * Every figure is the median of --repeat runs, printed with its range
+ * (min..max); contexts run longest first, so the KV cache and the activations
+ * are allocated once. Progress goes to stderr, the table to
  * stdout, and --report-dir DIR appends one JSON line per measured run to
  * DIR/bench-chain.jsonl.
  *
@@ -90,10 +93,12 @@ static void usage(FILE *f)
 "\n"
 "KV-Runahead against the TSP all-gather baseline and a single process: TTFT of\n"
 "bench-small on 2 ranks (one thread each) for TSP, KVR-E (even split) and KVR-S\n"
-"(the best of the explicit rank-0 shares in --splits), the single process with 1\n"
-"and 2 threads, and the no-communication bound (the KVR-S slices computed\n"
-"concurrently with no exchange). Prints the TTFTs and the ratios, beside the\n"
-"expected TSP/KVR-S of notes/performance-targets.md.\n"
+"(the best of the explicit rank-0 shares in --splits, extended past the sweep's\n"
+"edge while the best is on it, then re-measured with fresh runs), the single\n"
+"process with 1 and 2 threads, and the no-communication bound (each KVR-S slice\n"
+"computed alone, its prefix rows present; the slower rank). Prints the medians,\n"
+"their ranges and the ratios, beside the expected TSP/KVR-S of\n"
+"notes/performance-targets.md.\n"
 "\n"
 "  --contexts LIST    prompt lengths (default 2048,4096,8192)\n"
 "  --repeat N         median of N runs of everything (default 3)\n"
@@ -322,7 +327,8 @@ static void report_open(const struct options *o)
         fail("%s: %s", path, strerror(errno));
 }
 
-/* One measured run. per_rank: [ranks][3] = total, wait, wait in layer 0 (NULL for single). */
+/* One measured run. per_rank: [ranks][4] = total, wait for K,V rows, drain of the last sends,
+ * wait in layer 0 (NULL for single; the bound's runs fill the total only). */
 static void report_run(const struct options *o, const struct ra_config *c, const char *label, const char *method,
                        const char *route, const char *spec, const int *bounds, int ranks, int threads, int context,
                        int rep, double ttft, const double *per_rank, double cpu, int attempt, int kept)
@@ -344,8 +350,8 @@ static void report_run(const struct options *o, const struct ra_config *c, const
     if (per_rank) {
         fprintf(report, ",\"per_rank\":[");
         for (int r = 0; r < ranks; r++)
-            fprintf(report, "%s{\"rank\":%d,\"total_s\":%.6f,\"wait_s\":%.6f,\"wait_layer0_s\":%.6f}", r ? "," : "", r,
-                    per_rank[3 * r], per_rank[3 * r + 1], per_rank[3 * r + 2]);
+            fprintf(report, "%s{\"rank\":%d,\"total_s\":%.6f,\"wait_s\":%.6f,\"drain_s\":%.6f,\"wait_layer0_s\":%.6f}",
+                    r ? "," : "", r, per_rank[4 * r], per_rank[4 * r + 1], per_rank[4 * r + 2], per_rank[4 * r + 3]);
         fprintf(report, "]");
     }
     fprintf(report, "}\n");
@@ -515,11 +521,7 @@ static int run_single(const struct options *o)
                 }
         for (int t = 0; t < nt; t++) {
             const double *v = &ttft[t * o->repeat];
-            double lo = v[0], hi = v[0];
-            for (int i = 1; i < o->repeat; i++) {
-                lo = v[i] < lo ? v[i] : lo;
-                hi = v[i] > hi ? v[i] : hi;
-            }
+            const double lo = ra_min(v, o->repeat), hi = ra_max(v, o->repeat);
             if (out)
                 fprintf(out, "%d %d %.6f %.6f %.6f %d\n", o->single_threads[t], C, ra_median(v, o->repeat), lo, hi,
                         o->repeat);
@@ -542,14 +544,19 @@ static int run_single(const struct options *o)
 
 /* ------------------------------------------------------------------ 2 ranks */
 
+#define PR 4 /* figures per rank and run: total, wait for K,V rows, drain of the last sends, wait in layer 0 */
+#define MAX_CFG (2 + MAX_LIST + 2) /* TSP, KVR-E, the splits, KVR-S re-measured, the bound */
+#define MAX_EXTEND 6               /* splits added past the sweep's edge, per context */
+
 /* One configuration of the comparison and its runs. */
 struct config {
     char label[32], spec[64];
     enum ra_method method;
-    double share;             /* rank-0 share (KVR splits), 0 otherwise */
+    double share;                  /* rank-0 share (KVR splits), 0 otherwise */
     int bounds[3];
-    double ttft[1024];        /* per repeat */
-    double per_rank[1024][6]; /* per repeat: [rank][total, wait, wait in layer 0] */
+    int added;                     /* a split added because the best was on the sweep's edge */
+    double ttft[1024];             /* per repeat */
+    double per_rank[1024][2 * PR]; /* per repeat: [rank][PR] */
     double med;
 };
 
@@ -568,54 +575,103 @@ static double measure_chain(struct bench *b, struct config *cfg, double *per_ran
         fail("%s: %s", cfg->label, ra_error_message());
     const double share = (ra_process_cpu_s() - c0) / ((wall_now() - w0) * b->be->n_threads);
     const struct ra_layer_times *l0 = &x.stats.layers[0];
-    /* Its "wait" is every wait, the drain of the last sends included (rank 0's only wait). */
-    double mine[5] = { rank == world - 1 ? ttft : 0, x.stats.t_total, x.stats.t_wait + x.stats.t_drain,
-                       l0->wait_end - l0->wait_begin, share };
-    double all[5 * 2];
-    MPI_Gather(mine, 5, MPI_DOUBLE, all, 5, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    /* Waits for K,V rows apart from the drain of the last sends (rank 0's only wait). */
+    double mine[PR + 2] = { rank == world - 1 ? ttft : 0, x.stats.t_total, x.stats.t_wait, x.stats.t_drain,
+                            l0->wait_end - l0->wait_begin, share };
+    double all[(PR + 2) * 2];
+    MPI_Gather(mine, PR + 2, MPI_DOUBLE, all, PR + 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     ra_exchange_free(&x);
     if (rank == 0) {
-        ttft = all[5 * (world - 1)];
+        ttft = all[(PR + 2) * (world - 1)];
         *cpu = 1;
         for (int r = 0; r < world; r++) {
-            for (int k = 0; k < 3; k++)
-                per_rank[3 * r + k] = all[5 * r + 1 + k];
-            *cpu = all[5 * r + 4] < *cpu ? all[5 * r + 4] : *cpu;
+            memcpy(per_rank + PR * r, all + (PR + 2) * r + 1, sizeof(double) * PR);
+            *cpu = all[(PR + 2) * r + PR + 1] < *cpu ? all[(PR + 2) * r + PR + 1] : *cpu;
         }
     }
     MPI_Bcast(cpu, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     return ttft;
 }
 
-/* The no-communication bound: every rank its slice, no hooks, concurrently. */
+/* A barrier that sleeps instead of spinning: Open MPI's MPI_Barrier polls, and a
+ * rank polling beside the one being timed would take a core of this 2-core machine. */
+static void idle_barrier(void)
+{
+    MPI_Request rq;
+    int done = 0;
+    MPI_Ibarrier(MPI_COMM_WORLD, &rq);
+    while (!done) {
+        MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+        if (!done) {
+            struct timespec nap = { 0, 200000 };
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
+/* The rows before each rank's slice, computed (untimed) into its cache with
+ * no exchange: the values KVR would have received, so the bound's attention
+ * reads real keys, as KVR's does. */
+static void bound_prepare(struct bench *b, const int *bounds)
+{
+    const int start = bounds[rank];
+    if (start > 0 && ra_forward_span(&b->model, b->prompt, 0, start, &b->kv, NULL, NULL) != RA_OK)
+        fail("bound: the rows before the slice: %s", ra_error_message());
+}
+
+/* The no-communication bound of one run: each rank's slice [b_r, b_{r+1}) alone
+ * (the ranks take turns; the others sleep), its prefix rows already in the
+ * cache, the last rank's classifier included, as in KVR-S's TTFT. No chain can
+ * beat the slowest of these: a rank does at least this work after the pass
+ * starts. Rank 0 gets the maximum over ranks and each rank's time. */
 static double measure_bound(struct bench *b, const int *bounds, double *per_rank, double *cpu)
 {
     const int start = bounds[rank], n = bounds[rank + 1] - start, last = rank == world - 1;
-    int rc = RA_OK;
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime(), c0 = ra_process_cpu_s();
-    rc = ra_forward_span(&b->model, b->prompt + start, start, n, &b->kv, NULL, last ? b->logits : NULL);
-    const double t = MPI_Wtime() - t0;
-    const double share = (ra_process_cpu_s() - c0) / (t * b->be->n_threads);
-    if (rc != RA_OK)
-        fail("bound: %s", ra_error_message());
-    double mine[4] = { t, 0, 0, share }, all[4 * 2], worst = 0;
-    MPI_Gather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    double mine[2] = { 0, 1 }, all[2 * 2], worst = 0;
+    for (int turn = 0; turn < world; turn++) {
+        idle_barrier();
+        if (turn != rank)
+            continue;
+        const double t0 = MPI_Wtime(), c0 = ra_process_cpu_s();
+        int rc = ra_forward_span(&b->model, b->prompt + start, start, n, &b->kv, NULL, last ? b->logits : NULL);
+        mine[0] = MPI_Wtime() - t0;
+        mine[1] = (ra_process_cpu_s() - c0) / (mine[0] * b->be->n_threads);
+        if (rc != RA_OK)
+            fail("bound: %s", ra_error_message());
+    }
+    MPI_Gather(mine, 2, MPI_DOUBLE, all, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (rank == 0) {
         *cpu = 1;
+        memset(per_rank, 0, sizeof(double) * PR * (size_t)world);
         for (int r = 0; r < world; r++) {
-            memcpy(per_rank + 3 * r, all + 4 * r, sizeof(double) * 3);
-            worst = all[4 * r] > worst ? all[4 * r] : worst;
-            *cpu = all[4 * r + 3] < *cpu ? all[4 * r + 3] : *cpu;
+            per_rank[PR * r] = all[2 * r];
+            worst = all[2 * r] > worst ? all[2 * r] : worst;
+            *cpu = all[2 * r + 1] < *cpu ? all[2 * r + 1] : *cpu;
         }
     }
     MPI_Bcast(cpu, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     return worst;
 }
 
+/* A figure: the median of the runs and their range. */
+struct fig {
+    double med, lo, hi;
+};
+
+static struct fig fig_of(const double *v, int n)
+{
+    struct fig f = { NAN, NAN, NAN };
+    if (n < 1)
+        return f;
+    f.med = ra_median(v, n);
+    f.lo = ra_min(v, n);
+    f.hi = ra_max(v, n);
+    return f;
+}
+
 struct single_fig {
     int threads, context;
-    double med;
+    struct fig f;
 };
 
 /* The single phase's counts of runs (kept, re-run, kept disturbed, worst cpu share). */
@@ -636,18 +692,19 @@ static int read_single(const char *path, struct single_fig *f, int max)
         if (!strncmp(line, "runs ", 5))
             sscanf(line + 5, "%d %d %d %lf %lf", &single_runs[0], &single_runs[1], &single_runs[2], &single_worst_cpu,
                    &single_waited);
-        else if (line[0] != '#' && sscanf(line, "%d %d %lf", &f[n].threads, &f[n].context, &f[n].med) == 3)
+        else if (line[0] != '#' &&
+                 sscanf(line, "%d %d %lf %lf %lf", &f[n].threads, &f[n].context, &f[n].f.med, &f[n].f.lo, &f[n].f.hi) == 5)
             n++;
     fclose(in);
     return n;
 }
 
-static double single_of(const struct single_fig *f, int n, int threads, int context)
+static struct fig single_of(const struct single_fig *f, int n, int threads, int context)
 {
     for (int i = 0; i < n; i++)
         if (f[i].threads == threads && f[i].context == context)
-            return f[i].med;
-    return NAN;
+            return f[i].f;
+    return (struct fig){ NAN, NAN, NAN };
 }
 
 static double expected_ratio(int context)
@@ -661,11 +718,15 @@ static double expected_ratio(int context)
 /* Results of one context, kept for the table. */
 struct context_result {
     int context;
-    double single1, single2, tsp, kvr_e, kvr_s, bound, share;
+    struct fig single1, single2, tsp, kvr_e, kvr_s, bound;
+    double share;                             /* KVR-S's rank-0 share */
     int bounds[3];
-    double wait[2], total[2], fill; /* KVR-S median run: per-rank wait/total, rank 1's layer-0 wait */
-    double bound_rank[2];           /* median compute time of each rank's slice alone */
-    double split_med[MAX_LIST];
+    double total[2], wait[2], drain[2], fill; /* KVR-S's median run (re-measured): per rank; rank 1's layer-0 wait */
+    struct fig bound_rank[2];                 /* each rank's slice alone */
+    int n_split;                              /* the sweep, ascending by share */
+    double split_share[MAX_LIST];
+    struct fig split[MAX_LIST];
+    int split_added[MAX_LIST];
 };
 
 static void fmt_time(char *buf, size_t len, double v)
@@ -684,7 +745,16 @@ static void fmt_ratio(char *buf, size_t len, double a, double b)
         snprintf(buf, len, "%.2fx", a / b);
 }
 
-static void print_table(const struct options *o, const struct bench *b, const struct context_result *res, int n)
+/* "lo..hi" of a figure, or "-". */
+static void fmt_range(char *buf, size_t len, struct fig f)
+{
+    if (isnan(f.med))
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, "%.3f..%.3f", f.lo, f.hi);
+}
+
+static void print_header(const struct options *o, const struct bench *b)
 {
     const struct ra_config *c = &b->model.config;
     char host[256] = "unknown", date[64], cpu[256] = "unknown CPU";
@@ -704,7 +774,6 @@ static void print_table(const struct options *o, const struct bench *b, const st
             }
         fclose(f);
     }
-    char a[9][32];
     printf("# runahead bench-chain: KV-Runahead vs TSP vs single process, TTFT\n");
     printf("# model:    %s\n", o->model);
     printf("#           dim %d, hidden %d, %d layers, %d heads (%d kv), vocab %d, %s weights\n", c->dim,
@@ -712,7 +781,8 @@ static void print_table(const struct options *o, const struct bench *b, const st
            ra_dtype_name(b->model.weights.layers[0].wq.dtype));
     printf("# ranks:    %d x %d thread%s (mpirun --bind-to core); single: 1 rank, 1 and 2 threads\n", world,
            o->threads, o->threads == 1 ? "" : "s");
-    printf("# repeats:  median of %d, prompt: random ids (seed %llu), KVR route chain\n", o->repeat, o->seed);
+    printf("# repeats:  median of %d (ranges min..max below), prompt: random ids (seed %llu), KVR route chain\n",
+           o->repeat, o->seed);
     printf("# machine:  %s, %ld cores, %s\n", host, sysconf(_SC_NPROCESSORS_ONLN), cpu);
     printf("# date:     %s, runahead %s\n", date, PACKAGE_VERSION);
     printf("# runs:     a run is disturbed when a rank gets < %.0f%% of its cores (CPU/wall time): re-run up to %d times\n",
@@ -722,74 +792,222 @@ static void print_table(const struct options *o, const struct bench *b, const st
                single_runs[0], single_runs[1], single_runs[2], 100 * single_worst_cpu, single_waited);
     printf("#           2 ranks: %d kept, %d re-run, %d kept disturbed, worst kept cpu %.0f%%, waited %.0f s for quiet\n",
            n_kept, n_rerun, n_kept_disturbed, 100 * worst_cpu, waited_quiet);
-    printf("#\n# TTFT [s]; KVR-S is the best of the splits below, the bound is its slices computed\n"
-           "# concurrently with no communication\n");
+}
+
+static void print_table(const struct options *o, const struct bench *b, const struct context_result *res, int n)
+{
+    char a[9][48];
+    print_header(o, b);
+    printf("#\n# TTFT [s], medians. KVR-S: the best share of the sweep below, re-measured with %d fresh\n"
+           "# runs; bound: each rank's KVR-S slice computed alone (prefix rows present, the ranks taking\n"
+           "# turns), the slower rank, median of %d runs\n", o->repeat, o->repeat);
     printf("# %7s %10s %10s %9s %9s %9s %7s %9s\n", "context", "single-1t", "single-2t", "TSP", "KVR-E", "KVR-S",
            "(split)", "bound");
     for (int i = 0; i < n; i++) {
         const struct context_result *r = &res[i];
-        fmt_time(a[0], 32, r->single1);
-        fmt_time(a[1], 32, r->single2);
-        fmt_time(a[2], 32, r->tsp);
-        fmt_time(a[3], 32, r->kvr_e);
-        fmt_time(a[4], 32, r->kvr_s);
-        fmt_time(a[5], 32, r->bound);
+        fmt_time(a[0], 48, r->single1.med);
+        fmt_time(a[1], 48, r->single2.med);
+        fmt_time(a[2], 48, r->tsp.med);
+        fmt_time(a[3], 48, r->kvr_e.med);
+        fmt_time(a[4], 48, r->kvr_s.med);
+        fmt_time(a[5], 48, r->bound.med);
         printf("  %7d %10s %10s %9s %9s %9s %7.3f %9s\n", r->context, a[0], a[1], a[2], a[3], a[4], r->share, a[5]);
     }
-    printf("#\n# speed-ups of KVR-S (x > 1: KVR-S is faster), and its distance to the bound\n");
+    printf("#\n# the spread of the same figures: min..max of the runs [s]\n");
+    printf("# %7s %14s %14s %14s %14s %14s %14s\n", "context", "single-1t", "single-2t", "TSP", "KVR-E", "KVR-S",
+           "bound");
+    for (int i = 0; i < n; i++) {
+        const struct context_result *r = &res[i];
+        fmt_range(a[0], 48, r->single1);
+        fmt_range(a[1], 48, r->single2);
+        fmt_range(a[2], 48, r->tsp);
+        fmt_range(a[3], 48, r->kvr_e);
+        fmt_range(a[4], 48, r->kvr_s);
+        fmt_range(a[5], 48, r->bound);
+        printf("  %7d %14s %14s %14s %14s %14s %14s\n", r->context, a[0], a[1], a[2], a[3], a[4], a[5]);
+    }
+    printf("#\n# speed-ups of KVR-S (x > 1: KVR-S is faster), and its distance to the bound (>= 1 unless\n"
+           "# the bound failed to bound: flagged !)\n");
     printf("# %7s %10s %9s %12s %16s %16s %12s\n", "context", "TSP/KVR-S", "expected", "KVR-E/KVR-S",
            "single-2t/KVR-S", "single-1t/KVR-S", "KVR-S/bound");
+    int below = 0;
     for (int i = 0; i < n; i++) {
         const struct context_result *r = &res[i];
         const double e = expected_ratio(r->context);
-        fmt_ratio(a[0], 32, r->tsp, r->kvr_s);
+        fmt_ratio(a[0], 48, r->tsp.med, r->kvr_s.med);
         if (isnan(e))
-            snprintf(a[1], 32, "-");
+            snprintf(a[1], 48, "-");
         else
-            snprintf(a[1], 32, "%.2fx", e);
-        fmt_ratio(a[2], 32, r->kvr_e, r->kvr_s);
-        fmt_ratio(a[3], 32, r->single2, r->kvr_s);
-        fmt_ratio(a[4], 32, r->single1, r->kvr_s);
-        fmt_ratio(a[5], 32, r->kvr_s, r->bound);
-        printf("  %7d %10s %9s %12s %16s %16s %12s\n", r->context, a[0], a[1], a[2], a[3], a[4], a[5]);
+            snprintf(a[1], 48, "%.2fx", e);
+        fmt_ratio(a[2], 48, r->kvr_e.med, r->kvr_s.med);
+        fmt_ratio(a[3], 48, r->single2.med, r->kvr_s.med);
+        fmt_ratio(a[4], 48, r->single1.med, r->kvr_s.med);
+        fmt_ratio(a[5], 48, r->kvr_s.med, r->bound.med);
+        const int bad = r->kvr_s.med < r->bound.med;
+        below += bad;
+        printf("  %7d %10s %9s %12s %16s %16s %11s%s\n", r->context, a[0], a[1], a[2], a[3], a[4], a[5],
+               bad ? "!" : " ");
     }
-    printf("#\n# KVR-S, where the time goes [s] (its median run): each rank's compute in the chain\n"
-           "# (total - wait), its slice's compute alone (bound runs, median), and its waits: rank 0\n"
-           "# waits only at the end, for its last sends to drain; rank 1 waits for K,V (fill = layer 0)\n");
+    if (below)
+        printf("# ! KVR-S below its no-communication bound at %d context%s: the machine was not the same for\n"
+               "#   both (other load, clock changes); these figures do not compare\n", below, below == 1 ? "" : "s");
+    printf("#\n# KVR-S, where the time goes [s] (its median re-measured run): each rank's compute in the chain\n"
+           "# (total - waits - drain), its slice alone (bound runs, median); rank 0 waits for nothing but\n"
+           "# the drain of its last sends; rank 1 waits for K,V rows (fill = its wait in layer 0)\n");
     printf("# %7s %15s %10s %9s %9s %10s %9s %9s %9s\n", "context", "bounds", "r0 compute", "r0 alone", "r0 drain",
            "r1 compute", "r1 alone", "r1 wait", "r1 fill");
     for (int i = 0; i < n; i++) {
         const struct context_result *r = &res[i];
         char bnd[32];
         snprintf(bnd, sizeof bnd, "%d,%d,%d", r->bounds[0], r->bounds[1], r->bounds[2]);
-        printf("  %7d %15s %10.3f %9.3f %9.3f %10.3f %9.3f %9.3f %9.3f\n", r->context, bnd, r->total[0] - r->wait[0],
-               r->bound_rank[0], r->wait[0], r->total[1] - r->wait[1], r->bound_rank[1], r->wait[1], r->fill);
+        printf("  %7d %15s %10.3f %9.3f %9.3f %10.3f %9.3f %9.3f %9.3f\n", r->context, bnd,
+               r->total[0] - r->wait[0] - r->drain[0], r->bound_rank[0].med, r->drain[0],
+               r->total[1] - r->wait[1] - r->drain[1], r->bound_rank[1].med, r->wait[1], r->fill);
     }
-    printf("#\n# KVR TTFT [s] by rank-0 share (median; * = KVR-S)\n# %7s", "context");
-    for (int s = 0; s < o->n_splits; s++)
-        printf(" %8.3f", o->splits[s]);
-    printf("\n");
-    for (int i = 0; i < n; i++) {
-        printf("  %7d", res[i].context);
-        for (int s = 0; s < o->n_splits; s++)
-            printf(" %7.3f%s", res[i].split_med[s], o->splits[s] == res[i].share ? "*" : " ");
-        printf("\n");
-    }
+    printf("#\n# the sweep: KVR TTFT [s] by rank-0 share, median [min..max] (* = KVR-S; + = added because the\n"
+           "# best share was on the sweep's edge)\n# %7s %7s %9s %16s\n", "context", "share", "median", "range");
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < res[i].n_split; s++) {
+            const struct fig *f = &res[i].split[s];
+            printf("  %7d %7.3f %9.3f %7.3f..%-7.3f %s%s\n", res[i].context, res[i].split_share[s], f->med, f->lo,
+                   f->hi, res[i].split_share[s] == res[i].share ? "*" : "", res[i].split_added[s] ? "+" : "");
+        }
     fflush(stdout);
+}
+
+/* Every configuration of cfg[0..n) once per round, o->repeat rounds. */
+static void measure_rounds(const struct options *o, struct bench *b, struct config *cfg, int n, int C)
+{
+    const struct ra_config *c = &b->model.config;
+    for (int rep = 0; rep < o->repeat; rep++)
+        for (int k = 0; k < n; k++)
+            for (int attempt = 0;; attempt++) {
+                struct config *g = &cfg[k];
+                double cpu;
+                wait_quiet(o);
+                g->ttft[rep] = measure_chain(b, g, g->per_rank[rep], &cpu);
+                progress("context %d, round %d/%d: %-9s [%d,%d,%d]  TTFT %.3f s  r0 drain %.3f  r1 wait %.3f  cpu %.0f%%",
+                         C, rep + 1, o->repeat, g->label, g->bounds[0], g->bounds[1], g->bounds[2], g->ttft[rep],
+                         g->per_rank[rep][2], g->per_rank[rep][PR + 1], 100 * cpu);
+                const int keep = keep_run(o, cpu, attempt);
+                if (rank == 0)
+                    report_run(o, c, g->label, ra_method_name(g->method), g->method == RA_METHOD_KVR ? "chain" : NULL,
+                               g->spec, g->bounds, world, o->threads, C, rep, g->ttft[rep], g->per_rank[rep], cpu,
+                               attempt, keep);
+                if (keep)
+                    break;
+            }
+    for (int k = 0; k < n; k++)
+        cfg[k].med = ra_median(cfg[k].ttft, o->repeat);
+}
+
+/* A KVR configuration giving rank 0 `share` of C tokens; 0 if that is no partition. */
+static int split_config(struct config *g, double share, int C)
+{
+    memset(g, 0, sizeof *g);
+    g->share = share;
+    g->method = RA_METHOD_KVR;
+    snprintf(g->label, sizeof g->label, "KVR %.3f", share);
+    snprintf(g->spec, sizeof g->spec, "ratios:%.9g,%.9g", share, 1.0 - share);
+    return ra_partition_parse(g->spec, C, world, g->bounds) == RA_OK;
+}
+
+static int cmp_share(const void *a, const void *b)
+{
+    const double x = ((const struct config *)a)->share, y = ((const struct config *)b)->share;
+    return (x > y) - (x < y);
+}
+
+/* The index of the best split of sp[0..n) by median; rank 0 decides, all follow. */
+static int best_split(const struct config *sp, int n)
+{
+    int best = 0;
+    if (rank == 0)
+        for (int k = 1; k < n; k++)
+            if (sp[k].med < sp[best].med)
+                best = k;
+    MPI_Bcast(&best, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return best;
+}
+
+/* The sweep over the splits: measured in rounds; while the best share sits on
+ * the sweep's edge, one more share a step beyond it (the step of the edge's
+ * neighbour), measured the same way. Returns the number of splits, sorted. */
+static int sweep_splits(const struct options *o, struct bench *b, struct config *sp, int C)
+{
+    int n = 0;
+    for (int s = 0; s < o->n_splits; s++)
+        if (split_config(&sp[n], o->splits[s], C))
+            n++;
+    if (n == 0)
+        fail("no --splits share gives both ranks tokens of a %d-token prompt", C);
+    qsort(sp, (size_t)n, sizeof *sp, cmp_share);
+    measure_rounds(o, b, sp, n, C);
+    for (int ext = 0; ext < MAX_EXTEND && n >= 2 && n < MAX_LIST; ext++) {
+        const int best = best_split(sp, n), edge = best == 0 ? -1 : best == n - 1 ? 1 : 0;
+        if (!edge)
+            break;
+        const double step = fabs(sp[best].share - sp[best - edge].share), share = sp[best].share + edge * step;
+        if (!(share >= 0.02 && share <= 0.98))
+            break;
+        struct config *g = edge > 0 ? &sp[n] : &sp[0];
+        if (edge < 0)
+            memmove(&sp[1], &sp[0], sizeof *sp * (size_t)n);
+        if (!split_config(g, share, C)) {
+            if (edge < 0)
+                memmove(&sp[0], &sp[1], sizeof *sp * (size_t)n);
+            break;
+        }
+        g->added = 1;
+        n++;
+        progress("context %d: the best share %.3f is on the sweep's edge: adding %.3f", C, sp[best + (edge < 0)].share,
+                 share);
+        measure_rounds(o, b, g, 1, C);
+    }
+    return n;
+}
+
+/* Median, min, max of one figure of every run of cfg: per_rank[rep][idx]. */
+static struct fig per_rank_fig(const struct config *cfg, int repeat, int idx)
+{
+    double v[1024];
+    for (int rep = 0; rep < repeat; rep++)
+        v[rep] = cfg->per_rank[rep][idx];
+    return fig_of(v, repeat);
+}
+
+static void measure_bound_runs(const struct options *o, struct bench *b, struct config *bd, int C)
+{
+    const struct ra_config *c = &b->model.config;
+    bound_prepare(b, bd->bounds);
+    for (int rep = 0; rep < o->repeat; rep++)
+        for (int attempt = 0;; attempt++) {
+            double cpu;
+            wait_quiet(o);
+            bd->ttft[rep] = measure_bound(b, bd->bounds, bd->per_rank[rep], &cpu);
+            progress("context %d, round %d/%d: %-9s [%d,%d,%d]  max %.3f s  (r0 %.3f, r1 %.3f alone)  cpu %.0f%%", C,
+                     rep + 1, o->repeat, bd->label, bd->bounds[0], bd->bounds[1], bd->bounds[2], bd->ttft[rep],
+                     bd->per_rank[rep][0], bd->per_rank[rep][PR], 100 * cpu);
+            const int keep = keep_run(o, cpu, attempt);
+            if (rank == 0)
+                report_run(o, c, "bound", "none", NULL, bd->spec, bd->bounds, world, o->threads, C, rep, bd->ttft[rep],
+                           bd->per_rank[rep], cpu, attempt, keep);
+            if (keep)
+                break;
+        }
 }
 
 static int run_chain(const struct options *o)
 {
     struct bench b = { 0 };
     bench_init(&b, o, o->threads, 1);
-    const struct ra_config *c = &b.model.config;
     struct single_fig singles[4 * MAX_LIST];
     int n_singles = 0;
     if (o->single_in && rank == 0)
         n_singles = read_single(o->single_in, singles, 4 * MAX_LIST);
 
-    const int n_cfg = 2 + o->n_splits;
-    struct config *cfg = calloc((size_t)n_cfg + 1, sizeof *cfg); /* + the bound */
+    /* cfg: TSP, KVR-E, then the splits (up to MAX_LIST); kvrs and bd apart. */
+    struct config *cfg = calloc(MAX_CFG, sizeof *cfg), *sp = cfg + 2, *kvrs = cfg + 2 + MAX_LIST, *bd = kvrs + 1;
     struct context_result res[MAX_LIST];
     int order[MAX_LIST];
     if (!cfg)
@@ -800,101 +1018,57 @@ static int run_chain(const struct options *o)
         struct context_result *r = &res[ci];
         memset(r, 0, sizeof *r);
         r->context = C;
-        /* The configurations of this context. */
-        for (int k = 0; k < n_cfg; k++) {
+        for (int k = 0; k < 2; k++) {
             struct config *g = &cfg[k];
             memset(g, 0, sizeof *g);
-            if (k == 0) {
-                snprintf(g->label, sizeof g->label, "TSP");
-                snprintf(g->spec, sizeof g->spec, "even");
-                g->method = RA_METHOD_TSP;
-            } else if (k == 1) {
-                snprintf(g->label, sizeof g->label, "KVR-E");
-                snprintf(g->spec, sizeof g->spec, "even");
-                g->method = RA_METHOD_KVR;
-            } else {
-                g->share = o->splits[k - 2];
-                snprintf(g->label, sizeof g->label, "KVR %.3f", g->share);
-                snprintf(g->spec, sizeof g->spec, "ratios:%.9g,%.9g", g->share, 1.0 - g->share);
-                g->method = RA_METHOD_KVR;
-            }
+            snprintf(g->label, sizeof g->label, k == 0 ? "TSP" : "KVR-E");
+            snprintf(g->spec, sizeof g->spec, "even");
+            g->method = k == 0 ? RA_METHOD_TSP : RA_METHOD_KVR;
             if (ra_partition_parse(g->spec, C, world, g->bounds) != RA_OK)
                 fail("%s", ra_error_message());
         }
-        /* Rounds: every configuration once per round. */
-        for (int rep = 0; rep < o->repeat; rep++)
-            for (int k = 0; k < n_cfg; k++)
-                for (int attempt = 0;; attempt++) {
-                    struct config *g = &cfg[k];
-                    double cpu;
-                    wait_quiet(o);
-                    g->ttft[rep] = measure_chain(&b, g, g->per_rank[rep], &cpu);
-                    progress("context %d, round %d/%d: %-9s [%d,%d,%d]  TTFT %.3f s  wait r0 %.3f r1 %.3f  cpu %.0f%%",
-                             C, rep + 1, o->repeat, g->label, g->bounds[0], g->bounds[1], g->bounds[2], g->ttft[rep],
-                             g->per_rank[rep][1], g->per_rank[rep][4], 100 * cpu);
-                    const int keep = keep_run(o, cpu, attempt);
-                    if (rank == 0)
-                        report_run(o, c, g->label, ra_method_name(g->method),
-                                   g->method == RA_METHOD_KVR ? "chain" : NULL, g->spec, g->bounds, world, o->threads,
-                                   C, rep, g->ttft[rep], g->per_rank[rep], cpu, attempt, keep);
-                    if (keep)
-                        break;
-                }
-        /* KVR-S: the best median of the splits (rank 0 decides, everyone follows). */
-        int best = 2;
-        if (rank == 0)
-            for (int k = 2; k < n_cfg; k++) {
-                cfg[k].med = ra_median(cfg[k].ttft, o->repeat);
-                r->split_med[k - 2] = cfg[k].med;
-                if (cfg[k].med < cfg[best].med)
-                    best = k;
-            }
-        MPI_Bcast(&best, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        /* The bound of the KVR-S split. */
-        struct config *bd = &cfg[n_cfg];
+        /* The baselines in rounds, then the sweep (it may grow past its edge). */
+        measure_rounds(o, &b, cfg, 2, C);
+        const int n_split = sweep_splits(o, &b, sp, C);
+        const int best = best_split(sp, n_split);
+        /* KVR-S: the chosen split measured afresh. The sweep's best median is the
+         * lowest of several noisy medians and so biased low (the winner's curse);
+         * the fresh runs are measured like TSP and KVR-E. */
+        memcpy(kvrs, &sp[best], sizeof *kvrs);
+        snprintf(kvrs->label, sizeof kvrs->label, "KVR-S");
+        measure_rounds(o, &b, kvrs, 1, C);
         memset(bd, 0, sizeof *bd);
         snprintf(bd->label, sizeof bd->label, "bound");
-        memcpy(bd->spec, cfg[best].spec, sizeof bd->spec);
-        memcpy(bd->bounds, cfg[best].bounds, sizeof bd->bounds);
-        for (int rep = 0; rep < o->repeat; rep++)
-            for (int attempt = 0;; attempt++) {
-                double cpu;
-                wait_quiet(o);
-                bd->ttft[rep] = measure_bound(&b, bd->bounds, bd->per_rank[rep], &cpu);
-                progress("context %d, round %d/%d: %-9s [%d,%d,%d]  max %.3f s  (r0 %.3f, r1 %.3f)  cpu %.0f%%", C,
-                         rep + 1, o->repeat, bd->label, bd->bounds[0], bd->bounds[1], bd->bounds[2], bd->ttft[rep],
-                         bd->per_rank[rep][0], bd->per_rank[rep][3], 100 * cpu);
-                const int keep = keep_run(o, cpu, attempt);
-                if (rank == 0)
-                    report_run(o, c, "bound", "none", NULL, bd->spec, bd->bounds, world, o->threads, C, rep,
-                               bd->ttft[rep], bd->per_rank[rep], cpu, attempt, keep);
-                if (keep)
-                    break;
-            }
+        memcpy(bd->spec, kvrs->spec, sizeof bd->spec);
+        memcpy(bd->bounds, kvrs->bounds, sizeof bd->bounds);
+        measure_bound_runs(o, &b, bd, C);
         if (rank == 0) {
-            const struct config *s = &cfg[best];
-            const int mi = ra_median_index(s->ttft, o->repeat);
-            r->tsp = ra_median(cfg[0].ttft, o->repeat);
-            r->kvr_e = ra_median(cfg[1].ttft, o->repeat);
-            r->kvr_s = s->med;
-            r->share = s->share;
-            memcpy(r->bounds, s->bounds, sizeof r->bounds);
+            const int mi = ra_median_index(kvrs->ttft, o->repeat);
+            r->tsp = fig_of(cfg[0].ttft, o->repeat);
+            r->kvr_e = fig_of(cfg[1].ttft, o->repeat);
+            r->kvr_s = fig_of(kvrs->ttft, o->repeat);
+            r->bound = fig_of(bd->ttft, o->repeat);
+            r->share = kvrs->share;
+            memcpy(r->bounds, kvrs->bounds, sizeof r->bounds);
             for (int k = 0; k < 2; k++) {
-                r->total[k] = s->per_rank[mi][3 * k];
-                r->wait[k] = s->per_rank[mi][3 * k + 1];
+                r->total[k] = kvrs->per_rank[mi][PR * k];
+                r->wait[k] = kvrs->per_rank[mi][PR * k + 1];
+                r->drain[k] = kvrs->per_rank[mi][PR * k + 2];
+                r->bound_rank[k] = per_rank_fig(bd, o->repeat, PR * k);
             }
-            r->fill = s->per_rank[mi][3 + 2];
-            r->bound = ra_median(bd->ttft, o->repeat);
-            for (int k = 0; k < 2; k++) {
-                double v[1024];
-                for (int rep = 0; rep < o->repeat; rep++)
-                    v[rep] = bd->per_rank[rep][3 * k];
-                r->bound_rank[k] = ra_median(v, o->repeat);
+            r->fill = kvrs->per_rank[mi][PR + 3];
+            r->n_split = n_split;
+            for (int s = 0; s < n_split; s++) {
+                r->split_share[s] = sp[s].share;
+                r->split[s] = fig_of(sp[s].ttft, o->repeat);
+                r->split_added[s] = sp[s].added;
             }
             r->single1 = single_of(singles, n_singles, 1, C);
             r->single2 = single_of(singles, n_singles, 2, C);
-            progress("context %d: TSP %.3f  KVR-E %.3f  KVR-S %.3f (share %.3f)  bound %.3f  TSP/KVR-S %.2fx", C,
-                     r->tsp, r->kvr_e, r->kvr_s, r->share, r->bound, r->tsp / r->kvr_s);
+            progress("context %d: TSP %.3f  KVR-E %.3f  KVR-S %.3f (share %.3f; %.3f in the sweep)  bound %.3f  "
+                     "TSP/KVR-S %.2fx%s", C, r->tsp.med, r->kvr_e.med, r->kvr_s.med, r->share, sp[best].med,
+                     r->bound.med, r->tsp.med / r->kvr_s.med,
+                     r->kvr_s.med < r->bound.med ? "  (KVR-S BELOW ITS BOUND: disturbed runs?)" : "");
         }
     }
     if (rank == 0) {

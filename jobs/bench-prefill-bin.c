@@ -1,15 +1,23 @@
 /* bench-prefill: single-process prompt processing (prefill) on the CPU backend.
  *
- * For each thread count and prompt length it runs one span [0, N) through
- * ra_forward_span (logits of the last token only), best of --repeat runs, and
- * prints prompt tokens per second, the achieved GFLOP/s of the linear layers
- * and of attention (FLOPs from ra_forward_flops, time from the forward pass's
- * own per-op stats), and the linear rate as a fraction of plain OpenBLAS
- * cblas_sgemm on the same shapes (M = tokens; q/k/v/o, gate/up, down of every
- * layer, in the model's order), measured in the same run, one sample before
- * each model run, with openblas_set_num_threads(threads). Each rate is the
- * best of its --repeat samples: on a shared machine the quiet moments are the
- * ones worth comparing.
+ * For each thread count, prompt length and compute dtype (f32; bf16: the
+ * linear layers as bf16 x bf16 -> fp32 GEMMs on the CPU's bf16 unit, f32
+ * weights converted once at attach) it runs one span [0, N) through
+ * ra_forward_span (logits of the last token only) --repeat times and prints
+ * prompt tokens per second and the achieved GFLOP/s of the linear layers and
+ * of attention (FLOPs from ra_forward_flops, time from the forward pass's own
+ * per-op stats), each as the median [min-max] of the runs.
+ *
+ * The GEMM peak of each unit is measured in the same run on the same shapes
+ * (M = tokens; q/k/v/o, gate/up, down of every layer, in the model's order):
+ * OpenBLAS cblas_sgemm, and the bf16 unit the backend uses (oneDNN's matmul:
+ * AMX-BF16 or AVX512-BF16; cblas_sbgemm where OpenBLAS has it), one sample
+ * right before each model run of its dtype, and the runs of the two dtypes
+ * interleaved (A, B, A, B), so that every ratio compares samples taken
+ * moments apart. An untimed bf16 run per prompt length first builds the
+ * unit's plans (JIT-compiled per shape). "of peak" is the linear layers' median rate over the
+ * median peak of the unit they ran on. No figure from another machine or
+ * run is printed.
  *
  * It then checks that attention scales with the causal lower triangle:
  * attention time at 8192 against 4096 tokens (4x expected), and the time of
@@ -20,6 +28,8 @@
  * The model is loaded through ra_model_load from a directory written by
  * runahead-synth (the jobs/bench-prefill wrapper creates it). */
 #include "args.h"
+#include "gemm_bf16.h"
+#include "half.h"
 #include "runahead.h"
 
 #include <cblas.h>
@@ -38,21 +48,8 @@ extern char *openblas_get_config(void);
 extern char *openblas_get_corename(void);
 
 #define MAX_LIST 16
+#define MAX_REPEAT 101
 #define SCALE_N 8192 /* the attention scaling check runs [0, 4096) then [4096, 8192) */
-
-/* llama.cpp prompt tokens/s on bench-small (notes/performance-targets.md). */
-static const struct { int threads, tokens; double tps; } llama_cpp[] = {
-    { 1, 512, 253 }, { 1, 2048, 181 }, { 1, 4096, 138 },
-    { 2, 512, 400 }, { 2, 2048, 309 }, { 2, 4096, 265 },
-};
-
-static double llama_ref(int threads, int tokens)
-{
-    for (size_t i = 0; i < sizeof llama_cpp / sizeof llama_cpp[0]; i++)
-        if (llama_cpp[i].threads == threads && llama_cpp[i].tokens == tokens)
-            return llama_cpp[i].tps;
-    return 0;
-}
 
 static double now(void)
 {
@@ -64,20 +61,30 @@ static double now(void)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: bench-prefill [--model DIR] [--tokens N,N,...] [--threads T,T,...] [--repeat N]\n"
-            "                     [--no-scaling]\n"
+            "usage: bench-prefill [--model DIR] [--tokens N,N,...] [--threads T,T,...] [--dtypes f32,bf16]\n"
+            "                     [--repeat N] [--no-scaling]\n"
             "\n"
-            "Single-process prefill of a synthetic model on the CPU backend: prompt tokens/s,\n"
-            "GFLOP/s of the linear layers and of attention, the linear rate against plain\n"
-            "OpenBLAS sgemm on the same shapes, and the causal attention scaling check.\n"
+            "Single-process prefill of a synthetic model on the CPU backend, per compute dtype:\n"
+            "prompt tokens/s, GFLOP/s of the linear layers and of attention, and the GEMM peak\n"
+            "of each unit (OpenBLAS sgemm; the bf16 unit: oneDNN on AMX-BF16/AVX512-BF16) on\n"
+            "the same shapes, measured in the same run; medians [min-max] of --repeat runs;\n"
+            "then the causal attention scaling check.\n"
             "\n"
             "  --model DIR      model directory (config.json + model.safetensors) or checkpoint\n"
             "                   (default ${RA_BENCH_DIR:-$HOME/.cache/runahead}/bench-small)\n"
             "  --tokens LIST    prompt lengths (default 512,2048,8192)\n"
             "  --threads LIST   thread counts (default 1,2)\n"
-            "  --repeat N       best of N runs of everything timed (default 2)\n"
+            "  --dtypes LIST    lanes, interleaved run by run (default f32,bf16,bf16m): f32 compute;\n"
+            "                   bf16 compute of the f32 model (a bf16 copy made at attach, prepacked);\n"
+            "                   bf16m, a bf16 copy of the model (--bf16-model) read in place. The bf16\n"
+            "                   lanes need a bf16 unit, else they are skipped\n"
+            "  --bf16-model DIR the bf16m model (default: the model's directory + \"-bf16\", if present;\n"
+            "                   the jobs/bench-prefill wrapper writes it)\n"
+            "  --repeat N       runs of everything timed; medians and spreads of them (default 3)\n"
             "  --no-scaling     skip the attention scaling check (spans of 4096 and 8192 tokens)\n"
-            "  --help\n");
+            "  --help\n"
+            "\n"
+            "RA_CPU_ISA and RA_GEMM (auto|onednn|sbgemm|f32) force the kernels and the bf16 unit.\n");
 }
 
 /* A comma-separated list of positive integers, or exit 2 with one line. */
@@ -159,107 +166,240 @@ static double prefill(struct ra_model *m, struct ra_kvcache *kv, const int32_t *
     return total;
 }
 
-/* Plain OpenBLAS on the forward pass's linear shapes with M = n rows: every
- * layer's q, k, v, o, gate, up, down in that order, for all layers, as one
- * timed sample (seconds returned); the sample's length and order match the
- * model's linear work, so both meet the machine in the same state. */
+/* ----------------------------------------------------------- GEMM peaks */
+
+/* Operands for the peak samples: activations a [n][k] f32, weights w (f32)
+ * and wb (the same rounded to bf16) [out][k], output c. */
 struct gemm_bufs {
     float *a, *w, *c;
+    uint16_t *wb;
+    struct ra_bf16_packed *packed[7]; /* per layer shape, or NULL: plain wb */
 };
 
-static double sgemm_forward_time(const struct ra_config *cfg, int n, int threads, struct gemm_bufs *g)
+struct shape {
+    int k, out;
+};
+
+/* The forward pass's linear shapes of one layer, in its order. */
+static int layer_shapes(const struct ra_config *cfg, struct shape *s)
 {
     const int d = cfg->dim, kv = ra_config_kv_dim(cfg), h = cfg->hidden_dim;
-    const struct { int k, out; } shapes[] = { { d, d }, { d, kv }, { d, kv }, { d, d }, { d, h }, { d, h }, { h, d } };
+    const struct shape all[] = { { d, d }, { d, kv }, { d, kv }, { d, d }, { d, h }, { d, h }, { h, d } };
+    memcpy(s, all, sizeof all);
+    return 7;
+}
+
+/* Plain OpenBLAS cblas_sgemm on every layer's shapes with M = n, as one
+ * timed sample (seconds), openblas threads = T. */
+static double sgemm_forward_time(const struct ra_config *cfg, int n, int threads, struct gemm_bufs *g)
+{
+    struct shape sh[7];
+    const int ns = layer_shapes(cfg, sh);
     openblas_set_num_threads(threads);
     double t0 = now();
     for (int l = 0; l < cfg->n_layers; l++)
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-            const int k = shapes[i].k, out = shapes[i].out;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, k, 1.0f, g->a, k, g->w, k, 0.0f, g->c, out);
-        }
+        for (int i = 0; i < ns; i++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, sh[i].out, sh[i].k, 1.0f, g->a, sh[i].k, g->w,
+                        sh[i].k, 0.0f, g->c, sh[i].out);
     double t = now() - t0;
     openblas_set_num_threads(1); /* what the CPU backend expects */
     return t;
 }
 
-/* Best of `repeat` prefills of one span by wall time: returns that time and
- * fills *best with that run's accounting, except that t_linear and
- * t_attention are each the least of any run (each rate is then a best of
- * `repeat`). Each run is preceded by a sample of the sgemm reference
- * (sgemm_forward_time), whose best goes to *sgemm_best. */
-static double best_prefill(struct ra_model *m, struct ra_kvcache *kv, const int32_t *tokens, int n, int repeat,
-                           struct ra_forward_stats *best, float *logits, int threads, struct gemm_bufs *g,
-                           double *sgemm_best)
+/* The bf16 unit (gemm_bf16.h, the backend's own path: activations rounded
+ * to bf16, then the unit's GEMM) on the same shapes; a negative time if it
+ * declines a shape. */
+static double bf16_forward_time(const struct ra_config *cfg, int n, struct ra_gemm_bf16 *u, struct gemm_bufs *g,
+                                int plain)
+{
+    struct shape sh[7];
+    const int ns = layer_shapes(cfg, sh);
+    double t0 = now();
+    for (int l = 0; l < cfg->n_layers; l++)
+        for (int i = 0; i < ns; i++)
+            if ((g->packed[i] && !plain ? ra_gemm_bf16_run_packed(u, g->c, sh[i].out, g->a, sh[i].k, g->packed[i], n)
+                              : ra_gemm_bf16_run(u, g->c, sh[i].out, g->a, sh[i].k, g->wb, sh[i].out, sh[i].k, n)) !=
+                RA_OK)
+                return -1;
+    return now() - t0;
+}
+
+/* The weights of each shape in the layout the backend gives its bf16 copies
+ * of f32 weights (oneDNN's blocked one unless RA_GEMM_PREPACK=0), so that
+ * the peak is taken on what the layers run. */
+static void pack_shapes(const struct ra_config *cfg, struct ra_gemm_bf16 *u, struct gemm_bufs *g)
+{
+    struct shape sh[7];
+    const int ns = layer_shapes(cfg, sh);
+    const char *env = getenv("RA_GEMM_PREPACK");
+    for (int i = 0; i < ns; i++) {
+        g->packed[i] = NULL;
+        if (!env || strcmp(env, "0") != 0)
+            ra_gemm_bf16_pack(u, g->wb, sh[i].out, sh[i].k, &g->packed[i]);
+    }
+}
+
+static void unpack_shapes(struct gemm_bufs *g)
+{
+    for (int i = 0; i < 7; i++) {
+        ra_bf16_packed_free(g->packed[i]);
+        g->packed[i] = NULL;
+    }
+}
+
+/* ----------------------------------------------------------- statistics */
+
+struct samples {
+    double v[MAX_REPEAT];
+    int n;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const struct samples *s)
+{
+    if (s->n == 0)
+        return NAN;
+    double v[MAX_REPEAT];
+    memcpy(v, s->v, sizeof(double) * (size_t)s->n);
+    qsort(v, (size_t)s->n, sizeof v[0], cmp_double);
+    return s->n % 2 ? v[s->n / 2] : 0.5 * (v[s->n / 2 - 1] + v[s->n / 2]);
+}
+
+static double smin(const struct samples *s)
+{
+    double m = INFINITY;
+    for (int i = 0; i < s->n; i++)
+        m = fmin(m, s->v[i]);
+    return m;
+}
+
+static double smax(const struct samples *s)
+{
+    double m = -INFINITY;
+    for (int i = 0; i < s->n; i++)
+        m = fmax(m, s->v[i]);
+    return m;
+}
+
+/* "median [min-max]" in one field */
+static const char *spread(char *buf, size_t size, const struct samples *s, const char *fmt)
+{
+    char a[32], b[32], c[32];
+    snprintf(a, sizeof a, fmt, median(s));
+    snprintf(b, sizeof b, fmt, smin(s));
+    snprintf(c, sizeof c, fmt, smax(s));
+    snprintf(buf, size, "%s [%s-%s]", a, b, c);
+    return buf;
+}
+
+/* ----------------------------------------------------------- one dtype */
+
+/* f32: fp32 compute; bf16: the f32 weights' bf16 copy (prepacked); bf16m:
+ * a bf16 model file, its weights read in place from the mapping. */
+enum { DT_F32, DT_BF16, DT_BF16M, N_DT };
+static const char *const dt_names[N_DT] = { "f32", "bf16", "bf16m" };
+
+/* What one (threads, tokens, dtype) cell collects, one value per run. */
+struct cell {
+    struct samples tps, lin, att, peak, lin_pct, att_pct, other_pct;
+};
+
+struct lane {
+    int on;
+    struct ra_model m;
+    struct ra_backend *be;
+    struct ra_kvcache kv;
+    char unit[160]; /* what runs its linear layers */
+};
+
+static void lane_sample(struct lane *ln, int dt, const int32_t *tokens, int n, float *logits, int threads,
+                        struct ra_gemm_bf16 *u, struct gemm_bufs *g, struct cell *c)
 {
     const int b[2] = { 0, n };
     struct ra_forward_stats st;
-    double wall, best_t = INFINITY, lin = INFINITY, att = INFINITY;
-    *sgemm_best = INFINITY;
-    for (int r = 0; r < repeat; r++) {
-        *sgemm_best = fmin(*sgemm_best, sgemm_forward_time(&m->config, n, threads, g));
-        double t = prefill(m, kv, tokens, b, 1, &st, &wall, logits);
-        lin = fmin(lin, st.t_linear);
-        att = fmin(att, st.t_attention);
-        if (t < best_t) {
-            best_t = t;
-            *best = st;
-        }
-    }
-    best->t_linear = lin;
-    best->t_attention = att;
-    return best_t;
+    double wall;
+    const double tp = dt == DT_F32 ? sgemm_forward_time(&ln->m.config, n, threads, g)
+                                   : bf16_forward_time(&ln->m.config, n, u, g, dt == DT_BF16M);
+    prefill(&ln->m, &ln->kv, tokens, b, 1, &st, &wall, logits);
+    const int r = c->tps.n;
+    const double acc = st.t_linear + st.t_attention + st.t_other;
+    c->tps.v[r] = n / wall;
+    c->lin.v[r] = st.flop_linear / st.t_linear * 1e-9;
+    c->att.v[r] = st.flop_attention / st.t_attention * 1e-9;
+    c->peak.v[r] = tp > 0 ? st.flop_linear / tp * 1e-9 : NAN; /* the same FLOPs */
+    c->lin_pct.v[r] = 100 * st.t_linear / acc;
+    c->att_pct.v[r] = 100 * st.t_attention / acc;
+    c->other_pct.v[r] = 100 * st.t_other / acc;
+    c->tps.n = c->lin.n = c->att.n = c->peak.n = c->lin_pct.n = c->att_pct.n = c->other_pct.n = r + 1;
 }
 
-/* Best of `repeat` prefills, span by span: the least wall and attention time
- * each span took in any run (they are measured apart, so each has its own best). */
-static void best_spans(struct ra_model *m, struct ra_kvcache *kv, const int32_t *tokens, const int *b, int spans,
-                       int repeat, double *wall_best, double *attn_best, float *logits)
+/* Median [min-max] of `repeat` passes over spans b[0..spans]: wall and
+ * attention time per span (the first span is a prefill from 0). */
+static void median_spans(struct ra_model *m, struct ra_kvcache *kv, const int32_t *tokens, const int *b, int spans,
+                         int repeat, struct samples *wall, struct samples *attn, float *logits)
 {
     struct ra_forward_stats st[4] = { { 0 } };
-    double wall[4];
+    double w[4];
     for (int i = 0; i < spans; i++)
-        wall_best[i] = attn_best[i] = INFINITY;
+        wall[i].n = attn[i].n = 0;
     for (int r = 0; r < repeat; r++) {
-        prefill(m, kv, tokens, b, spans, st, wall, logits);
+        prefill(m, kv, tokens, b, spans, st, w, logits);
         for (int i = 0; i < spans; i++) {
-            wall_best[i] = fmin(wall_best[i], wall[i]);
-            attn_best[i] = fmin(attn_best[i], st[i].t_attention);
+            wall[i].v[wall[i].n++] = w[i];
+            attn[i].v[attn[i].n++] = st[i].t_attention;
         }
     }
 }
-
-struct row {
-    int threads, tokens;
-    double wall, tps, lin_rate, att_rate, sgemm_rate, lin_share, att_share, other_share;
-};
 
 int main(int argc, char **argv)
 {
     int tokens_list[MAX_LIST] = { 512, 2048, 8192 }, n_tokens = 3;
     int threads_list[MAX_LIST] = { 1, 2 }, n_threads = 2;
-    int repeat = 2, scaling = 1;
+    int want_dt[N_DT] = { 1, 1, 1 };
+    const char *bf16_model = NULL;
+    char *bf16_default = NULL;
+    int repeat = 3, scaling = 1;
     char model_default[4096];
     const char *model_dir = NULL;
 
     static const struct option opts[] = {
         { "model", required_argument, 0, 'm' },   { "tokens", required_argument, 0, 'n' },
         { "threads", required_argument, 0, 't' }, { "repeat", required_argument, 0, 'r' },
-        { "no-scaling", no_argument, 0, 's' },    { "help", no_argument, 0, 'h' },
-        { 0, 0, 0, 0 },
+        { "dtypes", required_argument, 0, 'd' },  { "no-scaling", no_argument, 0, 's' },
+        { "bf16-model", required_argument, 0, 'b' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
     };
     int c;
-    while ((c = getopt_long(argc, argv, "m:n:t:r:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:n:t:r:d:b:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_dir = optarg; break;
         case 'n': n_tokens = parse_list(optarg, tokens_list, MAX_LIST, "--tokens"); break;
         case 't': n_threads = parse_list(optarg, threads_list, MAX_LIST, "--threads"); break;
-        case 'r': {
-            int v[1];
-            parse_list(optarg, v, 1, "--repeat");
-            repeat = v[0];
+        case 'r':
+            if (ra_arg_int(optarg, "--repeat", 1, MAX_REPEAT, &repeat) != RA_OK)
+                return ra_arg_usage_error("bench-prefill", "%s", ra_error_message());
+            break;
+        case 'd': {
+            char *copy = strdup(optarg), *save = NULL;
+            want_dt[DT_F32] = want_dt[DT_BF16] = want_dt[DT_BF16M] = 0;
+            for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (strcmp(t, "f32") == 0)
+                    want_dt[DT_F32] = 1;
+                else if (strcmp(t, "bf16") == 0)
+                    want_dt[DT_BF16] = 1;
+                else if (strcmp(t, "bf16m") == 0)
+                    want_dt[DT_BF16M] = 1;
+                else
+                    return ra_arg_usage_error("bench-prefill", "--dtypes: '%s' is not f32, bf16 or bf16m", t);
+            }
+            free(copy);
             break;
         }
+        case 'b': bf16_model = optarg; break;
         case 's': scaling = 0; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -280,11 +420,32 @@ int main(int argc, char **argv)
         model_dir = model_default;
     }
 
-    struct ra_model m;
-    int rc = ra_model_load(&m, model_dir);
-    if (rc != RA_OK)
-        die("loading the model", rc);
-    const struct ra_config *cfg = &m.config;
+    /* One model per dtype (the same file, mapped twice: the page cache holds
+     * it once), so that both stay attached and their runs interleave. */
+    struct lane lanes[N_DT];
+    memset(lanes, 0, sizeof lanes);
+    int rc;
+    if (!bf16_model) { /* beside the f32 model: DIR-bf16, if it is there */
+        const size_t len = strlen(model_dir);
+        bf16_default = malloc(len + 6);
+        if (bf16_default) {
+            memcpy(bf16_default, model_dir, len);
+            memcpy(bf16_default + len, "-bf16", 6);
+        }
+        bf16_model = bf16_default;
+        if (!bf16_model || access(bf16_model, R_OK) != 0)
+            want_dt[DT_BF16M] = 0;
+    }
+    for (int dt = 0; dt < N_DT; dt++)
+        if (want_dt[dt] && (rc = ra_model_load(&lanes[dt].m, dt == DT_BF16M ? bf16_model : model_dir)) != RA_OK)
+            die("loading the model", rc);
+    if (want_dt[DT_BF16M] && want_dt[DT_F32] &&
+        memcmp(&lanes[DT_BF16M].m.config, &lanes[DT_F32].m.config, sizeof lanes[DT_F32].m.config) != 0) {
+        fprintf(stderr, "bench-prefill: %s does not have the shape of %s\n", bf16_model, model_dir);
+        return 2;
+    }
+    const int dt0 = want_dt[DT_F32] ? DT_F32 : DT_BF16;
+    const struct ra_config *cfg = &lanes[dt0].m.config;
 
     int max_n = scaling ? SCALE_N : 0;
     for (int i = 0; i < n_tokens; i++)
@@ -296,31 +457,37 @@ int main(int argc, char **argv)
     }
 
     /* ----------------------------------------------------------- header */
-    char cpu[256];
+    char cpu[256], units[256], kernels[256];
     struct utsname un;
     cpu_name(cpu, sizeof cpu);
     uname(&un);
     double lin1, att1;
     ra_forward_flops(cfg, 0, 1, &lin1, &att1);
-    printf("# runahead bench-prefill: single-process prompt processing, CPU backend\n");
-    printf("# machine : %s, %ld cores online, %s %s%s%s%s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN), un.sysname,
-           un.machine, cpu_has("avx2") ? ", AVX2" : "", cpu_has("fma") ? "+FMA" : "",
-           cpu_has("avx512f") ? ", AVX-512" : "");
-    char kernels[256];
     ra_cpu_isa_describe(kernels, sizeof kernels);
+    ra_gemm_bf16_units(units, sizeof units);
+    printf("# runahead bench-prefill: single-process prompt processing, CPU backend\n");
+    printf("# machine : %s, %ld cores online, %s %s%s%s%s%s%s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN), un.sysname,
+           un.machine, cpu_has("avx2") ? ", AVX2" : "", cpu_has("fma") ? "+FMA" : "",
+           cpu_has("avx512f") ? ", AVX-512" : "", cpu_has("avx512_bf16") ? ", AVX512-BF16" : "",
+           cpu_has("amx_bf16") ? ", AMX-BF16" : "");
     printf("# kernels : %s, chosen at run time (RA_CPU_ISA forces one)\n", kernels);
+    printf("# bf16    : %s (RA_GEMM forces one)\n", units);
     printf("# OpenBLAS: %s\n", openblas_get_config());
     printf("# model   : %s\n", model_dir);
     printf("#           dim %d, %d layers, %d heads, %d KV heads, FFN %d, vocab %d, context %d, %s weights, %.1fM params\n",
            cfg->dim, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->hidden_dim, cfg->vocab_size, cfg->seq_len,
-           ra_dtype_name(m.weights.layers[0].wq.dtype), (double)ra_model_n_params(&m) * 1e-6);
+           ra_dtype_name(lanes[dt0].m.weights.layers[0].wq.dtype), (double)ra_model_n_params(&lanes[dt0].m) * 1e-6);
     printf("#           linear %.1f MFLOP/token; causal attention %.3f MFLOP per token pair\n", lin1 * 1e-6,
            att1 * 1e-6);
-    printf("# timing  : best of %d; FLOPs from ra_forward_flops (no lm-head), times from the forward pass's stats\n",
-           repeat);
-    printf("#           sgemm = plain OpenBLAS cblas_sgemm on the same shapes (M = tokens; all layers' q k v o gate up\n");
-    printf("#           down in order, one sample per model run, best of as many), openblas threads = T\n");
-    printf("#           llama.cpp = notes/performance-targets.md (measured on another machine: compare as a guide)\n");
+    printf("# timing  : median [min-max] of %d runs; the dtypes' runs interleaved (f32, bf16, f32, ...)\n", repeat);
+    printf("#           FLOPs from ra_forward_flops (no lm-head), times from the forward pass's stats\n");
+    printf("#           peak = the unit's GEMM on the same shapes (M = tokens; every layer's q k v o gate up down\n");
+    printf("#           in order), one sample right before each model run: f32 -> OpenBLAS sgemm (threads = T),\n");
+    printf("#           bf16 -> the backend's bf16 unit (activations rounded to bf16 included; weights in the\n");
+    printf("#           layout of the backend's bf16 copies: oneDNN's blocked one unless RA_GEMM_PREPACK=0)\n");
+    printf("#           of peak = median linear GF/s / median peak GF/s of the unit the layers ran on\n");
+    printf("#           bf16 compute converts the f32 weights once at attach (a bf16 copy, half their bytes;\n");
+    printf("#           a bf16 model file would be read in place, in the plain layout)\n");
     printf("#\n");
     fflush(stdout);
 
@@ -333,8 +500,10 @@ int main(int argc, char **argv)
         malloc((size_t)max_n * kd * sizeof(float)),
         malloc((size_t)od * kd * sizeof(float)),
         malloc((size_t)max_n * od * sizeof(float)),
+        malloc((size_t)od * kd * sizeof(uint16_t)),
+        { NULL },
     };
-    if (!tokens || !logits || !g.a || !g.w || !g.c) {
+    if (!tokens || !logits || !g.a || !g.w || !g.c || !g.wb) {
         fprintf(stderr, "bench-prefill: out of memory\n");
         return 3;
     }
@@ -345,123 +514,174 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < (size_t)max_n * kd; i++)
         g.a[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-    for (size_t i = 0; i < (size_t)od * kd; i++)
+    for (size_t i = 0; i < (size_t)od * kd; i++) {
         g.w[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
+        g.wb[i] = ra_f32_to_bf16(g.w[i]);
+    }
 
-    struct row rows[MAX_LIST * MAX_LIST];
-    int n_rows = 0;
+    static struct cell cells[MAX_LIST][MAX_LIST][N_DT];
     struct {
         int threads;
-        double t8k_attn, first_attn, second_attn, tps4k;
+        struct samples t8k_attn, first_attn, second_attn, tps4k;
     } sc[MAX_LIST];
+    memset(sc, 0, sizeof sc);
+    char f1[128], f2[128], f3[128], f4[128];
 
-    printf("%-3s %6s %9s %9s %9s %7s  %8s %8s %6s  %8s  %5s %5s %5s\n", "T", "tokens", "time(s)", "tok/s",
-           "llama.cpp", "x", "linear", "sgemm", "lin/", "attn", "lin", "attn", "other");
-    printf("%-3s %6s %9s %9s %9s %7s  %8s %8s %6s  %8s  %5s %5s %5s\n", "", "", "", "", "tok/s", "llama", "GF/s",
-           "GF/s", "sgemm", "GF/s", "%", "%", "%");
+    printf("%-3s %-5s %6s  %-26s %-26s %-26s %-7s %-26s %5s %5s %5s\n", "T", "dtype", "tokens", "tok/s", "linear GF/s",
+           "peak GF/s (unit)", "of peak", "attention GF/s", "lin%", "attn%", "other%");
     fflush(stdout);
 
     for (int ti = 0; ti < n_threads; ti++) {
         const int th = threads_list[ti];
-        struct ra_backend *be;
-        struct ra_kvcache kv;
-        if ((rc = ra_backend_cpu_init(&be, th)) != RA_OK)
-            die("backend", rc);
-        if ((rc = ra_model_attach(&m, be)) != RA_OK)
-            die("attach", rc);
-        if ((rc = ra_kvcache_init(&kv, be, cfg->n_layers, ra_config_kv_dim(cfg), max_n)) != RA_OK)
-            die("KV cache", rc);
-
-        /* Warm-up: faults in the mapped weights, sizes the workspace, starts
-         * OpenBLAS's threads. */
-        {
+        struct ra_gemm_bf16 *u = NULL;
+        if ((rc = ra_gemm_bf16_create(&u, th)) != RA_OK)
+            die("bf16 unit", rc);
+        if (u)
+            pack_shapes(cfg, u, &g);
+        for (int dt = 0; dt < N_DT; dt++) {
+            struct lane *ln = &lanes[dt];
+            ln->on = want_dt[dt] && (dt == DT_F32 || u);
+            if (dt == DT_BF16M && want_dt[dt] && !ln->on)
+                continue; /* said once, for bf16 */
+            if (want_dt[dt] && !ln->on)
+                printf("# T=%d: no bf16 unit (%s): bf16 skipped\n", th, units);
+            if (!ln->on)
+                continue;
+            if ((rc = ra_backend_cpu_init(&ln->be, th)) != RA_OK)
+                die("backend", rc);
+            ln->be->compute = dt == DT_F32 ? RA_COMPUTE_F32 : dt == DT_BF16 ? RA_COMPUTE_BF16 : RA_COMPUTE_AUTO;
+            if ((rc = ra_model_attach(&ln->m, ln->be)) != RA_OK)
+                die("attach", rc);
+            if ((rc = ra_kvcache_init(&ln->kv, ln->be, cfg->n_layers, ra_config_kv_dim(cfg), max_n)) != RA_OK)
+                die("KV cache", rc);
+            /* Warm-up: faults in the weights, sizes the workspace, builds plans. */
             int b[2] = { 0, max_n < 256 ? max_n : 256 };
             struct ra_forward_stats st = { 0 };
             double w;
-            prefill(&m, &kv, tokens, b, 1, &st, &w, logits);
-            sgemm_forward_time(cfg, b[1], th, &g);
+            prefill(&ln->m, &ln->kv, tokens, b, 1, &st, &w, logits);
+            if (dt == DT_F32)
+                sgemm_forward_time(cfg, b[1], th, &g);
+            else
+                bf16_forward_time(cfg, b[1], u, &g, dt == DT_BF16M);
+            if (dt == DT_F32)
+                snprintf(ln->unit, sizeof ln->unit, "sgemm");
+            else
+                ra_backend_cpu_describe_linear(ln->be, ln->unit, sizeof ln->unit);
         }
-        double attn8k = 0;
-        int have8k = 0;
         for (int ni = 0; ni < n_tokens; ni++) {
             const int n = tokens_list[ni];
-            struct ra_forward_stats st = { 0 };
-            double sgemm_t;
-            double wall = best_prefill(&m, &kv, tokens, n, repeat, &st, logits, th, &g, &sgemm_t);
-            double sg = st.flop_linear / sgemm_t * 1e-9; /* the same FLOPs */
-            struct row *r = &rows[n_rows++];
-            double acc = st.t_linear + st.t_attention + st.t_other;
-            *r = (struct row){ th, n, wall, n / wall, st.flop_linear / st.t_linear * 1e-9,
-                               st.flop_attention / st.t_attention * 1e-9, sg, st.t_linear / acc * 100,
-                               st.t_attention / acc * 100, st.t_other / acc * 100 };
-            if (n == SCALE_N) {
-                attn8k = st.t_attention;
-                have8k = 1;
+            /* The bf16 unit JIT-compiles a plan per shape (a few ms each) on
+             * its first call: make them outside the timed runs. */
+            for (int dt = DT_BF16; dt < N_DT; dt++)
+                if (lanes[dt].on) {
+                    struct cell scratch;
+                    memset(&scratch, 0, sizeof scratch);
+                    lane_sample(&lanes[dt], dt, tokens, n, logits, th, u, &g, &scratch);
+                }
+            for (int r = 0; r < repeat; r++)
+                for (int dt = 0; dt < N_DT; dt++)
+                    if (lanes[dt].on)
+                        lane_sample(&lanes[dt], dt, tokens, n, logits, th, u, &g, &cells[ti][ni][dt]);
+            for (int dt = 0; dt < N_DT; dt++) {
+                const struct cell *cl = &cells[ti][ni][dt];
+                if (!lanes[dt].on)
+                    continue;
+                char peak[128];
+                snprintf(peak, sizeof peak, "%s", spread(f3, sizeof f3, &cl->peak, "%.1f"));
+                printf("%-3d %-5s %6d  %-26s %-26s %-26s %6.0f%% %-26s %5.1f %5.1f %5.1f\n", th, dt_names[dt], n,
+                       spread(f1, sizeof f1, &cl->tps, "%.1f"), spread(f2, sizeof f2, &cl->lin, "%.1f"), peak,
+                       100 * median(&cl->lin) / median(&cl->peak), spread(f4, sizeof f4, &cl->att, "%.1f"),
+                       median(&cl->lin_pct), median(&cl->att_pct), median(&cl->other_pct));
             }
-            double ref = llama_ref(th, n);
-            char refs[16] = "-", xs[16] = "-";
-            if (ref > 0) {
-                snprintf(refs, sizeof refs, "%.0f", ref);
-                snprintf(xs, sizeof xs, "%.2f", r->tps / ref);
-            }
-            printf("%-3d %6d %9.3f %9.1f %9s %7s  %8.1f %8.1f %5.0f%%  %8.1f  %5.1f %5.1f %5.1f\n", th, n, wall,
-                   r->tps, refs, xs, r->lin_rate, r->sgemm_rate, 100 * r->lin_rate / r->sgemm_rate, r->att_rate,
-                   r->lin_share, r->att_share, r->other_share);
             fflush(stdout);
         }
         sc[ti].threads = th;
         if (scaling) {
-            /* [0, 4096) then [4096, 8192); and the whole 8192 if not measured above. */
+            /* On the first dtype: [0, 4096) then [4096, 8192); and 8192 whole. */
+            struct lane *ln = &lanes[dt0];
             int b[3] = { 0, SCALE_N / 2, SCALE_N };
-            double w[2], a[2];
-            best_spans(&m, &kv, tokens, b, 2, repeat, w, a, logits);
+            struct samples w[2], a[2];
+            median_spans(&ln->m, &ln->kv, tokens, b, 2, repeat, w, a, logits);
             sc[ti].first_attn = a[0];
             sc[ti].second_attn = a[1];
-            sc[ti].tps4k = (SCALE_N / 2) / w[0]; /* the first span is a 4096-token prefill */
-            if (!have8k) {
-                int bw[2] = { 0, SCALE_N };
-                best_spans(&m, &kv, tokens, bw, 1, repeat, w, a, logits);
-                attn8k = a[0];
-            }
-            sc[ti].t8k_attn = attn8k;
+            sc[ti].tps4k.n = w[0].n;
+            for (int i = 0; i < w[0].n; i++)
+                sc[ti].tps4k.v[i] = (SCALE_N / 2) / w[0].v[i];
+            int bw[2] = { 0, SCALE_N };
+            median_spans(&ln->m, &ln->kv, tokens, bw, 1, repeat, w, a, logits);
+            sc[ti].t8k_attn = a[0];
         }
-        ra_kvcache_free(&kv);
-        ra_model_detach(&m);
-        ra_backend_free(be);
+        for (int dt = 0; dt < N_DT; dt++) {
+            struct lane *ln = &lanes[dt];
+            if (!ln->on)
+                continue;
+            ra_kvcache_free(&ln->kv);
+            ra_model_detach(&ln->m);
+            ra_backend_free(ln->be);
+        }
+        unpack_shapes(&g);
+        ra_gemm_bf16_free(u);
     }
+
+    /* ----------------------------------------------------------- ratios */
+    printf("#\n# ratios of medians, all from this run (bf16: %s; bf16m: %s)\n",
+           lanes[DT_BF16].unit[0] ? lanes[DT_BF16].unit : "-", lanes[DT_BF16M].unit[0] ? lanes[DT_BF16M].unit : "-");
+    printf("%-3s %6s %10s %10s %10s %12s %12s %12s %12s\n", "T", "tokens", "bf16/f32", "bf16m/f32", "bf16/f32",
+           "f32 linear", "bf16 linear", "bf16m linear", "bf16 peak");
+    printf("%-3s %6s %10s %10s %10s %12s %12s %12s %12s\n", "", "", "tok/s", "tok/s", "linear", "/ its peak",
+           "/ its peak", "/ its peak", "/ sgemm peak");
+    for (int ti = 0; ti < n_threads; ti++)
+        for (int ni = 0; ni < n_tokens; ni++) {
+            const struct cell *cl = cells[ti][ni];
+            char r[8][16];
+            for (int i = 0; i < 8; i++)
+                snprintf(r[i], sizeof r[i], "-");
+            const int hf = cl[DT_F32].tps.n > 0;
+            for (int dt = DT_BF16; dt < N_DT && hf; dt++)
+                if (cl[dt].tps.n > 0)
+                    snprintf(r[dt - 1], 16, "%.2fx", median(&cl[dt].tps) / median(&cl[DT_F32].tps));
+            if (hf && cl[DT_BF16].tps.n > 0) {
+                snprintf(r[2], 16, "%.2fx", median(&cl[DT_BF16].lin) / median(&cl[DT_F32].lin));
+                snprintf(r[6], 16, "%.2fx", median(&cl[DT_BF16].peak) / median(&cl[DT_F32].peak));
+            }
+            for (int dt = 0; dt < N_DT; dt++)
+                if (cl[dt].tps.n > 0)
+                    snprintf(r[3 + dt], 16, "%.0f%%", 100 * median(&cl[dt].lin) / median(&cl[dt].peak));
+            printf("%-3d %6d %10s %10s %10s %12s %12s %12s %12s\n", threads_list[ti], tokens_list[ni], r[0], r[1], r[2],
+                   r[3], r[4], r[5], r[6]);
+        }
 
     if (scaling) {
         const double h = SCALE_N / 2;
         const double pairs4k = h * (h + 1) / 2, pairs8k = (2 * h) * (2 * h + 1) / 2;
         const double second = h * h + pairs4k;
-        printf("#\n# causal attention scaling (attention time only, best of %d)\n", repeat);
+        printf("#\n# causal attention scaling (%s, attention time only, medians of %d)\n", dt_names[dt0], repeat);
         printf("%-3s %-34s %9s %9s %9s %9s\n", "T", "comparison", "time(s)", "vs(s)", "measured", "expected");
         for (int ti = 0; ti < n_threads; ti++) {
-            printf("%-3d %-34s %9.3f %9.3f %9.2f %9.2f\n", sc[ti].threads, "prefill 8192 vs prefill 4096",
-                   sc[ti].t8k_attn, sc[ti].first_attn, sc[ti].t8k_attn / sc[ti].first_attn, pairs8k / pairs4k);
+            const double t8 = median(&sc[ti].t8k_attn), t1 = median(&sc[ti].first_attn),
+                         t2 = median(&sc[ti].second_attn);
+            printf("%-3d %-34s %9.3f %9.3f %9.2f %9.2f\n", sc[ti].threads, "prefill 8192 vs prefill 4096", t8, t1,
+                   t8 / t1, pairs8k / pairs4k);
             printf("%-3d %-34s %9.3f %9.3f %9.2f %9.2f  (full square: %.2f)\n", sc[ti].threads,
-                   "span [4096,8192) vs [0,4096)", sc[ti].second_attn, sc[ti].first_attn,
-                   sc[ti].second_attn / sc[ti].first_attn, second / pairs4k, (h * 2 * h) / (h * h));
+                   "span [4096,8192) vs [0,4096)", t2, t1, t2 / t1, second / pairs4k, (h * 2 * h) / (h * h));
         }
-        printf("#\n# prefill of 4096 tokens (the first span above, best of %d; no logits)\n", repeat);
-        printf("%-3s %6s %9s %9s %7s\n", "T", "tokens", "tok/s", "llama.cpp", "x");
-        for (int ti = 0; ti < n_threads; ti++) {
-            double ref = llama_ref(sc[ti].threads, 4096);
-            char refs[16] = "-", xs[16] = "-";
-            if (ref > 0) {
-                snprintf(refs, sizeof refs, "%.0f", ref);
-                snprintf(xs, sizeof xs, "%.2f", sc[ti].tps4k / ref);
-            }
-            printf("%-3d %6d %9.1f %9s %7s\n", sc[ti].threads, 4096, sc[ti].tps4k, refs, xs);
-        }
+        printf("#\n# prefill of 4096 tokens (%s, the first span above; no logits)\n", dt_names[dt0]);
+        printf("%-3s %6s  %-26s\n", "T", "tokens", "tok/s");
+        for (int ti = 0; ti < n_threads; ti++)
+            printf("%-3d %6d  %-26s\n", sc[ti].threads, 4096, spread(f1, sizeof f1, &sc[ti].tps4k, "%.1f"));
     }
-    printf("#\n# targets: linear >= 85%% of sgemm; tok/s >= 1.5x llama.cpp at 512, >= 2x at 4096\n");
+    printf("#\n# targets (notes/performance-targets.md): linear >= 85%% of the same-run peak of the unit used;\n"
+           "# bf16 tok/s >= 3x f32 tok/s; ahead of llama.cpp's best CPU configuration measured beside it\n");
 
     free(tokens);
     free(logits);
     free(g.a);
     free(g.w);
     free(g.c);
-    ra_model_free(&m);
+    free(g.wb);
+    free(bf16_default);
+    for (int dt = 0; dt < N_DT; dt++)
+        if (want_dt[dt])
+            ra_model_free(&lanes[dt].m);
     return 0;
 }

@@ -209,8 +209,10 @@ static int upload_converted(struct cuda_backend *cb, void *dst, enum ra_dtype to
     return rc;
 }
 
-static int cuda_upload_weight(struct ra_backend *be, struct ra_tensor *t)
+/* Every weight gets a device copy: matrices in the --device-dtype, vectors fp32. */
+static int cuda_weight_prepare(struct ra_backend *be, struct ra_tensor *t, int matmul)
 {
+    (void)matmul;
     struct cuda_backend *cb = cb_of(be);
     const enum ra_dtype to = device_dtype(cb, t);
     const size_t count = (size_t)t->rows * (size_t)t->cols, bytes = count * ra_dtype_size(to);
@@ -225,6 +227,12 @@ static int cuda_upload_weight(struct ra_backend *be, struct ra_tensor *t)
     }
     t->device = dst;
     return RA_OK;
+}
+
+static void cuda_weight_release(struct ra_backend *be, struct ra_tensor *t)
+{
+    be->ops->release(be, t->device);
+    t->device = NULL;
 }
 
 static int need_device(const struct cuda_backend *cb, const struct ra_tensor *t)
@@ -381,7 +389,8 @@ static const struct ra_backend_ops cuda_ops = {
     .stream_wait = cuda_stream_wait,
     .event_sync = cuda_event_sync,
     .stream_native = cuda_stream_native,
-    .upload_weight = cuda_upload_weight,
+    .weight_prepare = cuda_weight_prepare,
+    .weight_release = cuda_weight_release,
 };
 
 int ra_cuda_built(void) { return 1; }

@@ -41,9 +41,32 @@ out:
     return rc;
 }
 
+static void spread_of(const double *v, int n, double *out)
+{
+    double lo = v[0], hi = v[0];
+    for (int i = 1; i < n; i++) {
+        lo = v[i] < lo ? v[i] : lo;
+        hi = v[i] > hi ? v[i] : hi;
+    }
+    out[0] = ra_median(v, n);
+    out[1] = lo;
+    out[2] = hi;
+}
+
 int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
                       const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
                       double *median_ttft)
+{
+    double spread[3];
+    int rc = ra_prefill_spread(m, comm, method, route, bounds, kv, tokens, repeats, spread);
+    if (rc == RA_OK)
+        *median_ttft = spread[0];
+    return rc;
+}
+
+int ra_prefill_spread(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
+                      const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
+                      double spread[3])
 {
     struct ra_exchange x = { 0 };
     double *ttft = calloc((size_t)repeats, sizeof *ttft);
@@ -59,9 +82,9 @@ int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, 
     for (int i = 0; i < repeats && rc == RA_OK; i++)
         rc = ra_prefill_run(m, &x, kv, tokens, logits, &ttft[i]);
     if (rc == RA_OK) {
-        *median_ttft = ra_median(ttft, repeats);
+        spread_of(ttft, repeats, spread);
         ra_watchdog_wait(RA_WATCH_RESULT, -1, x.size - 1);
-        MPI_CHECK(MPI_Bcast(median_ttft, 1, MPI_DOUBLE, x.size - 1, comm));
+        MPI_CHECK(MPI_Bcast(spread, 3, MPI_DOUBLE, x.size - 1, comm));
         ra_watchdog_done();
     }
 out:
@@ -72,11 +95,91 @@ out:
     return rc;
 }
 
-/* Per rank: t_total, t_wait, bytes/msgs sent/received, t_drain, then 5 times per layer. */
+struct timed_pass {
+    double ttft;
+    int pass;
+};
+
+static int cmp_pass(const void *a, const void *b)
+{
+    const struct timed_pass *x = a, *y = b;
+    if (x->ttft != y->ttft)
+        return x->ttft < y->ttft ? -1 : 1;
+    return (x->pass > y->pass) - (x->pass < y->pass);
+}
+
+/* The pass whose TTFT is the median: the lower middle for even n, the first
+ * of equal ones (so every rank, holding the same array, picks the same). */
+static int median_pass(const double *ttft, int n, int *pass)
+{
+    struct timed_pass *v = malloc(sizeof *v * (size_t)n);
+    if (!v)
+        return ra_error_set(RA_ENOMEM, "out of memory for the TTFTs of %d passes", n);
+    for (int i = 0; i < n; i++)
+        v[i] = (struct timed_pass){ ttft[i], i };
+    qsort(v, (size_t)n, sizeof *v, cmp_pass);
+    *pass = v[(n - 1) / 2].pass;
+    free(v);
+    return RA_OK;
+}
+
+int ra_prefill_repeat(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv, const int32_t *tokens,
+                      float *logits, int n, struct ra_passes *ps)
+{
+    const int L = x->n_layers;
+    const size_t layer_bytes = sizeof(struct ra_layer_times) * (size_t)L;
+    struct ra_rank_stats *kept = calloc((size_t)n, sizeof *kept);
+    struct ra_layer_times *layers = malloc(layer_bytes * (size_t)n);
+    double *v = malloc(sizeof(double) * 3 * (size_t)n);
+    int rc = RA_OK;
+    if (!kept || !layers || !v) {
+        rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory for the figures of %d passes", x->rank, n);
+        goto out;
+    }
+    ps->n = n;
+    for (int i = 0; i < n; i++) {
+        ps->ttft[i] = 0;
+        if ((rc = ra_prefill_run(m, x, kv, tokens, logits, &ps->ttft[i])) != RA_OK)
+            goto out;
+        kept[i] = x->stats;
+        memcpy(layers + (size_t)i * L, x->stats.layers, layer_bytes);
+    }
+    /* Only the last rank timed the first token: every rank needs the same median pass. */
+    ra_watchdog_wait(RA_WATCH_RESULT, -1, x->size - 1);
+    MPI_CHECK(MPI_Bcast(ps->ttft, n, MPI_DOUBLE, x->size - 1, x->comm));
+    ra_watchdog_done();
+    if ((rc = median_pass(ps->ttft, n, &ps->median)) != RA_OK)
+        goto out;
+    struct ra_layer_times *mine = x->stats.layers;
+    x->stats = kept[ps->median];
+    x->stats.layers = mine;
+    memcpy(mine, layers + (size_t)ps->median * L, layer_bytes);
+    for (int i = 0; i < n; i++) {
+        v[i] = kept[i].t_total;
+        v[n + i] = kept[i].t_wait;
+        v[2 * n + i] = kept[i].t_drain;
+    }
+    for (int k = 0; k < 3; k++)
+        spread_of(v + (size_t)k * n, n, ps->spread[k]);
+out:
+    ra_watchdog_done();
+    free(kept);
+    free(layers);
+    free(v);
+    return rc;
+}
+
 int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all)
 {
+    return ra_stats_gather_passes(x, NULL, all);
+}
+
+/* Per rank: t_total, t_wait, bytes/msgs sent/received, t_drain, then 5 times
+ * per layer, then (with ps) the 9 figures of the spread. */
+int ra_stats_gather_passes(struct ra_exchange *x, const struct ra_passes *ps, struct ra_all_stats *all)
+{
     int rc = RA_OK;
-    const int L = x->n_layers, width = 7 + 5 * L, root = x->size - 1;
+    const int L = x->n_layers, width = 7 + 5 * L + (ps ? 9 : 0), root = x->size - 1;
     double *mine = malloc(sizeof(double) * (size_t)width), *every = NULL;
     memset(all, 0, sizeof *all);
     if (!mine)
@@ -86,6 +189,8 @@ int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all)
                        s->t_drain };
     memcpy(mine, head, sizeof head);
     memcpy(mine + 7, s->layers, sizeof(double) * 5 * (size_t)L);
+    if (ps)
+        memcpy(mine + 7 + 5 * L, ps->spread, sizeof(double) * 9);
     if (x->rank == root && !(every = malloc(sizeof(double) * (size_t)width * (size_t)x->size))) {
         rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", x->rank);
         goto out;
@@ -98,7 +203,8 @@ int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all)
     all->n_layers = L;
     all->t_total = calloc(7 * p, sizeof(double));
     all->layers = calloc(p * (size_t)L, sizeof *all->layers);
-    if (!all->t_total || !all->layers) {
+    all->spread = ps ? calloc(9 * p, sizeof(double)) : NULL;
+    if (!all->t_total || !all->layers || (ps && !all->spread)) {
         rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", x->rank);
         goto out;
     }
@@ -113,6 +219,8 @@ int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all)
         for (int k = 0; k < 7; k++)
             all->t_total[(size_t)k * p + r] = row[k];
         memcpy(all->layers + r * (size_t)L, row + 7, sizeof(double) * 5 * (size_t)L);
+        if (ps)
+            memcpy(all->spread + 9 * r, row + 7 + 5 * L, sizeof(double) * 9);
     }
 out:
     free(mine);
@@ -124,5 +232,6 @@ void ra_stats_free(struct ra_all_stats *all)
 {
     free(all->t_total);
     free(all->layers);
+    free(all->spread);
     memset(all, 0, sizeof *all);
 }

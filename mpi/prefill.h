@@ -18,10 +18,32 @@ int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, 
                       const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
                       double *median_ttft);
 
+/* What --repeat N measured: every pass's TTFT (the last rank's, known to every
+ * rank), which pass is the median one, and this rank's spread over the passes. */
+struct ra_passes {
+    int n;               /* passes */
+    int median;          /* the pass whose TTFT is the median (for even n the lower middle) */
+    double *ttft;        /* [n], filled by ra_prefill_repeat */
+    double spread[3][3]; /* this rank's total, wait and drain seconds: median, min, max over the passes */
+};
+
+/* Runs n passes with the same exchange (n >= 1; ps->ttft holds n doubles).
+ * Afterwards x->stats holds the median pass's figures (per-layer times
+ * included), so reports and traces show that pass, not the last one.
+ * Collective; a pass that fails returns its status at once. */
+int ra_prefill_repeat(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv, const int32_t *tokens,
+                      float *logits, int n, struct ra_passes *ps);
+
+/* The same, giving every rank the median, min and max of the passes' TTFTs. */
+int ra_prefill_spread(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
+                      const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
+                      double spread[3]);
+
 /* Rows of KV cache a rank needs: KVR rank r only ever holds [0, b_{r+1}). */
 int ra_prefill_kv_rows(const struct ra_exchange *x);
 
-/* All ranks' stats of the last pass, gathered to the last rank. */
+/* All ranks' stats of the pass x->stats holds (the last one, or the median
+ * one after ra_prefill_repeat), gathered to the last rank. */
 struct ra_all_stats {
     int size, n_layers;
     double *t_total, *t_wait;          /* [size] */
@@ -29,9 +51,12 @@ struct ra_all_stats {
     double *msgs_sent, *msgs_recv;     /* [size] */
     double *t_drain;                   /* [size] */
     struct ra_layer_times *layers;     /* [size][n_layers] */
+    double *spread;                    /* [size][3][3] as ra_passes.spread, or NULL */
 };
 
 int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all);
+/* The same with every rank's spread over the passes (ps may be NULL). */
+int ra_stats_gather_passes(struct ra_exchange *x, const struct ra_passes *ps, struct ra_all_stats *all);
 void ra_stats_free(struct ra_all_stats *all);
 
 #endif

@@ -51,6 +51,17 @@ static json_t *proc_json(const struct ra_proc_info *p)
                      "pss_bytes", bytes_or_null(u->pss));
 }
 
+/* A rank's total, wait and drain over the passes: {median, min, max} each. */
+static json_t *spread_json(const double *v)
+{
+    static const char *const names[3] = { "total_s", "wait_s", "drain_s" };
+    json_t *o = json_object();
+    for (int k = 0; k < 3; k++)
+        json_object_set_new(o, names[k], json_pack("{s:f, s:f, s:f}", "median", v[3 * k], "min", v[3 * k + 1],
+                                                   "max", v[3 * k + 2]));
+    return o;
+}
+
 /* Into the temporary file opened before the run, then renamed over the target (outfile.h). */
 static int dump(json_t *root, struct ra_outfile *of)
 {
@@ -78,14 +89,17 @@ int ra_report_write(struct ra_outfile *of, const struct ra_run_info *run, const 
     for (int r = 0; r <= run->ranks; r++)
         json_array_append_new(bounds, json_integer(run->bounds[r]));
     for (int r = 0; r < all->size; r++) {
-        json_array_append_new(ranks, json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}",
+        json_t *one = json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}",
             "rank", r, "tokens", run->bounds[r + 1] - run->bounds[r], "total_s", all->t_total[r],
             "compute_s", all->t_total[r] - all->t_wait[r] - all->t_drain[r], "wait_s", all->t_wait[r],
             "drain_s", all->t_drain[r],
             "bytes_sent", all->bytes_sent[r], "bytes_recv", all->bytes_recv[r],
-            "msgs_sent", (int)all->msgs_sent[r], "msgs_recv", (int)all->msgs_recv[r]));
+            "msgs_sent", (int)all->msgs_sent[r], "msgs_recv", (int)all->msgs_recv[r]);
+        if (all->spread) /* the figures above are the median pass's; these span every pass */
+            json_object_set_new(one, "spread", spread_json(all->spread + 9 * r));
         if (run->procs) /* resident bytes count the weights' shared page-cache pages in every rank */
-            json_object_update_new(json_array_get(ranks, (size_t)r), proc_json(&run->procs[r]));
+            json_object_update_new(one, proc_json(&run->procs[r]));
+        json_array_append_new(ranks, one);
         sent += all->bytes_sent[r];
     }
     json_object_set_new(root, "runahead_version", json_string(PACKAGE_VERSION));
@@ -111,11 +125,17 @@ int ra_report_write(struct ra_outfile *of, const struct ra_run_info *run, const 
                 k->noise_gbps, "slot_ms", k->noise_slot_ms, "seed", (json_int_t)k->noise_seed,
                 "pattern", "one random adjacent pair per slot, bidirectional, max-min fair share"));
     }
-    json_object_set_new(root, "partition", json_pack("{s:s, s:o}", "spec", run->partition_spec, "bounds", bounds));
+    json_t *part = json_pack("{s:s, s:o}", "spec", run->partition_spec, "bounds", bounds);
+    if (run->partition_source)
+        json_object_set_new(part, "source", json_string(run->partition_source));
+    json_object_set_new(root, "partition", part);
     json_object_set_new(root, "context_length", json_integer(run->n_prompt));
     json_object_set_new(root, "repeat", json_integer(run->repeat));
-    json_object_set_new(root, "ttft_s", json_pack("{s:f, s:f, s:f, s:o}", "median", ra_median(run->ttft, run->repeat),
-        "min", min_of(run->ttft, run->repeat), "max", max_of(run->ttft, run->repeat), "all", ttfts));
+    json_object_set_new(root, "ttft_s", json_pack("{s:f, s:f, s:f, s:o, s:i}", "median", ra_median(run->ttft, run->repeat),
+        "min", min_of(run->ttft, run->repeat), "max", max_of(run->ttft, run->repeat), "all", ttfts,
+        "median_pass", run->median_pass));
+    /* per_rank and the trace show one pass, the median one (index into ttft_s.all), not the last. */
+    json_object_set_new(root, "per_rank_pass", json_integer(run->median_pass));
     json_object_set_new(root, "per_rank", ranks);
     json_object_set_new(root, "bytes_sent_total", json_real(sent));
     json_object_set_new(root, "first_token", run->n_generated > 0 ? json_integer(run->generated[0]) : json_null());
@@ -156,7 +176,14 @@ int ra_trace_write(struct ra_outfile *of, const struct ra_run_info *run, const s
             }
         }
     }
+    const double first = run->ttft[run->median_pass];
+    json_array_append_new(ev, json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:f}", "name", "first token", "cat", "ttft",
+                                        "ph", "i", "s", "t", "pid", 0, "tid", all->size - 1, "ts", first * 1e6));
     json_object_set_new(root, "traceEvents", ev);
+    /* Which pass this is: the median one of --repeat, so its TTFT is the reported median (odd counts). */
+    json_object_set_new(root, "otherData", json_pack("{s:i, s:i, s:f, s:f}", "pass", run->median_pass, "passes",
+                                                     run->repeat, "ttft_s", first, "ttft_median_s",
+                                                     ra_median(run->ttft, run->repeat)));
     json_object_set_new(root, "displayTimeUnit", json_string("ms"));
     return dump(root, of);
 }
@@ -174,17 +201,24 @@ void ra_report_print(FILE *f, const struct ra_run_info *run, const struct ra_all
         ra_netem_describe(run->link, what, sizeof what);
         fprintf(f, "  (%s: the TTFTs include emulated transfer times)\n", what);
     }
-    fprintf(f, "%6s %15s %10s %10s %10s %10s %12s %12s", "rank", "slice", "total_s", "compute_s", "wait_s", "drain_s",
-            "sent_MB", "recv_MB");
+    if (run->partition_source)
+        fprintf(f, "  partition %s: %s\n", run->partition_spec, run->partition_source);
+    if (run->repeat > 1)
+        fprintf(f, "  per rank: the median run (run %d of %d, TTFT %.4f s); total_s range: min..max over the runs\n",
+                run->median_pass + 1, run->repeat, run->ttft[run->median_pass]);
+    fprintf(f, "%6s %15s %10s %10s %10s %10s %12s %12s%s", "rank", "slice", "total_s", "compute_s", "wait_s",
+            "drain_s", "sent_MB", "recv_MB", all->spread ? "     total_s range" : "");
     if (run->procs)
         fprintf(f, " %9s %9s %9s %9s %7s  %s", "hwm_MB", "rss_MB", "anon_MB", "pss_MB", "threads", "cpus");
     fputc('\n', f);
     for (int r = 0; r < all->size; r++) {
-        char slice[32];
+        char slice[32], range[64] = "";
         snprintf(slice, sizeof slice, "[%d,%d)", run->bounds[r], run->bounds[r + 1]);
-        fprintf(f, "%6d %15s %10.4f %10.4f %10.4f %10.4f %12.3f %12.3f", r, slice, all->t_total[r],
+        if (all->spread)
+            snprintf(range, sizeof range, "  %8.4f..%.4f", all->spread[9 * r + 1], all->spread[9 * r + 2]);
+        fprintf(f, "%6d %15s %10.4f %10.4f %10.4f %10.4f %12.3f %12.3f%s", r, slice, all->t_total[r],
                 all->t_total[r] - all->t_wait[r] - all->t_drain[r], all->t_wait[r], all->t_drain[r],
-                all->bytes_sent[r] / 1e6, all->bytes_recv[r] / 1e6);
+                all->bytes_sent[r] / 1e6, all->bytes_recv[r] / 1e6, range);
         if (run->procs) {
             const struct ra_proc_info *p = &run->procs[r];
             fprintf(f, " %9.1f %9.1f %9.1f %9.1f %7d  %s", p->mem.hwm / 1e6, p->mem.rss / 1e6, p->mem.rss_anon / 1e6,

@@ -19,6 +19,8 @@ struct ra_run_info {
     const int *bounds;
     int ranks, threads, n_prompt, repeat;
     const double *ttft;             /* [repeat] */
+    int median_pass;                /* the pass whose figures `all` holds (ra_prefill_repeat) */
+    const char *partition_source;   /* how the split was chosen (auto: "equal-work from FLOPs"), or NULL */
     const int32_t *generated;
     int n_generated;
     double t_decode;

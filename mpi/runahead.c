@@ -8,6 +8,7 @@
 #include "config.h"
 #include "args.h"
 #include "backend_cuda.h"
+#include "autosplit.h"
 #include "netem.h"
 #include "offload/offload.h"
 #include "partition.h"
@@ -41,6 +42,7 @@ struct options {
     enum ra_transport_kind transport;
     const char *partition, *report, *trace, *hw_tag;
     int repeat;
+    enum ra_compute compute;       /* --compute-dtype */
     int expect_ranks;              /* 0, or the world size the launcher must have started */
     int watchdog;                  /* seconds a rank may wait in a prompt pass; 0 = off */
     struct ra_netem_config netem;  /* an emulated link; link_gbps 0 = none */
@@ -62,8 +64,12 @@ struct result {
     int32_t *generated;
     int n_generated;
     double *ttft; /* [repeat] */
+    struct ra_passes passes; /* which of them the report and trace show: the median one */
     double t_decode;
 };
+
+/* How the split was chosen, for stderr and the report (auto only). */
+static char partition_source[320];
 
 static int rank, world;
 
@@ -98,10 +104,15 @@ static void usage(FILE *f)
 "      --transport T         how KV rows move between ranks: auto (default: mpi for host\n"
 "                            memory; for device memory nccl, else CUDA-aware mpi, else\n"
 "                            mpi through pinned host buffers), mpi, mpi-cuda or nccl\n"
-"      --partition SPEC      even (default) | ratios:0.35,0.25,... | bounds:0,900,...,C\n"
-"                            | table:FILE.h5 (interpolated from a runahead-tune table)\n"
+"      --partition SPEC      kvr: auto (default) | even (KVR-E) | ratios:0.35,0.25,...\n"
+"                            | bounds:0,900,...,C | table:FILE.h5 (interpolated from a\n"
+"                            runahead-tune table). auto gives every rank the same FLOPs\n"
+"                            (linear layers + causal attention); with a calibrated profile\n"
+"                            (auto:FILE.h5, or RA_PROFILE=FILE.h5) the same predicted time,\n"
+"                            refined by the cost model when it has a measured link\n"
 "      --hw-tag TAG          hardware tag to look up in the table (default: CPU model and cores)\n"
-"      --repeat N            run the prompt N times, report median/min/max TTFT (default 1)\n"
+"      --repeat N            run the prompt N times, report median/min/max TTFT; the per-rank\n"
+"                            figures and the trace are the median run's (default 1)\n"
 "  -T, --threads N           CPU threads per rank (default: the CPUs of the rank's affinity\n"
 "                            mask (taskset, Slurm, mpirun binding), shared with the node's\n"
 "                            ranks bound to the same CPUs)\n"
@@ -111,6 +122,9 @@ static void usage(FILE *f)
 "                            node, modulo the node's GPUs)\n"
 "      --device-dtype D      cuda: weight matrices on the GPU as bf16 (default), f16 or f32;\n"
 "                            activations, KV cache and accumulation stay fp32\n"
+"      --compute-dtype D     linear layers in auto (default: bf16 for bf16/f16 weights on a\n"
+"                            CPU with AMX-BF16 or AVX512-BF16, else f32), f32, or bf16 (f32\n"
+"                            weights too: a bf16 copy made at load, half their size)\n"
 "      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
 "                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
 "      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
@@ -159,8 +173,8 @@ static int parse_options(int argc, char **argv, struct options *o)
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
            OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_TRANSPORT, OPT_BACKEND, OPT_DEVICE,
-           OPT_DEVICE_DTYPE, OPT_OFFLOAD, OPT_DEVICE_KV_MEM, OPT_HOST_LINK_GBPS, OPT_HOST_LINK_LATENCY,
-           OPT_KVPR_L };
+           OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_OFFLOAD, OPT_DEVICE_KV_MEM, OPT_HOST_LINK_GBPS,
+           OPT_HOST_LINK_LATENCY, OPT_KVPR_L };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -183,6 +197,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "trace", required_argument, NULL, OPT_TRACE },
         { "hw-tag", required_argument, NULL, OPT_HW_TAG },
         { "threads", required_argument, NULL, 'T' },
+        { "compute-dtype", required_argument, NULL, OPT_COMPUTE_DTYPE },
         { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
         { "watchdog", required_argument, NULL, OPT_WATCHDOG },
         { "backend", required_argument, NULL, OPT_BACKEND },
@@ -205,7 +220,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { NULL, 0, NULL, 0 },
     };
     int c, rc = RA_OK;
-    *o = (struct options){ .generate = 64, .temperature = 0.0f, .top_p = 0.9f, .seed = 1, .partition = "even",
+    *o = (struct options){ .generate = 64, .temperature = 0.0f, .top_p = 0.9f, .seed = 1, .partition = NULL,
                            .repeat = 1, .method = world > 1 ? RA_METHOD_KVR : RA_METHOD_SINGLE,
                            .netem = { .noise_slot_ms = 5, .noise_seed = 1 }, .device = -1,
                            .device_dtype = RA_DTYPE_BF16, .offload = { .kvpr_force_l = -1 } };
@@ -234,6 +249,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_TRACE: o->trace = optarg; break;
         case OPT_HW_TAG: o->hw_tag = optarg; break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
+        case OPT_COMPUTE_DTYPE: rc = ra_compute_parse(optarg, &o->compute); break;
         case OPT_EXPECT_RANKS: rc = ra_arg_int(optarg, "--expect-ranks", 1, RA_MAX_RANKS, &o->expect_ranks); break;
         case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
         case OPT_BACKEND:
@@ -283,6 +299,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         return ra_error_set(RA_EINVAL, "no model given (use --model PATH)");
     if (world > 1 && o->method == RA_METHOD_SINGLE)
         return ra_error_set(RA_EINVAL, "--method single runs on one rank, but %d were started: use mpirun -np 1", world);
+    if (!o->partition) /* KV-Runahead balances by default; TSP always splits evenly */
+        o->partition = o->method == RA_METHOD_KVR ? "auto" : "even";
     if (o->method == RA_METHOD_TSP && strcmp(o->partition, "even") != 0)
         return ra_error_set(RA_EINVAL, "--method tsp always splits evenly; --partition %s is for kvr", o->partition);
     if (!(o->temperature >= 0))
@@ -420,6 +438,46 @@ static int partition_from_table(const struct options *o, const struct ra_config 
     return rc;
 }
 
+/* auto: equal work from the config's FLOPs, or equal time (refined by the cost
+ * model) from the profile of auto:FILE.h5 or $RA_PROFILE. Every rank computes
+ * the same split from the same inputs. */
+static int partition_auto(const struct options *o, const struct ra_config *c, int n_prompt, int *bounds)
+{
+    struct ra_cost_profile pf;
+    const char *env = getenv("RA_PROFILE"), *path = o->partition[4] == ':' ? o->partition + 5 : NULL;
+    char model_id[128], hw_tag[128], how[256], note[512] = "";
+    int have = 0, rc;
+    if (!path && env && *env)
+        path = env;
+    if (path) {
+        ra_table_model_id(c, model_id, sizeof model_id);
+        if (o->hw_tag)
+            snprintf(hw_tag, sizeof hw_tag, "%s", o->hw_tag);
+        else
+            ra_table_default_hw_tag(hw_tag, sizeof hw_tag);
+        rc = ra_cost_profile_load(path, model_id, hw_tag, &pf);
+        if (rc != RA_OK && path != env) /* asked for by name: its absence is an error */
+            return ra_error_set(rc, "--partition %s: no usable profile for %s on %s (%s)", o->partition, model_id,
+                                hw_tag, ra_error_message());
+        if (rc != RA_OK) /* the environment's profile is for other models too: say so and go on */
+            snprintf(note, sizeof note, "; RA_PROFILE=%s has no usable profile for %s on %s", path, model_id, hw_tag);
+        have = rc == RA_OK;
+    }
+    if ((rc = ra_partition_auto(c, have ? &pf : NULL, n_prompt, world, bounds, how, sizeof how)) != RA_OK)
+        return rc;
+    if (have)
+        snprintf(partition_source, sizeof partition_source, "%s; profile: %s", how, path);
+    else
+        snprintf(partition_source, sizeof partition_source, "%s%s", how, note);
+    if (rank == 0) {
+        char b[256];
+        ra_partition_format(bounds, world, b, sizeof b);
+        fprintf(stderr, "runahead: partition auto for %d tokens on %d ranks: [%s] (%s)\n", n_prompt, world, b,
+                partition_source);
+    }
+    return RA_OK;
+}
+
 static int check_fit(const struct options *o, const struct ra_model *m, const struct ra_tokenizer *tok,
                      const char *tok_path, const struct result *r, int *bounds)
 {
@@ -439,6 +497,8 @@ static int check_fit(const struct options *o, const struct ra_model *m, const st
                                 r->prompt[i], i, c->vocab_size - 1);
     if (o->method != RA_METHOD_TSP && !strncmp(o->partition, "table:", 6))
         return partition_from_table(o, c, r->n_prompt, bounds);
+    if (o->method != RA_METHOD_TSP && (!strcmp(o->partition, "auto") || !strncmp(o->partition, "auto:", 5)))
+        return partition_auto(o, c, r->n_prompt, bounds);
     return ra_partition_parse(o->method == RA_METHOD_TSP ? "even" : o->partition, r->n_prompt, world, bounds);
 }
 
@@ -520,7 +580,7 @@ static int open_outputs(const struct options *o, struct outputs *out)
 static int write_reports(const struct options *o, struct outputs *out, struct ra_exchange *x,
                          const struct ra_model *m, const struct result *r, const int *bounds)
 {
-    struct ra_all_stats all = { 0 };
+    struct ra_all_stats all;
     struct ra_proc_info me, *procs = NULL;
     int rc = RA_OK;
     /* Every rank's CPUs, threads and peak memory, now that the work is done. */
@@ -530,13 +590,14 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
         goto out;
     }
     MPI_CHECK(MPI_Gather(&me, (int)sizeof me, MPI_BYTE, procs, (int)sizeof me, MPI_BYTE, world - 1, MPI_COMM_WORLD));
-    rc = ra_stats_gather(x, &all);
+    rc = ra_stats_gather_passes(x, o->repeat > 1 ? &r->passes : NULL, &all);
     if (rc != RA_OK || rank != world - 1)
         goto out;
     const struct ra_run_info info = {
         .model_path = o->model, .partition_spec = o->method == RA_METHOD_TSP ? "even" : o->partition,
         .config = &m->config, .method = o->method, .route = o->route, .bounds = bounds, .ranks = world,
         .threads = m->backend->n_threads, .n_prompt = r->n_prompt, .repeat = o->repeat, .ttft = r->ttft,
+        .median_pass = r->passes.median, .partition_source = partition_source[0] ? partition_source : NULL,
         .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = ra_exchange_transport_name(x),
         .link = o->netem.link_gbps > 0 ? &o->netem : NULL, .procs = procs,
         .backend = m->backend->ops->name,
@@ -646,6 +707,8 @@ static int run(int argc, char **argv)
     const int local_rank = ra_mpi_local_rank(); /* collective: every rank, whatever rc is */
     if (rc == RA_OK)
         rc = open_backend(&o, load.n_threads, local_rank, &be);
+    if (rc == RA_OK)
+        be->compute = o.compute;
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_config_kv_dim(&m.config));
@@ -673,13 +736,12 @@ static int run(int argc, char **argv)
     if ((rc = agree(ra_watchdog_start(o.watchdog, "runahead", rank))) != RA_OK)
         goto out;
 
-    for (int i = 0; i < o.repeat; i++) {
-        if ((rc = ra_prefill_run(&m, &x, &kv, r.prompt, logits, &r.ttft[i])) != RA_OK) {
-            /* Peers may be blocked on this rank's KV rows: nothing else ends them. */
-            print_error();
-            ra_outfile_cleanup_all(); /* MPI_Abort ends the process without exit handlers */
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+    r.passes.ttft = r.ttft;
+    if ((rc = ra_prefill_repeat(&m, &x, &kv, r.prompt, logits, o.repeat, &r.passes)) != RA_OK) {
+        /* Peers may be blocked on this rank's KV rows: nothing else ends them. */
+        print_error();
+        ra_outfile_cleanup_all(); /* MPI_Abort ends the process without exit handlers */
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
     /* The others now wait for the last rank's decoding, however long it takes. */
     ra_watchdog_stop();

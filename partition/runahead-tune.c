@@ -7,7 +7,10 @@
  * With the measured objective every rank runs the same deterministic search and
  * every trial is a real prompt pass on all ranks (the median of --repeats); the
  * last rank's TTFT is broadcast so all ranks see the same values and make the
- * same next move. Later context lengths start from the split interpolated from
+ * same next move. The split found is then measured afresh (--repeats new
+ * runs) and that median is stored as KVR-S, like the KVR-E and TSP medians
+ * beside it: the search's own value is the lowest of many noisy medians.
+ * Later context lengths start from the split interpolated from
  * the earlier ones. Each finished context length is merged into the table at
  * once, so an interrupted sweep keeps what it found. */
 #include "config.h"
@@ -83,6 +86,8 @@ static void usage(FILE *f)
 "      --min-stride N      smallest grid stride in tokens (default 16)\n"
 "      --points N          grid values per axis (default 5)\n"
 "      --no-baselines      skip measuring KVR-E and TSP beside each searched split\n"
+"                          (the searched split itself is always re-measured with --repeats\n"
+"                          fresh runs: their median is the KVR-S TTFT stored)\n"
 "      --lock-timeout S    how long a merge into --out waits for another writer's lock\n"
 "                          on FILE.h5.lock (default: RA_TABLE_LOCK_TIMEOUT, else 120 s)\n"
 "      --evaluate SPEC     measure this partition (even, ratios:..., bounds:..., or\n"
@@ -229,26 +234,40 @@ static int objective_measure(void *ctx, const int *bounds, int p, double *value)
     return rc;
 }
 
-/* TTFT of KVR-E and TSP beside the searched split: measured, or predicted. */
-static int baselines(struct tune *t, int p, int context, double *even, double *tsp)
+/* TTFT of KVR-E and TSP beside the searched split: measured (median, min,
+ * max of fresh runs), or predicted (all three the prediction). */
+static int baselines(struct tune *t, int p, int context, double even[3], double tsp[3])
 {
     int bounds[RA_MAX_RANKS + 1], rc;
-    *even = *tsp = NAN;
+    for (int k = 0; k < 3; k++)
+        even[k] = tsp[k] = NAN;
     if ((rc = ra_partition_parse("even", context, p, bounds)) != RA_OK)
         return rc;
     if (t->o->model_objective) {
         if ((rc = ra_cost_predict(&t->m.config, &t->profile, RA_COST_KVR, bounds, p, even, NULL)) == RA_OK)
             rc = ra_cost_predict(&t->m.config, &t->profile, RA_COST_TSP, bounds, p, tsp, NULL);
+        even[1] = even[2] = even[0];
+        tsp[1] = tsp[2] = tsp[0];
         return rc;
     }
     if (!t->o->baselines)
         return RA_OK;
-    rc = ra_prefill_median(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+    rc = ra_prefill_spread(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
                            t->o->repeats, even);
     if (rc == RA_OK)
-        rc = ra_prefill_median(&t->m, MPI_COMM_WORLD, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+        rc = ra_prefill_spread(&t->m, MPI_COMM_WORLD, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
                                t->o->repeats, tsp);
     return rc;
+}
+
+/* The searched split's TTFT, measured afresh: the search's value at its best
+ * point is the lowest of many noisy medians, biased low (the winner's curse),
+ * while the baselines are single medians. So the stored KVR-S figure is the
+ * median of new runs at the chosen split, like theirs. */
+static int remeasure(struct tune *t, const int *best, double kvr[3])
+{
+    return ra_prefill_spread(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, best, &t->kv, t->tokens,
+                             t->o->repeats, kvr);
 }
 
 /* The cost model's prediction beside a measurement, so its error is visible at every point. */
@@ -267,7 +286,7 @@ static int tune_context(struct tune *t, struct ra_table_group *g, int i)
 {
     const int C = t->o->contexts[i], p = g->p;
     int seed[RA_MAX_RANKS + 1], best[RA_MAX_RANKS + 1], trials = 0, rc = RA_OK;
-    double ttft = 0, even = NAN, tsp = NAN;
+    double ttft = 0, searched = 0, kvr[3], even[3], tsp[3];
     struct ra_search_opts so = { .points_per_axis = t->o->points, .min_stride = t->o->min_stride,
                                  .progress = show_progress, .progress_ctx = t };
     t->context = C;
@@ -286,27 +305,38 @@ static int tune_context(struct tune *t, struct ra_table_group *g, int i)
         rc = ra_search_partition(C, p, ra_cost_objective_eval, &model, &so, best, &ttft, &trials);
     else
         rc = ra_search_partition(C, p, objective_measure, t, &so, best, &ttft, &trials);
+    searched = ttft;
+    kvr[0] = kvr[1] = kvr[2] = ttft;
+    if (rc == RA_OK && !t->o->model_objective)
+        rc = remeasure(t, best, kvr);
+    ttft = kvr[0];
     if (rc == RA_OK)
-        rc = baselines(t, p, C, &even, &tsp);
+        rc = baselines(t, p, C, even, tsp);
     if (rc != RA_OK)
         return rc;
-    if ((rc = ra_table_entry_set(g, i, best, ttft, even, tsp)) != RA_OK)
+    if ((rc = ra_table_entry_set(g, i, best, ttft, even[0], tsp[0])) != RA_OK)
         return rc;
     if (rank == 0) {
         char b[256];
         ra_partition_format(best, p, b, sizeof b);
-        fprintf(stderr, "runahead-tune: C=%d done: [%s] %.4f s in %d trials; KVR-E %.4f s, TSP %.4f s (%.0f s)\n",
-                C, b, ttft, trials, even, tsp, elapsed(t));
-        printf("%-8d %-40s %10.4f %10.4f %10.4f %8.3f %8.3f %7d\n", C, b, ttft, even, tsp, even / ttft, tsp / ttft,
-               trials);
+        if (t->o->model_objective)
+            fprintf(stderr, "runahead-tune: C=%d done: [%s] in %d trials; predicted KVR-S %.4f s, KVR-E %.4f s, "
+                    "TSP %.4f s (%.0f s)\n", C, b, trials, ttft, even[0], tsp[0], elapsed(t));
+        else
+            fprintf(stderr, "runahead-tune: C=%d done: [%s] in %d trials (search's value %.4f s); medians of %d "
+                    "fresh runs [min..max]: KVR-S %.4f s [%.4f..%.4f], KVR-E %.4f s [%.4f..%.4f], TSP %.4f s "
+                    "[%.4f..%.4f] (%.0f s)\n", C, b, trials, searched, t->o->repeats, kvr[0], kvr[1], kvr[2],
+                    even[0], even[1], even[2], tsp[0], tsp[1], tsp[2], elapsed(t));
+        printf("%-8d %-40s %10.4f %10.4f %10.4f %8.3f %8.3f %7d\n", C, b, ttft, even[0], tsp[0], even[0] / ttft,
+               tsp[0] / ttft, trials);
         fflush(stdout);
     }
     if (!t->o->model_objective) {
         int ev[RA_MAX_RANKS + 1];
         ra_partition_parse("even", C, p, ev);
         print_prediction(t, "KVR-S", RA_COST_KVR, best, p, ttft);
-        print_prediction(t, "KVR-E", RA_COST_KVR, ev, p, even);
-        print_prediction(t, "TSP", RA_COST_TSP, ev, p, tsp);
+        print_prediction(t, "KVR-E", RA_COST_KVR, ev, p, even[0]);
+        print_prediction(t, "TSP", RA_COST_TSP, ev, p, tsp[0]);
     }
     return RA_OK;
 }
@@ -331,22 +361,23 @@ static int evaluate_all(struct tune *t)
 {
     int rc = RA_OK;
     if (rank == 0)
-        printf("%-8s %-40s %10s %10s %8s\n", "context", "bounds", "measured_s", "model_s", "error");
+        printf("%-8s %-40s %10s %21s %10s %8s\n", "context", "bounds", "measured_s", "min..max", "model_s", "error");
     for (int i = 0; i < t->o->n_contexts && rc == RA_OK; i++) {
         int bounds[RA_MAX_RANKS + 1], extrapolated;
-        double measured = 0, predicted = NAN;
+        double measured[3] = { 0, 0, 0 }, predicted = NAN;
         t->context = t->o->contexts[i];
         if ((rc = agree(evaluated_bounds(t, t->context, bounds, &extrapolated))) != RA_OK)
             break;
-        rc = ra_prefill_median(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
-                               t->o->repeats, &measured);
+        rc = ra_prefill_spread(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+                               t->o->repeats, measured);
         if (rc == RA_OK && rank == 0) {
             char b[256];
             ra_partition_format(bounds, world, b, sizeof b);
             if (t->have_profile)
                 ra_cost_predict(&t->m.config, &t->profile, RA_COST_KVR, bounds, world, &predicted, NULL);
-            printf("%-8d %-40s %10.4f %10.4f %+7.1f%%%s\n", t->context, b, measured, predicted,
-                   100.0 * (predicted - measured) / measured, extrapolated ? "  (extrapolated)" : "");
+            printf("%-8d %-40s %10.4f %10.4f..%-9.4f %10.4f %+7.1f%%%s\n", t->context, b, measured[0], measured[1],
+                   measured[2], predicted, 100.0 * (predicted - measured[0]) / measured[0],
+                   extrapolated ? "  (extrapolated)" : "");
             fflush(stdout);
         }
     }

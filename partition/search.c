@@ -525,3 +525,19 @@ cleanup:
     search_free(&s);
     return rc;
 }
+
+int ra_search_family_bounds(int n_tokens, int p, double k, int *bounds)
+{
+    if (p < 1 || n_tokens < p || !bounds)
+        return ra_error_set(RA_EINVAL, "equal-work split: %d tokens over %d ranks", n_tokens, p);
+    if (!(k > -1) || isinf(k))
+        return ra_error_set(RA_EINVAL, "equal-work split: family parameter k = %g (need a finite k > -1)", k);
+    bounds[0] = 0;
+    bounds[p] = n_tokens;
+    for (int i = 1; i < p; i++) {
+        long b = lround(n_tokens * family_u(k, (double)i / p));
+        const long lo = bounds[i - 1] + 1, hi = n_tokens - (p - i); /* room for the slices around it */
+        bounds[i] = (int)(b < lo ? lo : b > hi ? hi : b);
+    }
+    return RA_OK;
+}

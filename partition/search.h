@@ -95,4 +95,12 @@ int ra_search_partition(int n_tokens, int p, ra_objective_fn f, void *ctx, const
  * for p ranks with these options (for reports and table attributes). */
 const char *ra_search_method_name(int p, const struct ra_search_opts *o);
 
+/* A member of the equal-work family as a partition: boundary i at the nearest
+ * token to u·C, where u + k·u² = (1 + k)·i/p (k = 0: even). For a per-rank
+ * work of a·n + c·(n·b + n²/2) (linear layers plus causal attention of n
+ * tokens after a prefix of b), k = c·C/(2a) gives every rank the same work,
+ * each within half a token's work per boundary. Boundaries are kept strictly
+ * increasing (1-token slices at least), so any k > -1 gives a valid partition. */
+int ra_search_family_bounds(int n_tokens, int p, double k, int *bounds);
+
 #endif

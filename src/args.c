@@ -1,5 +1,6 @@
 #include "args.h"
 #include "cpu_isa.h"
+#include "gemm_bf16.h"
 #include "status.h"
 
 #include "config.h"
@@ -122,5 +123,7 @@ void ra_print_version(const char *prog)
 {
     char kernels[256];
     ra_cpu_isa_describe(kernels, sizeof kernels);
-    printf("%s %s\ncpu kernels: %s\n", prog, PACKAGE_VERSION, kernels);
+    char units[256];
+    ra_gemm_bf16_units(units, sizeof units);
+    printf("%s %s\ncpu kernels: %s\nbf16 GEMM: %s\n", prog, PACKAGE_VERSION, kernels, units);
 }

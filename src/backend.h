@@ -91,19 +91,37 @@ struct ra_backend_ops {
     /* x[i] += y[i] */
     int (*add)(struct ra_backend *be, float *x, const float *y, size_t count);
 
-    /* Optional: gives weight T a backend copy in T->device (converted to the
-     * backend's weight dtype), released with release(). ra_model_attach calls
-     * it for every tensor; NULL: the backend reads T->data where it is. */
-    int (*upload_weight)(struct ra_backend *be, struct ra_tensor *t);
+    /* Optional (NULL: the backend reads T->data where the loader left it).
+     * ra_model_attach calls it once for every weight (a tied classifier is
+     * the embedding's tensor and shares its copy); MATMUL says whether matmul
+     * reads T. The backend may keep its own copy in T->device (device memory
+     * on a GPU, a bf16 copy of f32 weights for bf16 compute on the CPU), freed
+     * by weight_release, which ra_model_detach calls for each T with one. */
+    int (*weight_prepare)(struct ra_backend *be, struct ra_tensor *t, int matmul);
+    void (*weight_release)(struct ra_backend *be, struct ra_tensor *t);
 };
+
+/* What the linear layers compute in. AUTO: bf16 where the weights are bf16
+ * or f16 and the CPU has a bf16 unit (AMX-BF16, AVX512-BF16), else fp32.
+ * BF16 also converts f32 weights once, at attach. F32: always fp32. */
+enum ra_compute { RA_COMPUTE_AUTO = 0, RA_COMPUTE_F32, RA_COMPUTE_BF16 };
+
+/* "auto", "f32", "bf16" */
+const char *ra_compute_name(enum ra_compute c);
+/* RA_EINVAL ("--compute-dtype: ...") unless s is one of those names. */
+int ra_compute_parse(const char *s, enum ra_compute *out);
 
 struct ra_backend {
     const struct ra_backend_ops *ops;
     int n_threads;
+    enum ra_compute compute; /* set before ra_model_attach; AUTO after init */
 };
 
 /* The CPU backend; n_threads <= 0 means one per CPU of the process's affinity mask (ra_cpus_allowed). */
 int ra_backend_cpu_init(struct ra_backend **out, int n_threads);
+/* One line on what runs a CPU backend's linear layers in bf16: "oneDNN
+ * brg:avx512_core_amx" (the unit of its last bf16 GEMM), or "none (why)". */
+void ra_backend_cpu_describe_linear(const struct ra_backend *be, char *buf, size_t size);
 void ra_backend_free(struct ra_backend *be);
 
 #endif

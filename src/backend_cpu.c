@@ -10,18 +10,25 @@
  * scratch. A single token (decode, a prompt's classifier) goes to sgemv, which
  * streams the weights once instead of packing them first.
  *
+ * With bf16 compute (backend.h: enum ra_compute) the linear layers are
+ * bf16 x bf16 -> fp32 GEMMs on the CPU's bf16 unit (gemm_bf16.h): bf16
+ * weights straight from the mapping, f32 or f16 ones from a bf16 copy made
+ * once at attach (weight_prepare, kept in w->device: half the f32 bytes).
+ *
  * Attention and the small ops come from the kernel table of the instruction
  * set chosen at run time (cpu_kernels.h); RoPE keeps the cos/sin table of the
  * current span, so at 512+ tokens the small ops stay a few percent of a
  * forward pass. */
 #include "backend.h"
 #include "cpu_kernels.h"
+#include "gemm_bf16.h"
 #include "model.h"
 #include "status.h"
 #include "sysinfo.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -34,6 +41,7 @@
 struct cpu_backend {
     struct ra_backend base;
     const struct ra_cpu_kernels *k;
+    struct ra_gemm_bf16 *bf16; /* NULL: no bf16 unit */
     float **scratch;    /* [n_threads], each WIDEN_ROWS x max cols */
     size_t scratch_floats;
     /* RoPE's cos/sin of the last span, [n][head_dim/2] each: every layer's q
@@ -59,6 +67,7 @@ static void cpu_destroy(struct ra_backend *be)
     for (int i = 0; cb->scratch && i < cb->base.n_threads; i++)
         free(cb->scratch[i]);
     free(cb->scratch);
+    ra_gemm_bf16_free(cb->bf16);
     free(cb->rope_cos);
     free(cb->rope_sin);
     free(cb);
@@ -182,10 +191,37 @@ static void matmul_block(struct cpu_backend *cb, float *y, int ldy, const float 
     }
 }
 
+/* The backend's bf16 copy of an f32 or f16 weight (w->device): in oneDNN's
+ * blocked layout where it can pack it, else plain [rows][k]. */
+struct bf16_copy {
+    uint16_t *plain;
+    struct ra_bf16_packed *packed;
+};
+
+/* The plain bf16 weights a bf16 GEMM would use for w, or NULL. */
+static const uint16_t *bf16_weights(const struct cpu_backend *cb, const struct ra_tensor *w)
+{
+    if (!cb->bf16 || cb->base.compute == RA_COMPUTE_F32)
+        return NULL;
+    if (w->device)
+        return ((const struct bf16_copy *)w->device)->plain;
+    return w->dtype == RA_DTYPE_BF16 ? w->data : NULL;
+}
+
 static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, int ldx,
                       const struct ra_tensor *w, int n)
 {
     struct cpu_backend *cb = (struct cpu_backend *)be;
+    const uint16_t *wb = bf16_weights(cb, w);
+    const struct ra_bf16_packed *pw = w->device && cb->bf16 && be->compute != RA_COMPUTE_F32
+                                          ? ((const struct bf16_copy *)w->device)->packed
+                                          : NULL;
+    if (wb || pw) {
+        int rc = pw ? ra_gemm_bf16_run_packed(cb->bf16, y, ldy, x, ldx, pw, n)
+                    : ra_gemm_bf16_run(cb->bf16, y, ldy, x, ldx, wb, (int)w->rows, (int)w->cols, n);
+        if (rc != RA_EUNSUPPORTED) /* else no unit takes this shape: fp32 below, from w->data */
+            return rc;
+    }
     if (w->dtype != RA_DTYPE_F32 && ensure_scratch(cb, w->cols) != RA_OK)
         return RA_ENOMEM;
     const int nt = be->n_threads;
@@ -290,6 +326,95 @@ static int cpu_add(struct ra_backend *be, float *x, const float *y, size_t count
     return RA_OK;
 }
 
+/* bf16 compute of f32 weights, and of f16 ones (no f16 GEMM unit here): a
+ * bf16 copy, made once, in oneDNN's blocked layout where it packs (the same
+ * bytes; RA_GEMM_PREPACK=0 keeps it plain). bf16 weights need none: they are
+ * used in place, straight from the mapping. */
+static int cpu_weight_prepare(struct ra_backend *be, struct ra_tensor *w, int matmul)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)be;
+    if (!matmul || !cb->bf16 || w->device || w->dtype == RA_DTYPE_BF16 || be->compute == RA_COMPUTE_F32 ||
+        (w->dtype == RA_DTYPE_F32 && be->compute != RA_COMPUTE_BF16))
+        return RA_OK;
+    const size_t count = (size_t)w->rows * (size_t)w->cols;
+    uint16_t *copy = NULL;
+    if (posix_memalign((void **)&copy, 64, count * sizeof(uint16_t) + 64) != 0)
+        return ra_error_set(RA_ENOMEM, "cpu backend: cannot allocate %.1f MiB for a bf16 copy of a %lldx%lld weight",
+                            (double)count * 2 / 1048576.0, (long long)w->rows, (long long)w->cols);
+    const struct ra_cpu_kernels *k = cb->k;
+    const int64_t cols = w->cols;
+#pragma omp parallel num_threads(be->n_threads)
+    {
+        float row[cols];
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < w->rows; r++) {
+            const float *src = row;
+            if (w->dtype == RA_DTYPE_F32)
+                src = (const float *)w->data + r * cols;
+            else
+                k->widen_f16(row, (const uint16_t *)w->data + r * cols, (size_t)cols);
+            ra_narrow_bf16(copy + r * cols, src, (size_t)cols);
+        }
+    }
+    struct bf16_copy *c = calloc(1, sizeof *c);
+    if (!c) {
+        free(copy);
+        return ra_error_set(RA_ENOMEM, "cpu backend: out of memory");
+    }
+    const char *env = getenv("RA_GEMM_PREPACK");
+    int rc = RA_EUNSUPPORTED;
+    if (!env || strcmp(env, "0") != 0)
+        rc = ra_gemm_bf16_pack(cb->bf16, copy, (int)w->rows, (int)cols, &c->packed);
+    if (rc == RA_OK)
+        free(copy);
+    else if (rc == RA_EUNSUPPORTED)
+        c->plain = copy;
+    else {
+        free(copy);
+        free(c);
+        return rc;
+    }
+    w->device = c;
+    return RA_OK;
+}
+
+static void cpu_weight_release(struct ra_backend *be, struct ra_tensor *w)
+{
+    struct bf16_copy *c = w->device;
+    if (c) {
+        free(c->plain);
+        ra_bf16_packed_free(c->packed);
+    }
+    free(c);
+    w->device = NULL;
+}
+
+void ra_backend_cpu_describe_linear(const struct ra_backend *be, char *buf, size_t size)
+{
+    const struct cpu_backend *cb = (const struct cpu_backend *)be;
+    if (cb->bf16 && be->compute != RA_COMPUTE_F32)
+        snprintf(buf, size, "%s", ra_gemm_bf16_describe(cb->bf16));
+    else if (cb->bf16)
+        snprintf(buf, size, "none (--compute-dtype f32)");
+    else
+        ra_gemm_bf16_units(buf, size);
+}
+
+const char *ra_compute_name(enum ra_compute c)
+{
+    return c == RA_COMPUTE_F32 ? "f32" : c == RA_COMPUTE_BF16 ? "bf16" : "auto";
+}
+
+int ra_compute_parse(const char *s, enum ra_compute *out)
+{
+    for (int c = RA_COMPUTE_AUTO; c <= RA_COMPUTE_BF16; c++)
+        if (strcmp(s, ra_compute_name((enum ra_compute)c)) == 0) {
+            *out = (enum ra_compute)c;
+            return RA_OK;
+        }
+    return ra_error_set(RA_EINVAL, "--compute-dtype: '%s' is not one of auto, f32, bf16", s);
+}
+
 static const struct ra_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -315,6 +440,8 @@ static const struct ra_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
+    .weight_prepare = cpu_weight_prepare,
+    .weight_release = cpu_weight_release,
 };
 
 int ra_backend_cpu_init(struct ra_backend **out, int n_threads)
@@ -337,6 +464,11 @@ int ra_backend_cpu_init(struct ra_backend **out, int n_threads)
     if (!cb->scratch) {
         free(cb);
         return ra_error_set(RA_ENOMEM, "cpu backend: out of memory for %d threads", n_threads);
+    }
+    if ((rc = ra_gemm_bf16_create(&cb->bf16, n_threads)) != RA_OK) {
+        free(cb->scratch);
+        free(cb);
+        return rc;
     }
     /* Every parallel region names this backend's thread count, never the process-wide default. */
     openblas_set_num_threads(1);

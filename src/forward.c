@@ -68,55 +68,70 @@ static int workspace_reserve(struct ra_model *m, int n)
     return RA_OK;
 }
 
-/* The model's tensors in one list (a tied classifier once, as the embedding). */
-static int weight_list(struct ra_model *m, struct ra_tensor **list)
+/* The model's tensors, each once (a tied classifier is the embedding), and
+ * whether a matmul reads each (the rest: the embedding table, norm vectors). */
+static int weight_list(struct ra_model *m, struct ra_tensor **list, int *matmul)
 {
     struct ra_weights *w = &m->weights;
+    const int tied = w->output.data == w->embed.data;
     int k = 0;
+    matmul[k] = tied;
     list[k++] = &w->embed;
     for (int l = 0; w->layers && l < m->config.n_layers; l++) {
         struct ra_layer_weights *lw = &w->layers[l];
         struct ra_tensor *t[] = { &lw->attn_norm, &lw->wq, &lw->wk, &lw->wv, &lw->wo,
                                   &lw->ffn_norm, &lw->w_gate, &lw->w_down, &lw->w_up };
-        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            matmul[k] = t[i]->rows > 1;
             list[k++] = t[i];
+        }
     }
+    matmul[k] = 0;
     list[k++] = &w->final_norm;
-    if (w->output.data != w->embed.data)
+    if (!tied) {
+        matmul[k] = 1;
         list[k++] = &w->output;
+    }
     return k;
 }
 
 static void weights_release(struct ra_model *m, struct ra_backend *be)
 {
-    struct ra_tensor **list = malloc(sizeof *list * (size_t)(3 + 9 * m->config.n_layers));
-    if (!list)
-        return;
-    const int k = weight_list(m, list);
-    for (int i = 0; i < k; i++) {
-        if (list[i]->device)
-            be->ops->release(be, list[i]->device);
-        list[i]->device = NULL;
+    const size_t most = 3 + 9 * (size_t)m->config.n_layers;
+    struct ra_tensor **list = malloc(sizeof *list * most);
+    int *matmul = malloc(sizeof *matmul * most);
+    if (list && matmul) {
+        const int k = weight_list(m, list, matmul);
+        for (int i = 0; i < k; i++)
+            if (list[i]->device)
+                be->ops->weight_release(be, list[i]);
     }
     m->weights.output.device = NULL; /* tied: the embedding's copy, released above */
     free(list);
+    free(matmul);
 }
 
-/* Gives every weight a backend copy when the backend keeps its own (a GPU). */
-static int weights_upload(struct ra_model *m, struct ra_backend *be)
+/* Lets the backend make its own copies of the weights (a GPU's, bf16 ones). */
+static int weights_prepare(struct ra_model *m, struct ra_backend *be)
 {
-    struct ra_tensor **list = malloc(sizeof *list * (size_t)(3 + 9 * m->config.n_layers));
-    if (!list)
-        return ra_error_set(RA_ENOMEM, "attach: out of memory");
-    const int k = weight_list(m, list);
+    const size_t most = 3 + 9 * (size_t)m->config.n_layers;
+    struct ra_tensor **list = malloc(sizeof *list * most);
+    int *matmul = malloc(sizeof *matmul * most);
     int rc = RA_OK;
+    if (!list || !matmul) {
+        rc = ra_error_set(RA_ENOMEM, "attach: out of memory");
+        goto out;
+    }
+    const int k = weight_list(m, list, matmul);
     for (int i = 0; i < k && rc == RA_OK; i++)
-        rc = be->ops->upload_weight(be, list[i]);
+        rc = be->ops->weight_prepare(be, list[i], matmul[i]);
     if (m->weights.output.data == m->weights.embed.data)
         m->weights.output.device = m->weights.embed.device;
-    free(list);
     if (rc != RA_OK)
         weights_release(m, be);
+out:
+    free(list);
+    free(matmul);
     return rc;
 }
 
@@ -124,9 +139,9 @@ int ra_model_attach(struct ra_model *m, struct ra_backend *be)
 {
     ra_model_detach(m);
     m->backend = be;
-    if (!be->ops->upload_weight)
+    if (!be->ops->weight_prepare)
         return RA_OK;
-    int rc = weights_upload(m, be);
+    int rc = weights_prepare(m, be);
     if (rc != RA_OK)
         m->backend = NULL;
     return rc;
@@ -135,9 +150,8 @@ int ra_model_attach(struct ra_model *m, struct ra_backend *be)
 void ra_model_detach(struct ra_model *m)
 {
     if (m->backend) {
+        weights_release(m, m->backend);
         workspace_free(m->backend, m->ws);
-        if (m->backend->ops->upload_weight)
-            weights_release(m, m->backend);
     }
     m->ws = NULL;
     m->backend = NULL;

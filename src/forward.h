@@ -53,7 +53,9 @@ struct ra_forward_tap {
     int (*attn_input)(void *ctx, int layer, int start, int n, const float *xa);
 };
 
-/* Binds a backend to a loaded model (uploads weights if the backend needs to). */
+/* Binds a backend to a loaded model (uploads weights if the backend needs to;
+ * the CPU backend makes bf16 copies of f32/f16 weights for bf16 compute, see
+ * enum ra_compute). Detach, or free the model, before freeing that backend. */
 int ra_model_attach(struct ra_model *m, struct ra_backend *be);
 /* Releases what the forward pass allocated on the backend (ra_model_free calls it). */
 void ra_model_detach(struct ra_model *m);

@@ -129,6 +129,7 @@ fi
 # Flags.
 expect_error "--generate: 'abc' is not an integer"      "$RA" --model "$M" --prompt-ids 1 --generate abc
 expect_error "--threads: '0' is not an integer in 1"    "$RA" --model "$M" --prompt-ids 1 --threads 0
+expect_error "--compute-dtype: 'bf17' is not one of auto, f32, bf16" "$RA" --model "$M" --prompt-ids 1 --compute-dtype bf17
 expect_error "unknown option '--frobnicate'"            "$RA" --model "$M" --prompt-ids 1 --frobnicate
 expect_error "exactly one of --prompt"                  "$RA" --model "$M" --prompt-ids 1 --prompt hi
 expect_error "exactly one of --prompt"                  "$RA" --model "$M"

@@ -82,13 +82,13 @@ refused "rank 0: --link-gbps 1e-09 must be 0 \\(no emulated link\\) or in \\[1e-
 refused "rank 0: --link-latency-us 1e\\+300 must be in \\[0, 1e\\+06\\] us" $RA --link-gbps 1 --link-latency-us 1e300
 refused "rank 0: --noise-slot-ms 1e-300 must be in \\[0.1, 1e\\+06\\] ms" $RA --link-gbps 1 --noise-gbps 1 --noise-slot-ms 1e-300
 refused "rank 0: --noise-gbps 1e\\+300 must be in \\[0, 1e\\+06\\] GB/s" $RA --link-gbps 1 --noise-gbps 1e300
-# The tiny synthetic model (4 layers, 256-byte rows) with a 2048-token prompt: 1024 rows of K
-# and V per layer at 1 kB/s, halved by noise, is 4194 s.
+# The tiny synthetic model (4 layers, 256-byte rows) with a 2048-token prompt split evenly: 1024
+# rows of K and V per layer at 1 kB/s, halved by noise, is 4194 s.
 "$BUILD/runahead-synth" --preset tiny --out "$TMP/tiny" >/dev/null 2>&1 || fail "runahead-synth"
 python3 -c "print(' '.join(str(i % 500 + 3) for i in range(2048)))" >"$TMP/long.ids"
 refused "rank 0: --link-gbps 1e-06: one prompt pass would keep the busiest emulated link busy for 4.19e\\+03 s .*the limit is 3600 s: use --link-gbps >= 1.17e-06" \
     "$BUILD/runahead" --model "$TMP/tiny" --prompt-ids-file "$TMP/long.ids" --generate 1 --output ids --threads 1 \
-    --link-gbps 1e-6 --noise-gbps 1
+    --partition even --link-gbps 1e-6 --noise-gbps 1
 
 # --expect-ranks: a wrong world size, and two one-rank copies started side by side
 # (what Open MPI does under a launcher without PMIx), each fail at once.

@@ -1,8 +1,9 @@
 #!/bin/sh
-# jobs/run-prefill, jobs/scaling-study and jobs/network-study in a tiny
-# configuration through mpirun: the CSV, the JSON lines, the Table-1-shaped
-# table and the plots exist and hold the expected rows; a second start resumes
-# without rerunning; the noise study reports every method's overhead, and the
+# jobs/run-prefill, jobs/scaling-study, jobs/bench-chain and jobs/network-study
+# in a tiny configuration through mpirun: the CSV, the JSON lines, the
+# Table-1-shaped table, the caption and the plots exist and hold the expected
+# rows; a second start resumes without rerunning; --figure updates a copy of
+# the README; bench-chain grows its sweep past the edge and re-measures KVR-S; the noise study reports every method's overhead, and the
 # plots are real PNG and SVG files (jobs/setup installs gnuplot-nox; without it
 # the plot checks are a listed skip).
 . "$(dirname "$0")/lib.sh"
@@ -25,28 +26,32 @@ grep -q "pass --oversubscribe" "$TMP/err" || [ "$(nproc)" -ge 4 ] || fail "run-p
 expect_error "run-prefill: no prompt" "$J/run-prefill" --model "$TMP/tiny"
 expect_error "run-prefill: unknown option '--bogus'" "$J/run-prefill" --bogus
 
-# The scaling study: 2 contexts x (single + TSP, KVR-E, KVR-S, KVR-P on 2 ranks).
+# The scaling study: 2 contexts x (single + TSP, KVR-E, KVR-A, KVR-S, KVR-P on 2 ranks).
 S="$J/scaling-study --model $TMP/tiny --contexts 128,256 --ranks 2 --repeat 2 --oversubscribe --out $TMP/scaling"
 $S >"$TMP/table.txt" 2>"$TMP/err" || { fail "scaling-study: $(tail -3 "$TMP/err")"; finish; }
-grep -q "\[10/10\] kvr-p p=2 C=256" "$TMP/err" || fail "scaling-study: no progress line for run 10 of 10"
+grep -q "\[12/12\] kvr-p p=2 C=256" "$TMP/err" || fail "scaling-study: no progress line for run 12 of 12"
 python3 - "$TMP/scaling" "$TMP/table.txt" "$plots" <<'PY' || fail "scaling-study: outputs"
 import csv, json, os, sys
 d, table, plots = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3] == "1"
 rows = list(csv.DictReader(open(os.path.join(d, "summary.csv"))))
 got = sorted((r["method"], int(r["ranks"]), int(r["context"])) for r in rows)
 want = sorted([("single", 1, c) for c in (128, 256)] +
-              [(m, 2, c) for m in ("tsp", "kvr-e", "kvr-s", "kvr-p") for c in (128, 256)])
+              [(m, 2, c) for m in ("tsp", "kvr-e", "kvr-a", "kvr-s", "kvr-p") for c in (128, 256)])
 assert got == want, got
 assert all(float(r["ttft_median_s"]) > 0 for r in rows)
 lines = [json.loads(l) for l in open(os.path.join(d, "runs.jsonl"))]
-assert len(lines) == 10 and all("label" in l and "ttft_s" in l for l in lines)
+assert len(lines) == 12 and all("label" in l and "ttft_s" in l for l in lines)
+assert all(l["partition"]["spec"] == "auto" for l in lines if l["label"] == "kvr-a")
 # KVR-S ran the searched split; KVR-P one interpolated from the other context's search.
 kvrs = [l for l in lines if l["label"] == "kvr-s"]
 assert all(l["partition"]["spec"].startswith("table:") for l in kvrs)
-for want_row in ("TSP", "KVR-E", "KVR-S", "KVR-P", "speedup", "2 ranks"):
+for want_row in ("TSP", "KVR-E", "KVR-A", "KVR-S", "KVR-P", "speedup", "2 ranks"):
     assert want_row in table, want_row
 body = [l.split() for l in table.splitlines() if l.split() and l.split()[0] in ("128", "256")]
-assert len(body) == 2 and all(len(b) == 8 and b[-1].endswith("x") for b in body), body
+assert len(body) == 2 and all(len(b) == 9 and b[-1].endswith("x") for b in body), body
+cap = open(os.path.join(d, "caption.md")).read()
+assert "`jobs/scaling-study --model " in cap and "--contexts 128,256" in cap and " UTC on " in cap, cap
+assert "median TTFT of 2 runs" in cap and "model tiny" in cap, cap
 for name in ("ttft-context", "speedup", "ttft-ranks", "bytes") if plots else ():
     png = open(os.path.join(d, "plots", name + ".png"), "rb").read()
     svg = open(os.path.join(d, "plots", name + ".svg")).read()
@@ -55,7 +60,38 @@ for name in ("ttft-context", "speedup", "ttft-ranks", "bytes") if plots else ():
 PY
 # A second start finds every run done.
 $S >/dev/null 2>"$TMP/err2" || fail "scaling-study resume: $(tail -1 "$TMP/err2")"
-[ "$(grep -c "done before" "$TMP/err2")" -eq 10 ] || fail "scaling-study resume: reran finished runs"
+[ "$(grep -c "done before" "$TMP/err2")" -eq 12 ] || fail "scaling-study resume: reran finished runs"
+
+# --figure puts the figure and its caption into the tree: here a copy of the scripts and the README.
+mkdir -p "$TMP/top/jobs/figures" && cp "$J/scaling-study" "$J/common.sh" "$J/study-report" "$TMP/top/jobs/" &&
+    cp "$SRC/README.md" "$TMP/top/" || fail "copying the tree"
+if [ "$plots" = 1 ]; then
+    "$TMP/top/jobs/scaling-study" --model "$TMP/tiny" --contexts 128,256 --ranks 2 --repeat 2 --oversubscribe \
+        --out "$TMP/scaling" --figure >/dev/null 2>"$TMP/err3" || fail "scaling-study --figure: $(tail -1 "$TMP/err3")"
+    cmp -s "$TMP/scaling/plots/ttft-context.png" "$TMP/top/jobs/figures/scaling-ttft.png" || fail "--figure: no figure"
+    grep -q "^The figure below is .*jobs/scaling-study --model $TMP/tiny --contexts 128,256 .*model tiny" \
+        "$TMP/top/README.md" || fail "--figure: the README's caption was not replaced"
+    [ "$(grep -c "The figure below is" "$TMP/top/README.md")" -eq 1 ] || fail "--figure: two captions in the README"
+fi
+
+# bench-chain in a tiny configuration: the table, the sweep grown past its edge when its best
+# share sits there, KVR-S re-measured (its own runs), the bound's runs, drain apart from waits.
+RA_BUILDDIR=$BUILD BENCH_CHAIN_MPI_FLAGS="$MPIEXEC_FLAGS" "$J/bench-chain" --model "$TMP/tiny" --contexts 192 \
+    --repeat 3 --splits 0.1,0.15 --quiet-wait 0 --retries 0 --report-dir "$TMP/bc" >"$TMP/bc.txt" 2>"$TMP/err" ||
+    fail "bench-chain: $(tail -3 "$TMP/err")"
+python3 - "$TMP/bc.txt" "$TMP/bc/bench-chain.jsonl" <<'PY' || { fail "bench-chain: outputs"; cat "$TMP/bc.txt" >&2; }
+import json, sys
+txt = open(sys.argv[1]).read()
+runs = [json.loads(l) for l in open(sys.argv[2])]
+labels = {r["label"] for r in runs}
+assert {"single-1t", "single-2t", "TSP", "KVR-E", "KVR-S", "bound"} <= labels, labels
+sweep = [l.split() for l in txt.split("# the sweep:")[1].splitlines() if l.split() and l.split()[0] == "192"]
+shares = [float(l[1]) for l in sweep]
+assert shares == sorted(shares) and len(shares) > 2 and any(l[-1].endswith("+") for l in sweep), sweep  # 0.1 and 0.15 are far too low
+assert sum(r["label"] == "KVR-S" and r["kept"] for r in runs) == 3, "KVR-S not re-measured with 3 runs"
+assert all("drain_s" in x for r in runs if r["label"] == "KVR-S" for x in r["per_rank"])
+assert "min..max" in txt and "KVR-S/bound" in txt
+PY
 
 # The network study: TTFT overhead of each method under emulated noise (Fig. 11c), and Table 3.
 "$J/network-study" --model "$TMP/tiny" --contexts 128,256 --ranks 2 --link-gbps 0.05 --repeat 2 --oversubscribe \

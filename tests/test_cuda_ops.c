@@ -58,14 +58,14 @@ static void check_embed(void)
     int32_t tokens[9] = { 0, 49, 3, 3, 17, 1, 48, 25, 0 };
     fill(table, (size_t)vocab * dim, 2.0f);
     struct ra_tensor t = { RA_DTYPE_F32, vocab, dim, table, NULL };
-    CHECK_OK(gpu->ops->upload_weight(gpu, &t));
+    CHECK_OK(gpu->ops->weight_prepare(gpu, &t, 1));
     float *x = gpu->ops->alloc(gpu, sizeof(float) * n * dim);
     CHECK_OK(cpu->ops->embed(cpu, ref, &t, tokens, n));
     CHECK_OK(gpu->ops->embed(gpu, x, &t, tokens, n));
     from_gpu(got, x, (size_t)n * dim);
     report("embed (bf16 table)", test_max_rel_diff(got, ref, (size_t)n * dim), 1.0 / 128);
     gpu->ops->release(gpu, x);
-    gpu->ops->release(gpu, t.device);
+    gpu->ops->weight_release(gpu, &t);
     free(table);
     free(ref);
     free(got);
@@ -81,7 +81,7 @@ static void check_matmul(enum ra_dtype dt, int rows, int k, int n)
     fill(x, (size_t)n * ldx, 1.0f);
     struct ra_tensor t = { RA_DTYPE_F32, rows, k, w, NULL };
     CHECK_OK(ra_backend_cuda_set_dtype(gpu, dt));
-    CHECK_OK(gpu->ops->upload_weight(gpu, &t));
+    CHECK_OK(gpu->ops->weight_prepare(gpu, &t, 1));
     float *dx = to_gpu(x, (size_t)n * ldx), *dy = to_gpu(ref, (size_t)n * ldy);
     CHECK_OK(cpu->ops->matmul(cpu, ref, ldy, x, ldx, &t, n));
     CHECK_OK(gpu->ops->matmul(gpu, dy, ldy, dx, ldx, &t, n));
@@ -94,7 +94,7 @@ static void check_matmul(enum ra_dtype dt, int rows, int k, int n)
             CHECK(got[(size_t)i * ldy + j] == 0.0f);
     gpu->ops->release(gpu, dx);
     gpu->ops->release(gpu, dy);
-    gpu->ops->release(gpu, t.device);
+    gpu->ops->weight_release(gpu, &t);
     free(w);
     free(x);
     free(ref);
@@ -109,7 +109,7 @@ static void check_rmsnorm(void)
     fill(x, (size_t)n * dim, 3.0f);
     fill(w, dim, 1.5f);
     struct ra_tensor t = { RA_DTYPE_F32, 1, dim, w, NULL };
-    CHECK_OK(gpu->ops->upload_weight(gpu, &t)); /* a vector: stays fp32 whatever the dtype */
+    CHECK_OK(gpu->ops->weight_prepare(gpu, &t, 1)); /* a vector: stays fp32 whatever the dtype */
     float *dx = to_gpu(x, (size_t)n * dim), *dy = to_gpu(x, (size_t)n * dim);
     CHECK_OK(cpu->ops->rmsnorm(cpu, ref, x, &t, n, dim, 1e-5f));
     CHECK_OK(gpu->ops->rmsnorm(gpu, dy, dx, &t, n, dim, 1e-5f));
@@ -117,7 +117,7 @@ static void check_rmsnorm(void)
     report("rmsnorm", test_max_rel_diff(got, ref, (size_t)n * dim), 1e-5);
     gpu->ops->release(gpu, dx);
     gpu->ops->release(gpu, dy);
-    gpu->ops->release(gpu, t.device);
+    gpu->ops->weight_release(gpu, &t);
     free(x);
     free(w);
     free(ref);

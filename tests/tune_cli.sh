@@ -53,6 +53,29 @@ grep -q "EXTRAPOLATED" "$TMP/err" || fail "300 tokens lies past the table: no ex
 run 2 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$M" --prompt-ids-file "$TMP/p192" --generate 1 --output ids \
     --partition "table:$T" 2>&1 >/dev/null | grep -q "interpolated from" || fail "no interpolation notice"
 
+# The stored KVR-S TTFT is a fresh median at the chosen split, reported with its spread.
+grep -Eq "C=128 done: .*medians of 1 fresh runs \[min\.\.max\]: KVR-S [0-9.]+ s \[" "$TMP/tune.err" ||
+    fail "no re-measured KVR-S line"
+
+# --partition auto with the calibrated profile (auto:FILE, or RA_PROFILE): equal time,
+# refined by the cost model; same tokens as a single process. A profile for another
+# model in RA_PROFILE is said and skipped: equal work from FLOPs.
+single=$("$BUILD/runahead" --model "$M" --prompt-ids-file "$TMP/p300" --generate 8 --output ids 2>/dev/null)
+auto_run() { # auto_run LABEL [env VAR=VALUE] -- runahead options...
+    label=$1; shift
+    got=$(run 2 $MPIEXEC_FLAGS "$@" --prompt-ids-file "$TMP/p300" --generate 8 --output ids 2>"$TMP/err") ||
+        { fail "auto ($label): $(grep runahead: "$TMP/err")"; return; }
+    [ "$got" = "$single" ] || fail "auto ($label): tokens differ from the single-process run"
+    grep -q "partition auto for 300 tokens on 2 ranks: .*refined by the cost model .*$T" "$TMP/err" ||
+        { fail "auto ($label): stderr does not name the profile"; cat "$TMP/err" >&2; }
+}
+auto_run "auto:FILE" "$BUILD/runahead" --model "$M" --partition "auto:$T"
+auto_run "RA_PROFILE" env "RA_PROFILE=$T" "$BUILD/runahead" --model "$M"
+"$BUILD/runahead-synth" --preset tiny --seed 6 --layers 3 --out "$TMP/other" >/dev/null 2>&1 || fail "runahead-synth other"
+run 2 $MPIEXEC_FLAGS env "RA_PROFILE=$T" "$BUILD/runahead" --model "$TMP/other" --prompt-ids-file "$TMP/p192" \
+    --generate 1 --output ids 2>&1 >/dev/null | grep -q "equal-work from FLOPs.*RA_PROFILE=.* has no usable profile" ||
+    fail "RA_PROFILE without this model's profile: no notice"
+
 # The cost model searches 8 ranks on one process, into the same file.
 "$BUILD/runahead-tune" --model "$M" --objective model --ranks 8 --contexts 1024,2048 --out "$T" \
     >"$TMP/model.out" 2>"$TMP/model.err" || { cat "$TMP/model.err" >&2; fail "--objective model"; }
