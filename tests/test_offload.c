@@ -58,6 +58,36 @@ static void check_recompute(struct ra_model *m, struct ra_offload *o, const stru
     be->ops->release(be, v);
 }
 
+/* A policy of the test's own through ra_offload_create_policy: fetches like
+ * full, but after attend (as InfiniGen will), and names the rows attention
+ * reads through its attend hook. Logs the order of the hooks. */
+static char order[4096];
+static size_t order_len;
+static void log_hook(char what, int layer)
+{
+    if (order_len + 3 < sizeof order)
+        order_len += (size_t)snprintf(order + order_len, sizeof order - order_len, "%c%d", what, layer);
+}
+static int spec_fetch(struct ra_offload *o, int layer, int pos)
+{
+    log_hook('f', layer);
+    const size_t row = (size_t)ra_offload_view(o)->kv_dim * sizeof(float), bytes = (size_t)pos * row;
+    int rc = ra_offload_send(o, ra_offload_slot_k(o, layer), ra_offload_pool_k(o, layer), bytes, 0);
+    return rc ? rc : ra_offload_send(o, ra_offload_slot_v(o, layer), ra_offload_pool_v(o, layer), bytes, 0);
+}
+static int spec_attend(struct ra_offload *o, int layer, int pos, const struct ra_layer_acts *a, const float **k,
+                       const float **v, int *rows)
+{
+    log_hook('a', layer);
+    CHECK(a && a->x && a->xa && a->q);
+    *k = ra_offload_slot_k(o, layer);
+    *v = ra_offload_slot_v(o, layer);
+    *rows = pos + 1;
+    return RA_OK;
+}
+static const struct ra_offload_policy spec_policy = { .name = "test", .fetch_after_attend = 1, .fetch = spec_fetch,
+                                                      .attend = spec_attend };
+
 static void check_model(const char *name, struct ra_model *m, int n, int threads)
 {
     const struct ra_config *c = &m->config;
@@ -122,6 +152,34 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
             CHECK(ra_offload_stats(o)->kvpr_l == 0); /* GQA 2:1: activations cost more than KV */
         ra_offload_free(o);
         ra_kvcache_free(&kv);
+    }
+
+    { /* a caller's policy: fetch(l+1) comes after attend(l), and it equals none */
+        const struct ra_offload_config pc = { .mode = RA_OFFLOAD_FULL, .link_gbps = 4, .link_latency_us = 10,
+                                              .kvpr_force_l = -1 };
+        struct ra_offload *o;
+        CHECK_OK(ra_offload_create_policy(&o, m, &pc, n + STEPS, &spec_policy));
+        if (o) {
+            prefill(m, tokens, n, &kv, logits, o);
+            CHECK_OK(ra_offload_begin(o, &kv, n));
+            order_len = 0;
+            decode(m, NULL, n, logits, o, got);
+            CHECK(!memcmp(ref, got, (size_t)STEPS * V * sizeof(float)));
+            char want[4096] = "";
+            for (int i = 0, len = 0; i < STEPS; i++)
+                for (int l = 0; l < c->n_layers; l++)
+                    len += snprintf(want + len, sizeof want - len, l ? "a%df%d" : "f0", l - 1, l),
+                    len += l == c->n_layers - 1 ? snprintf(want + len, sizeof want - len, "a%d", l) : 0;
+            if (strcmp(order, want))
+                fprintf(stderr, "hook order %s, expected %s\n", order, want), test_failures++;
+            /* the link: every message's latency plus the bytes at the link's rate */
+            const struct ra_offload_stats *st = ra_offload_stats(o);
+            const double want_s = st->messages * 10e-6 + (double)(st->bytes_kv + st->bytes_x) / 4e9;
+            CHECK(fabs(st->link_s - want_s) <= 1e-9 * want_s);
+            CHECK(st->emulated_s >= st->stall_s && st->steps == STEPS);
+            ra_kvcache_free(&kv);
+        }
+        ra_offload_free(o);
     }
 
     /* budgets: one layer's working set gives one slot, less fails */

@@ -361,6 +361,14 @@ int ra_offload_create(struct ra_offload **out, struct ra_model *m, const struct 
     if (cfg->mode == RA_OFFLOAD_INFINIGEN)
         return ra_error_set(RA_EUNSUPPORTED, "--offload infinigen: not built yet (src/offload/infinigen.c is not wired "
                             "into the decode loop); use none, full or kvpr");
+    return ra_offload_create_policy(out, m, cfg, max_rows,
+                                    cfg->mode == RA_OFFLOAD_KVPR ? &ra_kvpr_policy : &policy_full);
+}
+
+int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const struct ra_offload_config *cfg,
+                             int max_rows, const struct ra_offload_policy *policy)
+{
+    *out = NULL;
     if (!m->backend)
         return ra_error_set(RA_EINVAL, "offload: no backend attached to the model");
     if (cfg->link_gbps < 0 || cfg->link_latency_us < 0 || !isfinite(cfg->link_gbps) ||
@@ -376,7 +384,7 @@ int ra_offload_create(struct ra_offload **out, struct ra_model *m, const struct 
     o->cfg = *cfg;
     o->view = (struct ra_offload_view){ .m = m, .be = be, .cfg = &o->cfg, .n_layers = c->n_layers,
                                         .kv_dim = ra_config_kv_dim(c), .dim = c->dim, .max_rows = max_rows };
-    o->policy = cfg->mode == RA_OFFLOAD_KVPR ? &ra_kvpr_policy : &policy_full;
+    o->policy = policy;
     o->emulated = be->ops->mem_kind(be) != RA_MEM_DEVICE;
     o->row_bytes = (size_t)o->view.kv_dim * sizeof(float);
     o->slot_bytes = 2 * (size_t)max_rows * o->row_bytes;

@@ -117,6 +117,10 @@ struct ra_offload_policy {
  * mode none gives *out = NULL and RA_OK; infinigen: RA_ENOTSUP, not built yet. */
 int ra_offload_create(struct ra_offload **out, struct ra_model *m, const struct ra_offload_config *cfg,
                       int max_rows);
+/* The same with a policy of the caller's (how InfiniGen plugs in; tests).
+ * The slots hold K and V of MAX_ROWS rows (+ X for cfg->mode kvpr). */
+int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const struct ra_offload_config *cfg,
+                             int max_rows, const struct ra_offload_policy *policy);
 void ra_offload_free(struct ra_offload *o);
 
 /* Before the prefill (KVPR only; a no-op otherwise): keep the layer inputs X
