@@ -231,7 +231,10 @@ static int kvpr_fetch(struct ra_offload *o, int layer, int pos)
         const struct ra_kvpr_shape sh = shape_at(o, pos);
         st->l = ra_kvpr_split(o, pos);
         st->nx = ra_kvpr_x_rows(&sh, st->l);
-        ra_offload_counters(o)->kvpr_l = st->l;
+        struct ra_offload_stats *c = ra_offload_counters(o);
+        c->kvpr_l = st->l;
+        c->kvpr_l_closed = ra_kvpr_plan_closed(&st->prof, &sh);
+        c->kvpr_v_com = st->prof.v_com, c->kvpr_v_gpu = st->prof.v_gpu, c->kvpr_fixed_s = st->prof.fixed_s;
     }
     const size_t row = (size_t)vw->kv_dim * sizeof(float);
     const int x0 = vw->x_start, x1 = x0 + st->l;

@@ -477,7 +477,10 @@ void ra_offload_report(const struct ra_offload *o, FILE *f)
     fprintf(f, "offload: %s, %d device slot%s (working set %s), per step and layer %s of KV + %s of X fetched",
             o->policy->name, o->n_slots, o->n_slots == 1 ? "" : "s", ws, kv, x);
     if (o->cfg.mode == RA_OFFLOAD_KVPR)
-        fprintf(f, ", last l = %lld", (long long)s->kvpr_l);
+        fprintf(f, ", last l = %lld of X rows [%d, %d) (closed form %lld; link %.3g GB/s, recompute %.3g GFLOP/s%s)",
+                (long long)s->kvpr_l, o->view.x_start, o->view.x_end, (long long)s->kvpr_l_closed,
+                s->kvpr_v_com / 1e9, s->kvpr_v_gpu / 1e9,
+                s->kvpr_fixed_s > 0 ? ", CPU: the span's GEMM whatever l" : "");
     fprintf(f, "\noffload: %s host link %.3g GB/s + %.3g us/message: link %.3f ms/token, stalls %.3f ms/token, "
             "%.3f ms/token on the %s device clock\n", o->emulated ? "emulated" : "real", o->cfg.link_gbps,
             o->cfg.link_latency_us, 1e3 * s->link_s / steps, 1e3 * s->stall_s / steps, 1e3 * s->emulated_s / steps,

@@ -94,6 +94,8 @@ struct ra_offload_stats {
     double emulated_s;          /* emulated device clock: measured compute + link stalls */
     double recompute_s;         /* measured KVPR recompute */
     int64_t kvpr_l;             /* last step's split */
+    int64_t kvpr_l_closed;      /* the closed form's split for the same step (cross-check) */
+    double kvpr_v_com, kvpr_v_gpu, kvpr_fixed_s; /* the profile the plan used */
     int64_t rows_attended;      /* summed over layers and steps */
 };
 
