@@ -298,6 +298,8 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
         const struct ra_layer_weights *w = &m->weights.layers[l];
         HOOK(layer_begin);
         OP(t_other, op->rmsnorm(be, ws->xb, ws->x, &w->attn_norm, n, d, c->norm_eps));
+        if (m->tap && m->tap->attn_input && (rc = m->tap->attn_input(m->tap->ctx, l, start, n, ws->xb)) != RA_OK)
+            goto out;
         OP(t_linear, op->matmul(be, ws->q, d, ws->xb, d, &w->wq, n));
         /* An fp32 cache takes K and V straight from the GEMMs; another is
          * written once K is rotated, each value rounded once. */
@@ -315,7 +317,14 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
         /* every row attention will read, the earlier positions' too */
         PROBE_DT(kv->k[l], kv->dtype, start + n, kvd, 0, l, "keys");
         PROBE_DT(kv->v[l], kv->dtype, start + n, kvd, 0, l, "values");
-        OP(t_attention, op->attention(be, ws->att, ws->q, kv->k[l], kv->v[l], start, n, &shape));
+        const float *ak = kv->k[l], *av = kv->v[l];
+        int rows = start + n;
+        if (xchg && xchg->attend) {
+            const struct ra_layer_acts acts = { ws->x, ws->xb, ws->q };
+            if ((rc = xchg->attend(xchg->ctx, l, kv, start, n, &acts, &ak, &av, &rows)) != RA_OK)
+                goto out;
+        }
+        OP(t_attention, op->attention(be, ws->att, ws->q, ak, av, rows - n, n, &shape));
         OP(t_linear, op->matmul(be, ws->xb, d, ws->att, d, &w->wo, n));
         OP(t_other, op->add(be, ws->x, ws->xb, (size_t)n * d));
         OP(t_other, op->rmsnorm(be, ws->xb, ws->x, &w->ffn_norm, n, d, c->norm_eps));

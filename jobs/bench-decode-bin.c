@@ -1,0 +1,210 @@
+/* bench-decode: decode from an offloaded KV cache (src/offload), one process.
+ *
+ * For each context length it runs one prefill of random tokens (KVPR's layer
+ * inputs captured), then decodes --steps greedy tokens with each --offload mode
+ * from the same prompt rows, with a device budget of --budget-frac of the KV
+ * (25% by default), and prints per output token: bytes fetched per layer (KV
+ * and X), the device working set, the link time, the emulated device time and
+ * the wall time, and KVPR's split. Every mode must give the tokens of `none`:
+ * a mismatch is an error. On the CPU backend the host link is EMULATED (rows
+ * copied, link time modelled): the table says so. Timings on a shared machine
+ * mean little; the byte columns are exact. */
+#include "args.h"
+#include "offload/offload.h"
+#include "runahead.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_LIST 16
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench-decode --model PATH [options]\n"
+               "  --contexts LIST         prompt lengths (default 512,1024,2048,4096,8192; clipped to the model)\n"
+               "  --steps N               tokens decoded per mode (default 8)\n"
+               "  --modes LIST            offload modes, none first (default none,full,kvpr)\n"
+               "  --budget-frac F         device KV budget as a fraction of the KV (default 0.25)\n"
+               "  --host-link-gbps G      emulated host link (default 16)\n"
+               "  --host-link-latency-us U  per message (default 5)\n"
+               "  --kvpr-l L              force KVPR's split (default: planned; on the CPU backend the\n"
+               "                          recompute costs the whole span's GEMM, so the plan is often 0)\n"
+               "  --threads N             CPU threads (default 1)\n");
+}
+
+struct run {
+    int32_t *tokens;
+    double wall;
+};
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        b = x[i] > x[b] ? i : b;
+    return b;
+}
+
+static int bench_context(struct ra_model *m, int n, int steps, char modes[][16], int n_modes, double frac,
+                         double gbps, double lat_us, int force_l)
+{
+    const struct ra_config *c = &m->config;
+    const int V = c->vocab_size, rows = n + steps;
+    struct ra_kvcache kv = { 0 };
+    int32_t *prompt = malloc((size_t)n * sizeof *prompt), *ref = malloc((size_t)steps * sizeof *ref),
+            *got = malloc((size_t)steps * sizeof *got);
+    float *logits0 = malloc((size_t)V * sizeof(float)), *logits = malloc((size_t)V * sizeof(float));
+    struct ra_offload *kvpr = NULL;
+    const double kv_bytes = 2.0 * c->n_layers * rows * ra_config_kv_dim(c) * sizeof(float);
+    int rc = (!prompt || !ref || !got || !logits0 || !logits) ? ra_error_set(RA_ENOMEM, "out of memory") : RA_OK;
+    srand(1234);
+    for (int i = 0; i < n && rc == RA_OK; i++)
+        prompt[i] = 1 + rand() % (V - 1);
+    struct ra_offload_config cfg = { .mode = RA_OFFLOAD_KVPR, .device_kv_mem = (size_t)(frac * kv_bytes),
+                                     .link_gbps = gbps, .link_latency_us = lat_us, .kvpr_force_l = force_l };
+    int kvpr_ok = 0;
+    for (int i = 0; i < n_modes; i++)
+        kvpr_ok |= !strcmp(modes[i], "kvpr");
+    if (rc == RA_OK && kvpr_ok && ra_offload_create(&kvpr, m, &cfg, rows) != RA_OK) {
+        printf("%6d %-9s %s\n", n, "kvpr", ra_error_message());
+        kvpr = NULL;
+    }
+    if (rc == RA_OK)
+        rc = ra_kvcache_init(&kv, m->backend, c->n_layers, ra_config_kv_dim(c), rows);
+    if (rc == RA_OK && kvpr)
+        rc = ra_offload_capture(kvpr);
+    if (rc == RA_OK)
+        rc = ra_forward_span(m, prompt, 0, n, &kv, NULL, logits0);
+    if (rc == RA_OK && kvpr) /* ends the capture before any decode step */
+        rc = ra_offload_begin(kvpr, &kv, n);
+    for (int i = 0; i < n_modes && rc == RA_OK; i++) {
+        enum ra_offload_mode mode;
+        if ((rc = ra_offload_mode_parse(modes[i], &mode)) != RA_OK)
+            break;
+        struct ra_offload *o = NULL;
+        cfg.mode = mode;
+        cfg.kvpr_force_l = mode == RA_OFFLOAD_KVPR ? force_l : -1;
+        if (mode == RA_OFFLOAD_KVPR)
+            o = kvpr;
+        else if (mode != RA_OFFLOAD_NONE && ra_offload_create(&o, m, &cfg, rows) != RA_OK) {
+            printf("%6d %-9s %s\n", n, modes[i], ra_error_message());
+            continue;
+        }
+        if (mode != RA_OFFLOAD_NONE && !o)
+            continue;
+        if (o && o != kvpr && (rc = ra_offload_begin(o, &kv, n)) != RA_OK)
+            break;
+        memcpy(logits, logits0, (size_t)V * sizeof(float));
+        const double t0 = now();
+        for (int s = 0; s < steps && rc == RA_OK; s++) {
+            got[s] = argmax(logits, V);
+            rc = o ? ra_offload_step(o, got[s], n + s, logits) : ra_forward_span(m, &got[s], n + s, 1, &kv, NULL, logits);
+        }
+        const double wall = (now() - t0) / steps;
+        if (rc != RA_OK)
+            break;
+        if (mode == RA_OFFLOAD_NONE)
+            memcpy(ref, got, (size_t)steps * sizeof *ref);
+        else if (memcmp(ref, got, (size_t)steps * sizeof *ref))
+            rc = ra_error_set(RA_ERANGE, "context %d: --offload %s decoded other tokens than none", n, modes[i]);
+        if (!o) {
+            printf("%6d %-9s %12s %12s %12s %10s %12s %10.3f %6s\n", n, modes[i], "-", "-", "-", "-", "-", 1e3 * wall,
+                   "-");
+        } else {
+            const struct ra_offload_stats *st = ra_offload_stats(o);
+            const double per = (double)st->steps * c->n_layers;
+            printf("%6d %-9s %12.0f %12.0f %12zu %10.3f %12.3f %10.3f %6lld\n", n, modes[i], st->bytes_kv / per,
+                   st->bytes_x / per, ra_offload_working_set(o), 1e3 * st->link_s / st->steps,
+                   1e3 * st->emulated_s / st->steps, 1e3 * wall,
+                   mode == RA_OFFLOAD_KVPR ? (long long)st->kvpr_l : -1LL);
+        }
+        if (o != kvpr)
+            ra_offload_free(o);
+    }
+    ra_offload_free(kvpr);
+    ra_kvcache_free(&kv);
+    free(prompt), free(ref), free(got), free(logits0), free(logits);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "model", required_argument, NULL, 'm' },   { "contexts", required_argument, NULL, 'c' },
+        { "steps", required_argument, NULL, 's' },   { "modes", required_argument, NULL, 'M' },
+        { "budget-frac", required_argument, NULL, 'b' }, { "host-link-gbps", required_argument, NULL, 'g' },
+        { "host-link-latency-us", required_argument, NULL, 'l' }, { "threads", required_argument, NULL, 'T' },
+        { "kvpr-l", required_argument, NULL, 'L' },
+        { "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
+    };
+    const char *model = NULL;
+    int ctx[MAX_LIST] = { 512, 1024, 2048, 4096, 8192 }, n_ctx = 5, steps = 8, threads = 1, n_modes = 0, opt,
+        rc = RA_OK;
+    double frac = 0.25, gbps = 16, lat = 5;
+    int force_l = -1;
+    char modes[8][16];
+    const char *mode_list = "none,full,kvpr";
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1 && rc == RA_OK) {
+        switch (opt) {
+        case 'm': model = optarg; break;
+        case 'c': rc = ra_arg_int_list(optarg, "--contexts", 1, 1 << 20, ctx, MAX_LIST, &n_ctx); break;
+        case 's': rc = ra_arg_int(optarg, "--steps", 1, 100000, &steps); break;
+        case 'M': mode_list = optarg; break;
+        case 'b': rc = ra_arg_double(optarg, "--budget-frac", &frac); break;
+        case 'g': rc = ra_arg_double(optarg, "--host-link-gbps", &gbps); break;
+        case 'l': rc = ra_arg_double(optarg, "--host-link-latency-us", &lat); break;
+        case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &threads); break;
+        case 'L': rc = ra_arg_int(optarg, "--kvpr-l", 0, 1 << 30, &force_l); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (rc != RA_OK)
+        return ra_arg_fail("bench-decode");
+    if (!model)
+        return ra_arg_usage_error("bench-decode", "--model is required");
+    for (const char *p = mode_list; *p && n_modes < 8;) {
+        size_t len = strcspn(p, ",");
+        snprintf(modes[n_modes++], sizeof modes[0], "%.*s", (int)len, p);
+        p += len + (p[len] == ',');
+    }
+    if (strcmp(modes[0], "none"))
+        return ra_arg_usage_error("bench-decode", "--modes must start with none (the reference)");
+    struct ra_model m;
+    struct ra_backend *be = NULL;
+    if ((rc = ra_model_load(&m, model)) != RA_OK)
+        return ra_arg_fail("bench-decode");
+    if ((rc = ra_backend_cpu_init(&be, threads)) == RA_OK)
+        rc = ra_model_attach(&m, be);
+    if (rc == RA_OK) {
+        printf("# bench-decode %s: %d layers, dim %d, kv_dim %d; device budget %.0f%% of the KV; host link %.3g GB/s "
+               "+ %.3g us/message, EMULATED on the %s backend (rows copied, link time modelled)\n", model,
+               m.config.n_layers, m.config.dim, ra_config_kv_dim(&m.config), 100 * frac, gbps, lat, be->ops->name);
+        printf("%6s %-9s %12s %12s %12s %10s %12s %10s %6s\n", "ctx", "mode", "kv_B/layer", "x_B/layer", "ws_bytes",
+               "link_ms", "emul_ms/tok", "wall_ms", "kvpr_l");
+    }
+    for (int i = 0; i < n_ctx && rc == RA_OK; i++) {
+        if (ctx[i] + steps > m.config.seq_len) {
+            printf("%6d (beyond the model's context of %d)\n", ctx[i], m.config.seq_len);
+            continue;
+        }
+        rc = bench_context(&m, ctx[i], steps, modes, n_modes, frac, gbps, lat, force_l);
+        fflush(stdout);
+    }
+    if (rc != RA_OK)
+        ra_arg_fail("bench-decode");
+    ra_model_free(&m);
+    ra_backend_free(be);
+    return rc == RA_OK ? 0 : 1;
+}
