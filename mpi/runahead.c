@@ -23,6 +23,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,13 +139,19 @@ static void usage(FILE *f)
 "                            full: the prompt's KV lives in a host pool and every step fetches\n"
 "                            each layer's rows into a device working set; kvpr: KVPR partial\n"
 "                            recompute (exact; X of the first rows sent, their K, V recomputed);\n"
-"                            infinigen: not built yet\n"
+"                            infinigen: InfiniGen (approximate): layer l >= 1 fetches only the\n"
+"                            tokens a rehearsal from layer l-1's input selects (CPU backend)\n"
 "      --device-kv-mem SIZE  device bytes for the KV working set (K/M/G suffixes); two\n"
 "                            layers' worth double-buffers the fetch, one does not, less fails\n"
 "      --host-link-gbps G    the host<->device link: G GB/s (CPU backend: emulated, the rows are\n"
 "                            copied and the link time modelled; every report says so)\n"
 "      --host-link-latency-us U  ... and U microseconds per message (default 0)\n"
 "      --kvpr-l L            force KVPR's split (rows recomputed) instead of planning it\n"
+"      --infinigen-ratio R   partial key columns, a fraction of head_dim (default 0.3)\n"
+"      --infinigen-alpha A   keep the tokens scoring above max - A (default 5; inf: all)\n"
+"      --infinigen-cap C     fetch at most C of a layer's tokens (default 0.2; >= 1: no cap)\n"
+"      --infinigen-pool-mem SIZE  host pool limit (K/M/G); beyond it tokens are evicted by\n"
+"                            fetch counters (default: unlimited)\n"
 "Emulated network (every report says so; the KV rows still move through MPI):\n"
 "      --link-gbps G         each message also waits for a link of G GB/s (1e9 bytes/s)\n"
 "      --link-latency-us U   ... and U microseconds of latency per message (default 0)\n"
@@ -167,8 +174,16 @@ static void usage(FILE *f)
 "the output; timings and the per-rank summary go to stderr.\n");
 }
 
-
-
+/* An --infinigen-* number: in (0, 1] (unit), > 0, or "inf" (allow_inf). */
+static int infinigen_arg(const char *s, const char *flag, int unit, int allow_inf, float *out)
+{
+    double v = INFINITY;
+    int rc = allow_inf && !strcmp(s, "inf") ? RA_OK : ra_arg_double(s, flag, &v);
+    if (rc == RA_OK && !(v > 0 && (!unit || v <= 1)))
+        rc = ra_error_set(RA_EINVAL, "%s: %s must be %s", flag, s, unit ? "in (0, 1]" : "more than 0");
+    *out = (float)v;
+    return rc;
+}
 
 /* Returns RA_OK, a negative status, or 1 when the program should exit 0 (help). */
 static int parse_options(int argc, char **argv, struct options *o)
@@ -177,7 +192,8 @@ static int parse_options(int argc, char **argv, struct options *o)
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
            OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_TRANSPORT, OPT_BACKEND, OPT_DEVICE,
            OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_KV_DTYPE, OPT_OFFLOAD, OPT_DEVICE_KV_MEM,
-           OPT_HOST_LINK_GBPS, OPT_HOST_LINK_LATENCY, OPT_KVPR_L };
+           OPT_HOST_LINK_GBPS, OPT_HOST_LINK_LATENCY, OPT_KVPR_L,
+           OPT_IG_RATIO, OPT_IG_ALPHA, OPT_IG_CAP, OPT_IG_POOL_MEM };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -212,6 +228,10 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "host-link-gbps", required_argument, NULL, OPT_HOST_LINK_GBPS },
         { "host-link-latency-us", required_argument, NULL, OPT_HOST_LINK_LATENCY },
         { "kvpr-l", required_argument, NULL, OPT_KVPR_L },
+        { "infinigen-ratio", required_argument, NULL, OPT_IG_RATIO },
+        { "infinigen-alpha", required_argument, NULL, OPT_IG_ALPHA },
+        { "infinigen-cap", required_argument, NULL, OPT_IG_CAP },
+        { "infinigen-pool-mem", required_argument, NULL, OPT_IG_POOL_MEM },
         { "link-gbps", required_argument, NULL, OPT_LINK_GBPS },
         { "link-latency-us", required_argument, NULL, OPT_LINK_LATENCY },
         { "noise-gbps", required_argument, NULL, OPT_NOISE_GBPS },
@@ -275,6 +295,14 @@ static int parse_options(int argc, char **argv, struct options *o)
             rc = ra_arg_double(optarg, "--host-link-latency-us", &o->offload.link_latency_us);
             break;
         case OPT_KVPR_L: rc = ra_arg_int(optarg, "--kvpr-l", 0, 1 << 30, &o->offload.kvpr_force_l); break;
+        case OPT_IG_RATIO: rc = infinigen_arg(optarg, "--infinigen-ratio", 1, 0, &o->offload.ig_ratio); break;
+        case OPT_IG_ALPHA: rc = infinigen_arg(optarg, "--infinigen-alpha", 0, 1, &o->offload.ig_alpha); break;
+        case OPT_IG_CAP: rc = infinigen_arg(optarg, "--infinigen-cap", 0, 0, &o->offload.ig_cap); break;
+        case OPT_IG_POOL_MEM:
+            if ((rc = ra_arg_size(optarg, "--infinigen-pool-mem", &kv_mem)) == RA_OK && kv_mem == 0)
+                rc = ra_error_set(RA_EINVAL, "--infinigen-pool-mem: must be more than 0 bytes");
+            o->offload.ig_pool_mem = (size_t)kv_mem;
+            break;
         case OPT_LINK_GBPS: rc = ra_arg_double(optarg, "--link-gbps", &o->netem.link_gbps); break;
         case OPT_LINK_LATENCY: rc = ra_arg_double(optarg, "--link-latency-us", &o->netem.latency_us); break;
         case OPT_NOISE_GBPS: rc = ra_arg_double(optarg, "--noise-gbps", &o->netem.noise_gbps); break;
@@ -317,6 +345,9 @@ static int parse_options(int argc, char **argv, struct options *o)
     if (o->offload.mode == RA_OFFLOAD_NONE &&
         (o->offload.device_kv_mem || o->offload.link_gbps > 0 || o->offload.link_latency_us > 0))
         return ra_error_set(RA_EINVAL, "--device-kv-mem and --host-link-* need --offload full|kvpr|infinigen");
+    if ((o->offload.ig_ratio > 0 || o->offload.ig_alpha > 0 || o->offload.ig_cap > 0 || o->offload.ig_pool_mem) &&
+        o->offload.mode != RA_OFFLOAD_INFINIGEN)
+        return ra_error_set(RA_EINVAL, "--infinigen-* needs --offload infinigen");
     if (o->offload.kvpr_force_l >= 0 && o->offload.mode != RA_OFFLOAD_KVPR)
         return ra_error_set(RA_EINVAL, "--kvpr-l needs --offload kvpr");
     if (o->offload.mode != RA_OFFLOAD_NONE && o->kv_dtype != RA_DTYPE_F32) /* the host pool holds fp32 rows */

@@ -25,6 +25,7 @@
 #define RA_INFINIGEN_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "model.h"
 #include "kvpool.h"
@@ -136,5 +137,47 @@ double ra_infinigen_recall(const struct ra_config *c, const float *q, const floa
 
 /* KL(softmax(p) ‖ softmax(q)) of two logit vectors [n], in nats. */
 double ra_infinigen_kl(const float *logits_p, const float *logits_q, int n);
+
+/* Quality of InfiniGen's decode against dense decode (--offload none) over
+ * STEPS steps after PROMPT [n_prompt], TEACHER-FORCED: both decode the dense
+ * run's greedy tokens, so every step compares the two next-token
+ * distributions from the same context. Calibrates on the prompt (post-RoPE Q
+ * and K of a dense pass), prefills a pool of POOL_MEM bytes (0: unlimited),
+ * then runs ra_infinigen_decode beside ra_forward_span. M: a host-memory
+ * backend attached. */
+struct ra_infinigen_quality {
+    int steps;
+    double agreement;       /* fraction of steps whose greedy tokens agree */
+    double kl_mean, kl_max; /* KL(dense ‖ infinigen) of the next-token distributions, nats */
+    double recall_mean;     /* attention mass on the attended tokens (layers >= 1), mean over steps */
+    double recall_min;      /* the smallest per-(layer, head) recall of any step */
+    double q_cos;           /* speculative vs real query cosine, mean */
+    double rows_per_layer;  /* pooled tokens fetched per layer and output token (all layers) */
+    double bytes_per_layer; /* K and V bytes fetched per layer and output token */
+    double bytes_dense_per_layer; /* the same for fetching every pooled token */
+    int64_t evictions;      /* pool evictions over the run */
+};
+int ra_infinigen_quality(struct ra_model *m, const struct ra_infinigen_params *p, size_t pool_mem,
+                         const int32_t *prompt, int n_prompt, int steps, struct ra_infinigen_quality *out);
+
+/* ---- the policy of the offload framework (--offload infinigen), infinigen_policy.c */
+
+struct ra_offload;
+struct ra_offload_config;
+struct ra_offload_policy;
+extern const struct ra_offload_policy ra_infinigen_policy;
+/* The parameters a config asks for (its zeros: the defaults). */
+int ra_infinigen_params_of(const struct ra_offload_config *cfg, struct ra_infinigen_params *p);
+/* Device sizing for MAX_ROWS rows: layer 0's slot rows (the pool's capacity
+ * + 1), a rotating slot's rows (the cap's rows + 1) and the partial key
+ * cache's bytes. */
+int ra_infinigen_offload_sizes(const struct ra_config *c, const struct ra_offload_config *cfg, int max_rows,
+                               size_t *l0_rows, size_t *slot_rows, size_t *kp_bytes);
+/* The policy's pool and state (after ra_offload_begin; NULL before). */
+const struct ra_kvpool *ra_infinigen_offload_pool(struct ra_offload *o);
+const struct ra_infinigen *ra_infinigen_offload_state(struct ra_offload *o);
+/* Pooled rows (per KV head) fetched for LAYER in the last step. */
+int ra_infinigen_offload_rows(struct ra_offload *o, int layer);
+void ra_infinigen_offload_report(struct ra_offload *o, FILE *f);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "forward.h"
 #include "infinigen.h"
 #include "kvcache.h"
 #include "status.h"
@@ -282,5 +283,80 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
 out:
     free(head_recall);
     pass_free(&p);
+    return rc;
+}
+
+static int argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+int ra_infinigen_quality(struct ra_model *m, const struct ra_infinigen_params *p, size_t pool_mem,
+                         const int32_t *prompt, int n_prompt, int steps, struct ra_infinigen_quality *out)
+{
+    const struct ra_config *c = &m->config;
+    memset(out, 0, sizeof *out);
+    if (n_prompt <= 0 || steps <= 0 || n_prompt + steps > c->seq_len)
+        return ra_error_set(RA_ERANGE, "infinigen quality: %d prompt tokens + %d steps for a context of %d",
+                            n_prompt, steps, c->seq_len);
+    if (!m->backend)
+        return ra_error_set(RA_EINVAL, "infinigen quality: no backend attached to the model");
+    const int rows = n_prompt + steps, V = c->vocab_size, kvd = ra_config_kv_dim(c);
+    struct ra_infinigen ig = { 0 };
+    struct ra_kvpool pool = { 0 };
+    struct ra_kvcache kv = { 0 };
+    float *ld = malloc((size_t)V * sizeof(float)), *li = malloc((size_t)V * sizeof(float));
+    int rc = RA_OK;
+    if (!ld || !li) {
+        rc = ra_error_set(RA_ENOMEM, "infinigen quality: out of memory");
+        goto out;
+    }
+    if ((rc = ra_kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, rows, pool_mem)) != RA_OK ||
+        (rc = ra_infinigen_init(&ig, c, p, pool.capacity)) != RA_OK ||
+        (rc = ra_kvcache_init(&kv, m->backend, c->n_layers, kvd, rows)) != RA_OK ||
+        (rc = ra_infinigen_calibrate(&ig, m, prompt, n_prompt)) != RA_OK ||
+        (rc = ra_infinigen_prefill(&ig, &pool, m, prompt, n_prompt, li)) != RA_OK ||
+        (rc = ra_forward_span(m, prompt, 0, n_prompt, &kv, NULL, ld)) != RA_OK)
+        goto out;
+    out->recall_min = 1;
+    int64_t fetched = 0, dense = 0;
+    for (int i = 0; i < steps; i++) {
+        const int32_t tok = argmax(ld, V); /* teacher forcing: dense decode's token feeds both */
+        const int pos = n_prompt + i;
+        struct ra_infinigen_step_stats s = { 0 };
+        if ((rc = ra_forward_span(m, &tok, pos, 1, &kv, NULL, ld)) != RA_OK ||
+            (rc = ra_infinigen_decode(&ig, &pool, m, tok, pos, li, &s)) != RA_OK)
+            goto out;
+        out->agreement += argmax(ld, V) == argmax(li, V);
+        const double kl = ra_infinigen_kl(ld, li, V);
+        out->kl_mean += kl;
+        out->kl_max = fmax(out->kl_max, kl);
+        out->recall_mean += s.recall;
+        out->recall_min = fmin(out->recall_min, s.recall_min);
+        out->q_cos += s.q_cos;
+        fetched += s.rows_fetched;
+        dense += s.rows_dense;
+    }
+    out->steps = steps;
+    out->agreement /= steps;
+    out->kl_mean /= steps;
+    out->recall_mean /= steps;
+    out->q_cos /= steps;
+    /* rows_fetched counts KV-head rows: G of them make one token's K (or V) row */
+    const double per = (double)steps * c->n_layers, head_row = (double)c->head_dim * sizeof(float);
+    out->rows_per_layer = (double)fetched / c->n_kv_heads / per;
+    out->bytes_per_layer = 2 * head_row * (double)fetched / per;
+    out->bytes_dense_per_layer = 2 * head_row * (double)dense / per;
+    out->evictions = pool.evictions;
+out:
+    free(ld);
+    free(li);
+    ra_kvcache_free(&kv);
+    ra_kvpool_free(&pool);
+    ra_infinigen_free(&ig);
     return rc;
 }

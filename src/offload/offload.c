@@ -3,6 +3,7 @@
  * offload.h for the design and the policy hooks. */
 #include "offload.h"
 #include "kvpr.h"
+#include "infinigen.h"
 #include "../status.h"
 
 #include <math.h>
@@ -21,6 +22,7 @@ struct ra_offload {
     size_t slot_bytes;     /* one slot: K and V of max_rows rows, + X rows for kvpr */
     size_t fixed_bytes;    /* device bytes besides the slots (KVPR's recompute output) */
     int n_slots;
+    float *l0_k, *l0_v;    /* infinigen: layer 0's own full slot (device, in fixed_bytes) */
     float *slot_k[MAX_SLOTS], *slot_v[MAX_SLOTS], *slot_x[MAX_SLOTS]; /* device */
     float **pool_k, **pool_v, **pool_x;                               /* pinned host */
     struct ra_event *fetched[MAX_SLOTS], *x_fetched[MAX_SLOTS], *computed[MAX_SLOTS];
@@ -64,8 +66,14 @@ const char *ra_offload_mode_name(enum ra_offload_mode m)
 
 struct ra_offload_view *ra_offload_view(struct ra_offload *o) { return &o->view; }
 static int slot_of(const struct ra_offload *o, int layer) { return layer % o->n_slots; }
-float *ra_offload_slot_k(struct ra_offload *o, int layer) { return o->slot_k[slot_of(o, layer)]; }
-float *ra_offload_slot_v(struct ra_offload *o, int layer) { return o->slot_v[slot_of(o, layer)]; }
+float *ra_offload_slot_k(struct ra_offload *o, int layer)
+{
+    return layer == 0 && o->l0_k ? o->l0_k : o->slot_k[slot_of(o, layer)];
+}
+float *ra_offload_slot_v(struct ra_offload *o, int layer)
+{
+    return layer == 0 && o->l0_v ? o->l0_v : o->slot_v[slot_of(o, layer)];
+}
 float *ra_offload_slot_x(struct ra_offload *o, int layer) { return o->slot_x[slot_of(o, layer)]; }
 float *ra_offload_pool_k(struct ra_offload *o, int layer) { return o->pool_k[layer]; }
 float *ra_offload_pool_v(struct ra_offload *o, int layer) { return o->pool_v[layer]; }
@@ -182,8 +190,13 @@ static int hook_layer_begin(void *ctx, int layer, struct ra_kvcache *kv, int sta
         rc = o->policy->ready(o, layer, o->pos);
     if (rc == RA_OK)
         rc = ra_offload_wait_link(o, 0);
-    o->dev.k[layer] = ra_offload_slot_k(o, layer);
-    o->dev.v[layer] = ra_offload_slot_v(o, layer);
+    /* The forward pass writes the new row at row pos of dev.k[layer]: a policy
+     * that wants it at slot row r gets a view pos − r rows before its slot
+     * (address arithmetic only; the pass touches no other row of the view). */
+    const int row = rc == RA_OK && o->policy->new_row ? o->policy->new_row(o, layer, o->pos) : o->pos;
+    const uintptr_t back = (uintptr_t)(o->pos - row) * o->row_bytes;
+    o->dev.k[layer] = (void *)((uintptr_t)ra_offload_slot_k(o, layer) - back);
+    o->dev.v[layer] = (void *)((uintptr_t)ra_offload_slot_v(o, layer) - back);
     /* two slots: the next layer's rows travel while this one computes */
     if (rc == RA_OK && o->n_slots > 1 && !o->policy->fetch_after_attend && layer + 1 < o->view.n_layers)
         rc = issue_fetch(o, layer + 1);
@@ -214,14 +227,15 @@ static int hook_layer_end(void *ctx, int layer, struct ra_kvcache *kv, int start
     clock_run(o);
     const size_t off = (size_t)start * o->view.kv_dim;
     const int s = slot_of(o, layer);
+    const float *new_k = ra_kvcache_k(&o->dev, layer, start), *new_v = ra_kvcache_v(&o->dev, layer, start);
     int rc = be->ops->event_record(be, o->computed[s], RA_STREAM_COMPUTE);
     /* the new row into the pool (the other direction of the link: not a stall) */
     if (rc == RA_OK)
         rc = be->ops->stream_wait(be, RA_STREAM_COPY, o->computed[s]);
     if (rc == RA_OK)
-        rc = be->ops->copy_async(be, o->pool_k[layer] + off, o->slot_k[s] + off, o->row_bytes, RA_STREAM_COPY);
+        rc = be->ops->copy_async(be, o->pool_k[layer] + off, new_k, o->row_bytes, RA_STREAM_COPY);
     if (rc == RA_OK)
-        rc = be->ops->copy_async(be, o->pool_v[layer] + off, o->slot_v[s] + off, o->row_bytes, RA_STREAM_COPY);
+        rc = be->ops->copy_async(be, o->pool_v[layer] + off, new_v, o->row_bytes, RA_STREAM_COPY);
     o->stats.bytes_store += 2 * (int64_t)o->row_bytes;
     if (rc == RA_OK && o->policy->store)
         rc = o->policy->store(o, layer, start);
@@ -304,6 +318,8 @@ int ra_offload_begin(struct ra_offload *o, const struct ra_kvcache *prefill, int
     if (rc == RA_OK)
         rc = be->ops->synchronize(be);
     o->view.n_prompt = n_prompt;
+    if (o->pool_x && o->view.x_end <= o->view.x_start)
+        o->view.x_start = o->view.x_end = 0;
     if (o->pool_x && (o->view.x_end > n_prompt || o->view.x_end <= o->view.x_start))
         o->view.x_start = o->view.x_end = 0; /* no X captured: KVPR transfers everything */
     if (rc == RA_OK && o->policy->begin)
@@ -326,6 +342,8 @@ void ra_offload_free(struct ra_offload *o)
         o->policy->end(o);
     if (o->view.m && o->view.m->tap == &o->tap)
         o->view.m->tap = NULL;
+    if (o->l0_k) be->ops->release_mem(be, o->l0_k, RA_MEM_DEVICE);
+    if (o->l0_v) be->ops->release_mem(be, o->l0_v, RA_MEM_DEVICE);
     for (int s = 0; s < MAX_SLOTS; s++) {
         if (o->slot_k[s]) be->ops->release_mem(be, o->slot_k[s], RA_MEM_DEVICE);
         if (o->slot_v[s]) be->ops->release_mem(be, o->slot_v[s], RA_MEM_DEVICE);
@@ -361,11 +379,14 @@ int ra_offload_create(struct ra_offload **out, struct ra_model *m, const struct 
     *out = NULL;
     if (cfg->mode == RA_OFFLOAD_NONE)
         return RA_OK;
-    if (cfg->mode == RA_OFFLOAD_INFINIGEN)
-        return ra_error_set(RA_EUNSUPPORTED, "--offload infinigen: not built yet (src/offload/infinigen.c is not wired "
-                            "into the decode loop); use none, full or kvpr");
+    if (cfg->mode == RA_OFFLOAD_INFINIGEN && m->backend && m->backend->ops->mem_kind(m->backend) == RA_MEM_DEVICE)
+        return ra_error_set(RA_EUNSUPPORTED, "--offload infinigen: the %s backend is not supported yet (the "
+                            "speculation and the partial key cache run in host memory: use the CPU backend)",
+                            m->backend->ops->name);
     return ra_offload_create_policy(out, m, cfg, max_rows,
-                                    cfg->mode == RA_OFFLOAD_KVPR ? &ra_kvpr_policy : &policy_full);
+                                    cfg->mode == RA_OFFLOAD_KVPR        ? &ra_kvpr_policy
+                                    : cfg->mode == RA_OFFLOAD_INFINIGEN ? &ra_infinigen_policy
+                                                                        : &policy_full);
 }
 
 int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const struct ra_offload_config *cfg,
@@ -390,7 +411,17 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
     o->policy = policy;
     o->emulated = be->ops->mem_kind(be) != RA_MEM_DEVICE;
     o->row_bytes = (size_t)o->view.kv_dim * sizeof(float);
-    o->slot_bytes = 2 * (size_t)max_rows * o->row_bytes;
+    size_t slot_rows = (size_t)max_rows, l0_rows = 0;
+    if (cfg->mode == RA_OFFLOAD_INFINIGEN) {
+        size_t kp_bytes;
+        int rc0 = ra_infinigen_offload_sizes(c, cfg, max_rows, &l0_rows, &slot_rows, &kp_bytes);
+        if (rc0 != RA_OK) {
+            free(o);
+            return rc0;
+        }
+        o->fixed_bytes = 2 * l0_rows * o->row_bytes + kp_bytes;
+    }
+    o->slot_bytes = 2 * slot_rows * o->row_bytes;
     if (cfg->mode == RA_OFFLOAD_KVPR) { /* X rows per slot; one recompute output */
         o->slot_bytes += (size_t)max_rows * (size_t)c->dim * sizeof(float);
         o->fixed_bytes = 2 * (size_t)max_rows * o->row_bytes;
@@ -405,9 +436,11 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
         char need[32], got[32];
         format_size(need, sizeof need, (double)(o->slot_bytes + o->fixed_bytes));
         format_size(got, sizeof got, (double)budget);
-        rc = ra_error_set(RA_EINVAL, "--device-kv-mem %s cannot hold one layer's working set (%s: K and V of %d "
-                          "rows%s); give at least %zu bytes", got, need, max_rows,
-                          cfg->mode == RA_OFFLOAD_KVPR ? ", their layer inputs and the recompute's output" : "",
+        rc = ra_error_set(RA_EINVAL, "--device-kv-mem %s cannot hold one layer's working set (%s: K and V of %zu "
+                          "rows%s); give at least %zu bytes", got, need, slot_rows,
+                          cfg->mode == RA_OFFLOAD_KVPR        ? ", their layer inputs and the recompute's output"
+                          : cfg->mode == RA_OFFLOAD_INFINIGEN ? ", layer 0's full slot and the partial key cache"
+                                                              : "",
                           o->slot_bytes + o->fixed_bytes);
         goto fail;
     }
@@ -418,9 +451,10 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
                                   .kv_dim = o->view.kv_dim, .capacity = max_rows };
     o->dev.k = calloc((size_t)L, sizeof *o->dev.k);
     o->dev.v = calloc((size_t)L, sizeof *o->dev.v);
-    if (cfg->mode == RA_OFFLOAD_KVPR)
+    const int keep_x = cfg->mode == RA_OFFLOAD_KVPR || cfg->mode == RA_OFFLOAD_INFINIGEN;
+    if (keep_x)
         o->pool_x = calloc((size_t)L, sizeof *o->pool_x);
-    if (!o->pool_k || !o->pool_v || !o->dev.k || !o->dev.v || (cfg->mode == RA_OFFLOAD_KVPR && !o->pool_x)) {
+    if (!o->pool_k || !o->pool_v || !o->dev.k || !o->dev.v || (keep_x && !o->pool_x)) {
         rc = ra_error_set(RA_ENOMEM, "offload: out of memory");
         goto fail;
     }
@@ -435,12 +469,20 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
             goto fail;
         }
     }
+    if (l0_rows) {
+        o->l0_k = be->ops->alloc_mem(be, l0_rows * o->row_bytes, RA_MEM_DEVICE);
+        o->l0_v = be->ops->alloc_mem(be, l0_rows * o->row_bytes, RA_MEM_DEVICE);
+        if (!o->l0_k || !o->l0_v) {
+            rc = ra_error_set(RA_ENOMEM, "offload: cannot allocate the device working set");
+            goto fail;
+        }
+    }
     for (int s = 0; s < o->n_slots; s++) {
-        o->slot_k[s] = be->ops->alloc_mem(be, pool_rows, RA_MEM_DEVICE);
-        o->slot_v[s] = be->ops->alloc_mem(be, pool_rows, RA_MEM_DEVICE);
-        if (o->pool_x)
+        o->slot_k[s] = be->ops->alloc_mem(be, slot_rows * o->row_bytes, RA_MEM_DEVICE);
+        o->slot_v[s] = be->ops->alloc_mem(be, slot_rows * o->row_bytes, RA_MEM_DEVICE);
+        if (cfg->mode == RA_OFFLOAD_KVPR)
             o->slot_x[s] = be->ops->alloc_mem(be, (size_t)max_rows * (size_t)c->dim * sizeof(float), RA_MEM_DEVICE);
-        if (!o->slot_k[s] || !o->slot_v[s] || (o->pool_x && !o->slot_x[s])) {
+        if (!o->slot_k[s] || !o->slot_v[s] || (cfg->mode == RA_OFFLOAD_KVPR && !o->slot_x[s])) {
             rc = ra_error_set(RA_ENOMEM, "offload: cannot allocate the device working set");
             goto fail;
         }
@@ -450,8 +492,8 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
             goto fail;
     }
     for (int l = 0; l < L; l++) {
-        o->dev.k[l] = o->slot_k[l % o->n_slots];
-        o->dev.v[l] = o->slot_v[l % o->n_slots];
+        o->dev.k[l] = ra_offload_slot_k(o, l);
+        o->dev.v[l] = ra_offload_slot_v(o, l);
     }
     o->xchg = (struct ra_kv_exchange){ .ctx = o, .layer_begin = hook_layer_begin, .attend = hook_attend,
                                        .layer_end = hook_layer_end };
@@ -484,6 +526,8 @@ void ra_offload_report(const struct ra_offload *o, FILE *f)
                 (long long)s->kvpr_l, o->view.x_start, o->view.x_end, (long long)s->kvpr_l_closed,
                 s->kvpr_v_com / 1e9, s->kvpr_v_gpu / 1e9,
                 s->kvpr_fixed_s > 0 ? ", CPU: the span's GEMM whatever l" : "");
+    if (o->cfg.mode == RA_OFFLOAD_INFINIGEN && o->policy == &ra_infinigen_policy)
+        ra_infinigen_offload_report((struct ra_offload *)o, f); /* reads the policy state only */
     fprintf(f, "\noffload: %s host link %.3g GB/s + %.3g us/message: link %.3f ms/token, stalls %.3f ms/token, "
             "%.3f ms/token on the %s device clock\n", o->emulated ? "emulated" : "real", o->cfg.link_gbps,
             o->cfg.link_latency_us, 1e3 * s->link_s / steps, 1e3 * s->stall_s / steps, 1e3 * s->emulated_s / steps,

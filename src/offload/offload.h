@@ -19,7 +19,12 @@
  *   kvpr       KVPR (exact): X of rows [x0, x0+l) is sent first and K, V of
  *              those rows recomputed on the device (K = RoPE(X·W_K), V = X·W_V)
  *              while K, V of the other rows transfer; l planned per step.
- *   infinigen  InfiniGen (approximate): src/offload/infinigen.c; not wired yet.
+ *   infinigen  InfiniGen (approximate, src/offload/infinigen_policy.c): layer 0
+ *              fetches every pooled row; layer l >= 1 only the rows a rehearsal
+ *              of its attention from layer l−1's input selects (partial key
+ *              cache on the device, counter-evicting host pool). Its rotating
+ *              slots hold the cap's rows + 1; layer 0 has a full slot of its
+ *              own (fixed_bytes, with the partial key cache).
  *
  * THE POLICY HOOKS (struct ra_offload_policy). The engine calls them from the
  * forward pass of each decode step (token at position pos, s' = pos rows
@@ -81,6 +86,12 @@ struct ra_offload_config {
     int kvpr_force_l;       /* -1: planned; else l, clamped to the rows with X */
     double kvpr_v_com;      /* > 0: bytes/s, overrides the profiler */
     double kvpr_v_gpu;      /* > 0: FLOP/s of the recompute GEMM, overrides the profiler */
+    /* InfiniGen (0: the default in brackets): partial key columns, a fraction
+     * of head_dim (0.3); threshold max − alpha (5; INFINITY keeps every
+     * token); cap, a fraction of the layer's pooled tokens (0.2; >= 1: none);
+     * host pool limit in bytes of K and V over all layers (unlimited). */
+    float ig_ratio, ig_alpha, ig_cap;
+    size_t ig_pool_mem;
 };
 
 /* Counters of one decode step (and, summed, of the run). */
@@ -111,12 +122,18 @@ struct ra_offload_policy {
                   const float **v, int *rows);
     int (*store)(struct ra_offload *o, int layer, int pos);
     void (*end)(struct ra_offload *o);
+    /* The slot row where the forward pass writes the new token's K and V
+     * (called after fetch(l) was issued); NULL: row pos. A compacting
+     * policy puts it right after its m selected rows, so attend returns
+     * rows = m + 1 with no copy, and its slots need not hold pos + 1 rows. */
+    int (*new_row)(struct ra_offload *o, int layer, int pos);
 };
 
 /* Creates the engine for model M (attached to its backend), for up to
  * MAX_ROWS rows (prompt + generated). Checks the budget: RA_EINVAL when
  * --device-kv-mem cannot hold one layer's working set of MAX_ROWS rows.
- * mode none gives *out = NULL and RA_OK; infinigen: RA_ENOTSUP, not built yet. */
+ * mode none gives *out = NULL and RA_OK; infinigen needs a host-memory
+ * backend (the CPU backend: its speculation runs on the host). */
 int ra_offload_create(struct ra_offload **out, struct ra_model *m, const struct ra_offload_config *cfg,
                       int max_rows);
 /* The same with a policy of the caller's (how InfiniGen plugs in; tests).
@@ -155,12 +172,13 @@ struct ra_offload_view {
     void *policy_state;
 };
 struct ra_offload_view *ra_offload_view(struct ra_offload *o);
-float *ra_offload_slot_k(struct ra_offload *o, int layer);  /* device, max_rows rows */
+float *ra_offload_slot_k(struct ra_offload *o, int layer);  /* device, max_rows rows (infinigen: fewer) */
 float *ra_offload_slot_v(struct ra_offload *o, int layer);
 float *ra_offload_slot_x(struct ra_offload *o, int layer);  /* device, rows of dim; NULL unless kvpr */
 float *ra_offload_pool_k(struct ra_offload *o, int layer);  /* pinned host, max_rows rows */
 float *ra_offload_pool_v(struct ra_offload *o, int layer);
-float *ra_offload_pool_x(struct ra_offload *o, int layer);  /* pinned host, rows of dim; NULL unless kvpr */
+float *ra_offload_pool_x(struct ra_offload *o, int layer);  /* pinned host, rows of dim; NULL unless kvpr
+                                                              or infinigen (its calibration) */
 /* One host->device message on the copy stream, counted as KV (is_x 0) or X bytes
  * and put on the emulated link; returns when queued. */
 int ra_offload_send(struct ra_offload *o, void *dst, const void *src, size_t bytes, int is_x);
