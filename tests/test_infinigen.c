@@ -405,6 +405,26 @@ static void check_stories(void)
     printf("stories260K pool at 80%%: recall %.4f, agreement %d/%d, KL %.2e\n", lim.recall, lim.agree, lim.steps,
            lim.kl);
     CHECK(lim.recall > 1.5 * frac);
+
+    /* ra_infinigen_quality, bench-decode's figures: 128 teacher-forced steps after the prompt */
+    struct ra_infinigen_quality q;
+    CHECK_OK(ra_infinigen_quality(&m, &all, 0, tokens, PROMPT, 16, &q));
+    CHECK(q.agreement == 1 && q.kl_max == 0 && q.recall_mean == 1 && q.bytes_per_layer == q.bytes_dense_per_layer);
+    const size_t pool_mems[] = { 0, ra_kvpool_bytes(c->n_layers, ra_config_kv_dim(c), PROMPT + 128) / 2 };
+    for (int i = 0; i < 2; i++) {
+        ra_infinigen_params_default(&p);
+        CHECK_OK(ra_infinigen_quality(&m, &p, pool_mems[i], tokens, PROMPT, 128, &q));
+        printf("quality: stories260K prompt %d, %d steps teacher-forced on none's tokens, ratio %.1f alpha %.0f cap "
+               "%.1f, pool %s: greedy agreement %.3f, KL mean %.3g max %.3g nats, recall mean %.4f min %.3f, "
+               "%.1f rows = %.0f bytes fetched per layer and token (dense %.0f), %lld evictions\n",
+               PROMPT, q.steps, p.ratio, p.alpha, p.cap, i ? "at 50%" : "unlimited", q.agreement, q.kl_mean,
+               q.kl_max, q.recall_mean, q.recall_min, q.rows_per_layer, q.bytes_per_layer, q.bytes_dense_per_layer,
+               (long long)q.evictions);
+        /* layers >= 1 fetch at most 20%: the recall must beat a random choice of as many */
+        CHECK(q.steps == 128 && q.recall_mean > 0.3 && q.agreement > 0 && q.kl_mean > 0);
+        CHECK(q.bytes_per_layer < 0.5 * q.bytes_dense_per_layer);
+        CHECK(i == 0 ? q.evictions == 0 : q.evictions > 0);
+    }
     ra_model_free(&m);
     ra_backend_free(be);
 }
