@@ -263,6 +263,7 @@ const struct ra_offload_policy ra_infinigen_policy = {
     .store = ig_store,
     .end = ig_end,
     .new_row = ig_new_row,
+    .owns_pool = 1,
 };
 
 const struct ra_kvpool *ra_infinigen_offload_pool(struct ra_offload *o)

@@ -232,9 +232,9 @@ static int hook_layer_end(void *ctx, int layer, struct ra_kvcache *kv, int start
     /* the new row into the pool (the other direction of the link: not a stall) */
     if (rc == RA_OK)
         rc = be->ops->stream_wait(be, RA_STREAM_COPY, o->computed[s]);
-    if (rc == RA_OK)
+    if (rc == RA_OK && o->pool_k[layer]) /* NULL: the policy keeps the pool (its store hook) */
         rc = be->ops->copy_async(be, o->pool_k[layer] + off, new_k, o->row_bytes, RA_STREAM_COPY);
-    if (rc == RA_OK)
+    if (rc == RA_OK && o->pool_v[layer])
         rc = be->ops->copy_async(be, o->pool_v[layer] + off, new_v, o->row_bytes, RA_STREAM_COPY);
     o->stats.bytes_store += 2 * (int64_t)o->row_bytes;
     if (rc == RA_OK && o->policy->store)
@@ -318,12 +318,21 @@ int ra_offload_begin(struct ra_offload *o, const struct ra_kvcache *prefill, int
     if (rc == RA_OK)
         rc = be->ops->synchronize(be);
     o->view.n_prompt = n_prompt;
-    if (o->pool_x && o->view.x_end <= o->view.x_start)
-        o->view.x_start = o->view.x_end = 0;
     if (o->pool_x && (o->view.x_end > n_prompt || o->view.x_end <= o->view.x_start))
-        o->view.x_start = o->view.x_end = 0; /* no X captured: KVPR transfers everything */
+        o->view.x_start = o->view.x_end = 0; /* no X captured: KVPR transfers everything, InfiniGen
+                                                  keeps the identity skew */
     if (rc == RA_OK && o->policy->begin)
         rc = o->policy->begin(o);
+    if (rc == RA_OK && o->policy->owns_pool) /* the policy moved the rows into its own pool */
+        for (int l = 0; l < o->view.n_layers; l++) {
+            be->ops->release_mem(be, o->pool_k[l], RA_MEM_HOST_PINNED);
+            be->ops->release_mem(be, o->pool_v[l], RA_MEM_HOST_PINNED);
+            o->pool_k[l] = o->pool_v[l] = NULL;
+            if (o->pool_x) {
+                be->ops->release_mem(be, o->pool_x[l], RA_MEM_HOST_PINNED);
+                o->pool_x[l] = NULL;
+            }
+        }
     o->begun = rc == RA_OK;
     return rc;
 }

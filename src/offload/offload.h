@@ -127,6 +127,10 @@ struct ra_offload_policy {
      * policy puts it right after its m selected rows, so attend returns
      * rows = m + 1 with no copy, and its slots need not hold pos + 1 rows. */
     int (*new_row)(struct ra_offload *o, int layer, int pos);
+    /* 1: begin() moves the prompt's rows into a pool of the policy's own (with
+     * its own memory limit): the engine's pool is released after begin and
+     * ra_offload_pool_k/v/x return NULL from then on; store() keeps new rows. */
+    int owns_pool;
 };
 
 /* Creates the engine for model M (attached to its backend), for up to
