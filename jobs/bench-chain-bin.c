@@ -68,6 +68,7 @@ struct options {
     int repeat, threads, single, retries;
     double min_cpu, quiet_wait;
     unsigned long long seed;
+    enum ra_dtype kv_dtype;
 };
 
 static int rank, world;
@@ -124,7 +125,8 @@ static void usage(FILE *f)
 "  --single-out FILE  --single: write the medians to FILE\n"
 "  --single-in FILE   2 ranks: read FILE and print its figures in the table\n"
 "  --threads N        threads per rank of the 2-rank runs (default 1)\n"
-"  --seed S           seed of the random prompt ids (default 42)\n");
+"  --seed S           seed of the random prompt ids (default 42)\n"
+"  --kv-dtype T       KV cache rows: f32 (default) or bf16\n");
 }
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -167,7 +169,7 @@ static int parse_doubles(const char *s, double *out, int max)
 static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { O_CONTEXTS = 256, O_REPEAT, O_SPLITS, O_MODEL, O_REPORT_DIR, O_SINGLE, O_SINGLE_THREADS,
-           O_SINGLE_OUT, O_SINGLE_IN, O_THREADS, O_SEED, O_RETRIES, O_MIN_CPU, O_QUIET_WAIT, O_HELP };
+           O_SINGLE_OUT, O_SINGLE_IN, O_THREADS, O_SEED, O_RETRIES, O_MIN_CPU, O_QUIET_WAIT, O_KV_DTYPE, O_HELP };
     static const struct option longopts[] = {
         { "contexts", required_argument, NULL, O_CONTEXTS },
         { "repeat", required_argument, NULL, O_REPEAT },
@@ -183,6 +185,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "retries", required_argument, NULL, O_RETRIES },
         { "min-cpu", required_argument, NULL, O_MIN_CPU },
         { "quiet-wait", required_argument, NULL, O_QUIET_WAIT },
+        { "kv-dtype", required_argument, NULL, O_KV_DTYPE },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
     };
@@ -252,6 +255,10 @@ static int parse_options(int argc, char **argv, struct options *o)
                 fail("--quiet-wait '%s': need seconds >= 0", optarg);
             break;
         }
+        case O_KV_DTYPE:
+            if (ra_kv_dtype_parse(optarg, "--kv-dtype", &o->kv_dtype) != RA_OK)
+                fail("%s", ra_error_message());
+            break;
         case O_MODEL: o->model = optarg; break;
         case O_REPORT_DIR: o->report_dir = optarg; break;
         case O_SINGLE: o->single = 1; break;
@@ -433,7 +440,8 @@ static void bench_init(struct bench *b, const struct options *o, int threads, in
     if ((rc = ra_backend_cpu_init(&b->be, threads)) != RA_OK || (rc = ra_model_attach(&b->model, b->be)) != RA_OK)
         fail("%s", ra_error_message());
     if (with_kv &&
-        (rc = ra_kvcache_init(&b->kv, b->be, c->n_layers, ra_config_kv_dim(c), b->max_context)) != RA_OK)
+        (rc = ra_kvcache_init_dtype(&b->kv, b->be, c->n_layers, ra_config_kv_dim(c), b->max_context,
+                                    o->kv_dtype)) != RA_OK)
         fail("%s", ra_error_message());
     b->prompt = random_prompt(b->max_context, c->vocab_size, o->seed);
     if (!(b->logits = malloc(sizeof(float) * (size_t)c->vocab_size)))
@@ -502,7 +510,7 @@ static int run_single(const struct options *o)
 #endif
                     const double w0 = wall_now(), c0 = ra_process_cpu_s();
                     int rc = ra_exchange_init(&x, MPI_COMM_WORLD, RA_METHOD_SINGLE, RA_ROUTE_CHAIN, bounds,
-                                              c->n_layers, ra_config_kv_dim(c));
+                                              c->n_layers, ra_kvcache_row_bytes(&b[0].kv));
                     if (rc == RA_OK)
                         rc = ra_prefill_run(&b[t].model, &x, &b[0].kv, b[t].prompt, b[t].logits, v);
                     if (rc != RA_OK)
@@ -567,7 +575,7 @@ static double measure_chain(struct bench *b, struct config *cfg, double *per_ran
     struct ra_exchange x = { 0 };
     double ttft = 0;
     int rc = ra_exchange_init(&x, MPI_COMM_WORLD, cfg->method, RA_ROUTE_CHAIN, cfg->bounds, c->n_layers,
-                              ra_config_kv_dim(c));
+                              ra_kvcache_row_bytes(&b->kv));
     const double w0 = wall_now(), c0 = ra_process_cpu_s();
     if (rc == RA_OK)
         rc = ra_prefill_run(&b->model, &x, &b->kv, b->prompt, b->logits, &ttft);

@@ -330,10 +330,20 @@ static int cuda_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads
     return ra_cuda_rope(x, ld, n, n_heads, head_dim, pos0, theta, (int)style, cb->stream[RA_STREAM_COMPUTE]);
 }
 
-static int cuda_attention(struct ra_backend *be, float *out, const float *q, const float *k_cache,
-                          const float *v_cache, int start, int n, const struct ra_attention_shape *s)
+static int cuda_attention(struct ra_backend *be, float *out, const float *q, const void *k_cache,
+                          const void *v_cache, int start, int n, const struct ra_attention_shape *s)
 {
+    if (s->kv_dtype != RA_DTYPE_F32)
+        return ra_error_set(RA_EUNSUPPORTED, "cuda device %d: attention over a %s KV cache is not built yet "
+                            "(use --kv-dtype f32)", cb_of(be)->device, ra_dtype_name(s->kv_dtype));
     return ra_cuda_attention(out, q, k_cache, v_cache, start, n, s, cb_of(be)->stream[RA_STREAM_COMPUTE]);
+}
+
+/* K and V rows into a reduced-precision cache (round to nearest even). */
+static int cuda_narrow(struct ra_backend *be, void *dst, enum ra_dtype dtype, const float *src, size_t count)
+{
+    return ra_cuda_convert(dst, (int)dtype, count, src, (int)RA_DTYPE_F32, count, 1, count,
+                           cb_of(be)->stream[RA_STREAM_COMPUTE]);
 }
 
 static int cuda_swiglu(struct ra_backend *be, float *gate, const float *up, size_t count)
@@ -377,6 +387,7 @@ static const struct ra_backend_ops cuda_ops = {
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
     .attention = cuda_attention,
+    .narrow = cuda_narrow,
     .swiglu = cuda_swiglu,
     .add = cuda_add,
     .mem_kind = cuda_mem_kind,

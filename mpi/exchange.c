@@ -3,6 +3,7 @@
 #include "ra_mpi.h"
 #include "watchdog.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +34,7 @@ int ra_route_parse(const char *s, enum ra_route *r)
 }
 
 int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method, enum ra_route route,
-                     const int *bounds, int n_layers, int kv_dim)
+                     const int *bounds, int n_layers, size_t row_bytes)
 {
     int rc = RA_OK;
     memset(x, 0, sizeof *x);
@@ -41,7 +42,7 @@ int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method
     x->method = method;
     x->route = route;
     x->n_layers = n_layers;
-    x->row_bytes = (size_t)kv_dim * sizeof(float);
+    x->row_bytes = row_bytes; /* bytes, whatever the cache dtype: ra_kvcache_row_bytes */
     MPI_CHECK(MPI_Comm_rank(comm, &x->rank));
     MPI_CHECK(MPI_Comm_size(comm, &x->size));
     if (x->size > RA_MAX_RANKS) {
@@ -49,6 +50,10 @@ int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method
         goto out;
     }
     memcpy(x->bounds, bounds, sizeof(int) * (size_t)(x->size + 1));
+    if (row_bytes == 0 || row_bytes > INT_MAX) {
+        rc = ra_error_set(RA_EINVAL, "rank %d: a KV row of %zu bytes", x->rank, row_bytes);
+        goto out;
+    }
     /* Per layer at most: K and V from/to every other rank (direct), or two pieces each (relay). */
     x->max_send = 2 * x->size * n_layers;
     x->stats.layers = calloc((size_t)n_layers, sizeof *x->stats.layers);

@@ -48,7 +48,7 @@ struct ra_exchange {
     enum ra_route route;
     int bounds[RA_MAX_RANKS + 1]; /* rank r owns positions [bounds[r], bounds[r+1]) */
     int n_layers;
-    size_t row_bytes;       /* one KV row: kv_dim floats until a transport is attached, then the cache's rows */
+    size_t row_bytes;       /* one KV row: ra_kvcache_row_bytes of the cache */
     struct ra_transport *tr;/* NULL until ra_exchange_attach_transport (or the first pass) */
     int n_recv;             /* this layer's receives, in posting order (the transport's indices) */
     int n_send, max_send;   /* every send of the pass, completed by ra_exchange_finish */
@@ -60,7 +60,7 @@ struct ra_exchange {
 
 /* A zeroed struct ra_exchange may be freed. */
 int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method, enum ra_route route,
-                     const int *bounds, int n_layers, int kv_dim);
+                     const int *bounds, int n_layers, size_t row_bytes);
 void ra_exchange_free(struct ra_exchange *x);
 /* Collective: moves the rows of `kv` (where they live, their size in bytes)
  * through a transport of `kind` (transport.h). A pass without one attaches

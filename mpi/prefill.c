@@ -77,7 +77,7 @@ int ra_prefill_spread(struct ra_model *m, MPI_Comm comm, enum ra_method method, 
         goto out;
     }
     if ((rc = ra_exchange_init(&x, comm, method, route, bounds, m->config.n_layers,
-                               ra_config_kv_dim(&m->config))) != RA_OK)
+                               ra_kvcache_row_bytes(kv))) != RA_OK)
         goto out;
     for (int i = 0; i < repeats && rc == RA_OK; i++)
         rc = ra_prefill_run(m, &x, kv, tokens, logits, &ttft[i]);

@@ -116,6 +116,7 @@ int ra_report_write(struct ra_outfile *of, const struct ra_run_info *run, const 
     json_object_set_new(root, "method", json_string(ra_method_name(run->method)));
     json_object_set_new(root, "route", run->method == RA_METHOD_KVR ? json_string(ra_route_name(run->route)) : json_null());
     json_object_set_new(root, "transport", json_string(run->transport));
+    json_object_set_new(root, "kv_dtype", json_string(ra_dtype_name(run->kv_dtype)));
     if (run->link) { /* absent unless emulated: every TTFT of this record includes emulated transfers */
         const struct ra_netem_config *k = run->link;
         json_object_set_new(root, "link", json_pack("{s:b, s:f, s:f}", "emulated", 1, "gbps", k->link_gbps,

@@ -28,6 +28,7 @@ struct ra_run_info {
     const struct ra_netem_config *link; /* an emulated link (netem.h), or NULL */
     const struct ra_proc_info *procs;   /* [ranks]: each rank's CPUs, threads and memory, or NULL */
     const char *backend;            /* the compute backend's name ("cpu", "cuda"); NULL: cpu */
+    enum ra_dtype kv_dtype;         /* of the KV cache rows (f32 when left zero) */
 };
 
 /* Write the record / the timeline into `of`, opened with ra_outfile_open before the run (so a

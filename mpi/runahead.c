@@ -10,6 +10,7 @@
 #include "backend_cuda.h"
 #include "autosplit.h"
 #include "netem.h"
+#include "offload/offload.h"
 #include "partition.h"
 #include "prefill.h"
 #include "ra_mpi.h"
@@ -22,6 +23,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,8 @@ struct options {
     const char *backend;           /* NULL (auto), "cpu" or "cuda" */
     int device;                    /* --device, or -1: the node-local rank modulo the GPUs */
     enum ra_dtype device_dtype;
+    enum ra_dtype kv_dtype;        /* of the KV cache: f32 (default) or bf16 */
+    struct ra_offload_config offload; /* decode on the last rank from a host KV pool */
 };
 
 /* The output files, opened by the last rank (which writes them) before any work. */
@@ -123,11 +127,31 @@ static void usage(FILE *f)
 "      --compute-dtype D     linear layers in auto (default: bf16 for bf16/f16 weights on a\n"
 "                            CPU with AMX-BF16 or AVX512-BF16, else f32), f32, or bf16 (f32\n"
 "                            weights too: a bf16 copy made at load, half their size)\n"
+"      --kv-dtype T          KV cache rows: f32 (default) or bf16 (half the memory and\n"
+"                            the bytes kvr/tsp move; attention still sums in fp32)\n"
 "      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
 "                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
 "      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
 "                            prompt pass (a stopped or hung rank); set it above the time\n"
 "                            of one pass. Default: off\n"
+"Decode on the last rank (after any --method):\n"
+"      --offload MODE        none (default): the KV cache stays where the prefill left it;\n"
+"                            full: the prompt's KV lives in a host pool and every step fetches\n"
+"                            each layer's rows into a device working set; kvpr: KVPR partial\n"
+"                            recompute (exact; X of the first rows sent, their K, V recomputed);\n"
+"                            infinigen: InfiniGen (approximate): layer l >= 1 fetches only the\n"
+"                            tokens a rehearsal from layer l-1's input selects (CPU backend)\n"
+"      --device-kv-mem SIZE  device bytes for the KV working set (K/M/G suffixes); two\n"
+"                            layers' worth double-buffers the fetch, one does not, less fails\n"
+"      --host-link-gbps G    the host<->device link: G GB/s (CPU backend: emulated, the rows are\n"
+"                            copied and the link time modelled; every report says so)\n"
+"      --host-link-latency-us U  ... and U microseconds per message (default 0)\n"
+"      --kvpr-l L            force KVPR's split (rows recomputed) instead of planning it\n"
+"      --infinigen-ratio R   partial key columns, a fraction of head_dim (default 0.3)\n"
+"      --infinigen-alpha A   keep the tokens scoring above max - A (default 5; inf: all)\n"
+"      --infinigen-cap C     fetch at most C of a layer's tokens (default 0.2; >= 1: no cap)\n"
+"      --infinigen-pool-mem SIZE  host pool limit (K/M/G); beyond it tokens are evicted by\n"
+"                            fetch counters (default: unlimited)\n"
 "Emulated network (every report says so; the KV rows still move through MPI):\n"
 "      --link-gbps G         each message also waits for a link of G GB/s (1e9 bytes/s)\n"
 "      --link-latency-us U   ... and U microseconds of latency per message (default 0)\n"
@@ -150,8 +174,16 @@ static void usage(FILE *f)
 "the output; timings and the per-rank summary go to stderr.\n");
 }
 
-
-
+/* An --infinigen-* number: in (0, 1] (unit), > 0, or "inf" (allow_inf). */
+static int infinigen_arg(const char *s, const char *flag, int unit, int allow_inf, float *out)
+{
+    double v = INFINITY;
+    int rc = allow_inf && !strcmp(s, "inf") ? RA_OK : ra_arg_double(s, flag, &v);
+    if (rc == RA_OK && !(v > 0 && (!unit || v <= 1)))
+        rc = ra_error_set(RA_EINVAL, "%s: %s must be %s", flag, s, unit ? "in (0, 1]" : "more than 0");
+    *out = (float)v;
+    return rc;
+}
 
 /* Returns RA_OK, a negative status, or 1 when the program should exit 0 (help). */
 static int parse_options(int argc, char **argv, struct options *o)
@@ -159,7 +191,9 @@ static int parse_options(int argc, char **argv, struct options *o)
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
            OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_TRANSPORT, OPT_BACKEND, OPT_DEVICE,
-           OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE };
+           OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_KV_DTYPE, OPT_OFFLOAD, OPT_DEVICE_KV_MEM,
+           OPT_HOST_LINK_GBPS, OPT_HOST_LINK_LATENCY, OPT_KVPR_L,
+           OPT_IG_RATIO, OPT_IG_ALPHA, OPT_IG_CAP, OPT_IG_POOL_MEM };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -183,11 +217,21 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "hw-tag", required_argument, NULL, OPT_HW_TAG },
         { "threads", required_argument, NULL, 'T' },
         { "compute-dtype", required_argument, NULL, OPT_COMPUTE_DTYPE },
+        { "kv-dtype", required_argument, NULL, OPT_KV_DTYPE },
         { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
         { "watchdog", required_argument, NULL, OPT_WATCHDOG },
         { "backend", required_argument, NULL, OPT_BACKEND },
         { "device", required_argument, NULL, OPT_DEVICE },
         { "device-dtype", required_argument, NULL, OPT_DEVICE_DTYPE },
+        { "offload", required_argument, NULL, OPT_OFFLOAD },
+        { "device-kv-mem", required_argument, NULL, OPT_DEVICE_KV_MEM },
+        { "host-link-gbps", required_argument, NULL, OPT_HOST_LINK_GBPS },
+        { "host-link-latency-us", required_argument, NULL, OPT_HOST_LINK_LATENCY },
+        { "kvpr-l", required_argument, NULL, OPT_KVPR_L },
+        { "infinigen-ratio", required_argument, NULL, OPT_IG_RATIO },
+        { "infinigen-alpha", required_argument, NULL, OPT_IG_ALPHA },
+        { "infinigen-cap", required_argument, NULL, OPT_IG_CAP },
+        { "infinigen-pool-mem", required_argument, NULL, OPT_IG_POOL_MEM },
         { "link-gbps", required_argument, NULL, OPT_LINK_GBPS },
         { "link-latency-us", required_argument, NULL, OPT_LINK_LATENCY },
         { "noise-gbps", required_argument, NULL, OPT_NOISE_GBPS },
@@ -203,7 +247,8 @@ static int parse_options(int argc, char **argv, struct options *o)
     *o = (struct options){ .generate = 64, .temperature = 0.0f, .top_p = 0.9f, .seed = 1, .partition = NULL,
                            .repeat = 1, .method = world > 1 ? RA_METHOD_KVR : RA_METHOD_SINGLE,
                            .netem = { .noise_slot_ms = 5, .noise_seed = 1 }, .device = -1,
-                           .device_dtype = RA_DTYPE_BF16 };
+                           .device_dtype = RA_DTYPE_BF16, .offload = { .kvpr_force_l = -1 } };
+    unsigned long long kv_mem = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:z:p:f:i:I:n:t:s:T:o:hV", longopts, NULL)) != -1) {
         switch (c) {
@@ -229,6 +274,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_HW_TAG: o->hw_tag = optarg; break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
         case OPT_COMPUTE_DTYPE: rc = ra_compute_parse(optarg, &o->compute); break;
+        case OPT_KV_DTYPE: rc = ra_kv_dtype_parse(optarg, "--kv-dtype", &o->kv_dtype); break;
         case OPT_EXPECT_RANKS: rc = ra_arg_int(optarg, "--expect-ranks", 1, RA_MAX_RANKS, &o->expect_ranks); break;
         case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
         case OPT_BACKEND:
@@ -238,6 +284,25 @@ static int parse_options(int argc, char **argv, struct options *o)
             break;
         case OPT_DEVICE: rc = ra_arg_int(optarg, "--device", 0, 1023, &o->device); break;
         case OPT_DEVICE_DTYPE: rc = ra_device_dtype_parse(optarg, &o->device_dtype); break;
+        case OPT_OFFLOAD: rc = ra_offload_mode_parse(optarg, &o->offload.mode); break;
+        case OPT_DEVICE_KV_MEM:
+            if ((rc = ra_arg_size(optarg, "--device-kv-mem", &kv_mem)) == RA_OK && kv_mem == 0)
+                rc = ra_error_set(RA_EINVAL, "--device-kv-mem: must be more than 0 bytes");
+            o->offload.device_kv_mem = (size_t)kv_mem;
+            break;
+        case OPT_HOST_LINK_GBPS: rc = ra_arg_double(optarg, "--host-link-gbps", &o->offload.link_gbps); break;
+        case OPT_HOST_LINK_LATENCY:
+            rc = ra_arg_double(optarg, "--host-link-latency-us", &o->offload.link_latency_us);
+            break;
+        case OPT_KVPR_L: rc = ra_arg_int(optarg, "--kvpr-l", 0, 1 << 30, &o->offload.kvpr_force_l); break;
+        case OPT_IG_RATIO: rc = infinigen_arg(optarg, "--infinigen-ratio", 1, 0, &o->offload.ig_ratio); break;
+        case OPT_IG_ALPHA: rc = infinigen_arg(optarg, "--infinigen-alpha", 0, 1, &o->offload.ig_alpha); break;
+        case OPT_IG_CAP: rc = infinigen_arg(optarg, "--infinigen-cap", 0, 0, &o->offload.ig_cap); break;
+        case OPT_IG_POOL_MEM:
+            if ((rc = ra_arg_size(optarg, "--infinigen-pool-mem", &kv_mem)) == RA_OK && kv_mem == 0)
+                rc = ra_error_set(RA_EINVAL, "--infinigen-pool-mem: must be more than 0 bytes");
+            o->offload.ig_pool_mem = (size_t)kv_mem;
+            break;
         case OPT_LINK_GBPS: rc = ra_arg_double(optarg, "--link-gbps", &o->netem.link_gbps); break;
         case OPT_LINK_LATENCY: rc = ra_arg_double(optarg, "--link-latency-us", &o->netem.latency_us); break;
         case OPT_NOISE_GBPS: rc = ra_arg_double(optarg, "--noise-gbps", &o->netem.noise_gbps); break;
@@ -275,6 +340,18 @@ static int parse_options(int argc, char **argv, struct options *o)
         return ra_error_set(RA_EINVAL, "--temperature %g must be >= 0", o->temperature);
     if (!(o->top_p > 0 && o->top_p <= 1))
         return ra_error_set(RA_EINVAL, "--top-p %g must be in (0, 1]", o->top_p);
+    if (!(o->offload.link_gbps >= 0) || !(o->offload.link_latency_us >= 0))
+        return ra_error_set(RA_EINVAL, "--host-link-gbps and --host-link-latency-us must be >= 0");
+    if (o->offload.mode == RA_OFFLOAD_NONE &&
+        (o->offload.device_kv_mem || o->offload.link_gbps > 0 || o->offload.link_latency_us > 0))
+        return ra_error_set(RA_EINVAL, "--device-kv-mem and --host-link-* need --offload full|kvpr|infinigen");
+    if ((o->offload.ig_ratio > 0 || o->offload.ig_alpha > 0 || o->offload.ig_cap > 0 || o->offload.ig_pool_mem) &&
+        o->offload.mode != RA_OFFLOAD_INFINIGEN)
+        return ra_error_set(RA_EINVAL, "--infinigen-* needs --offload infinigen");
+    if (o->offload.kvpr_force_l >= 0 && o->offload.mode != RA_OFFLOAD_KVPR)
+        return ra_error_set(RA_EINVAL, "--kvpr-l needs --offload kvpr");
+    if (o->offload.mode != RA_OFFLOAD_NONE && o->kv_dtype != RA_DTYPE_F32) /* the host pool holds fp32 rows */
+        return ra_error_set(RA_EINVAL, "--offload %s needs --kv-dtype f32", ra_offload_mode_name(o->offload.mode));
     return ra_netem_config_check(&o->netem);
 }
 
@@ -496,7 +573,8 @@ static int print_output(const struct options *o, const struct ra_tokenizer *tok,
 
 /* The last rank: sample the first token from the prompt's logits, then decode. */
 static int decode(const struct options *o, struct ra_model *m, struct ra_kvcache *kv,
-                  const struct ra_tokenizer *tok, float *logits, struct result *r, int slice_start)
+                  const struct ra_tokenizer *tok, float *logits, struct result *r, int slice_start,
+                  struct ra_offload *off)
 {
     struct ra_sampler sampler = { 0 };
     int rc = ra_sampler_init(&sampler, m->config.vocab_size, o->temperature, o->top_p, o->seed);
@@ -508,10 +586,13 @@ static int decode(const struct options *o, struct ra_model *m, struct ra_kvcache
         .ctx = (void *)tok,
         .prompt = r->prompt,
         .prompt_start = slice_start,
+        .offload = off,
     };
     const double t0 = MPI_Wtime();
     if (rc == RA_OK)
         rc = ra_generate_run(m, kv, r->n_prompt, logits, &sampler, &g, r->generated, &r->n_generated);
+    if (rc == RA_OK && off)
+        ra_offload_report(off, stderr);
     r->t_decode = MPI_Wtime() - t0;
     if (text)
         putchar('\n');
@@ -557,7 +638,7 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
         .median_pass = r->passes.median, .partition_source = partition_source[0] ? partition_source : NULL,
         .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = ra_exchange_transport_name(x),
         .link = o->netem.link_gbps > 0 ? &o->netem : NULL, .procs = procs,
-        .backend = m->backend->ops->name,
+        .backend = m->backend->ops->name, .kv_dtype = o->kv_dtype,
     };
     ra_report_print(stderr, &info, &all);
     if (r->n_generated > 1)
@@ -613,6 +694,7 @@ static int run(int argc, char **argv)
     struct ra_backend *be = NULL;
     struct ra_exchange x = { 0 };
     struct ra_kvcache kv = { 0 };
+    struct ra_offload *off = NULL;
     struct result r = { 0 };
     struct outputs outs = { RA_OUTFILE_INIT, RA_OUTFILE_INIT };
     float *logits = NULL;
@@ -667,10 +749,15 @@ static int run(int argc, char **argv)
         be->compute = o.compute;
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
-                              ra_config_kv_dim(&m.config));
+                              ra_kv_row_bytes(ra_config_kv_dim(&m.config), o.kv_dtype));
     if (rc == RA_OK)
-        rc = ra_kvcache_init(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config),
-                             ra_prefill_kv_rows(&x) + (last ? o.generate : 0));
+        rc = ra_kvcache_init_dtype(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config),
+                                   ra_prefill_kv_rows(&x) + (last ? o.generate : 0), o.kv_dtype);
+    if (rc == RA_OK && last) { /* before the prefill: KVPR keeps the layer inputs of this rank's span */
+        if ((rc = ra_offload_create(&off, &m, &o.offload, r.n_prompt + (o.generate > 0 ? o.generate : 1))) ==
+            RA_OK)
+            rc = ra_offload_capture(off);
+    }
     logits = malloc(sizeof(float) * (size_t)(m.config.vocab_size > 0 ? m.config.vocab_size : 1));
     r.ttft = calloc((size_t)o.repeat, sizeof *r.ttft);
     r.generated = malloc(sizeof(int32_t) * (size_t)(o.generate > 0 ? o.generate : 1));
@@ -696,7 +783,7 @@ static int run(int argc, char **argv)
     }
     /* The others now wait for the last rank's decoding, however long it takes. */
     ra_watchdog_stop();
-    if (last && (rc = decode(&o, &m, &kv, tok, logits, &r, bounds[world - 1])) == RA_OK)
+    if (last && (rc = decode(&o, &m, &kv, tok, logits, &r, bounds[world - 1], off)) == RA_OK)
         rc = print_output(&o, tok, &r);
     if ((rc = agree(rc)) == RA_OK)
         rc = agree(write_reports(&o, &outs, &x, &m, &r, bounds));
@@ -709,6 +796,7 @@ out:
     free(r.ttft);
     ra_watchdog_stop();
     ra_kvcache_free(&kv);
+    ra_offload_free(off);
     ra_exchange_free(&x);
     ra_model_free(&m);
     ra_backend_free(be);

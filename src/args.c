@@ -35,6 +35,23 @@ int ra_arg_u64(const char *s, const char *flag, unsigned long long *out)
     return RA_OK;
 }
 
+int ra_arg_size(const char *s, const char *flag, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    const unsigned long long v = strtoull(s, &end, 10);
+    unsigned long long mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1ULL << 10, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1ULL << 20, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1ULL << 30, end++;
+    else if (*end == 'T' || *end == 't') mul = 1ULL << 40, end++;
+    if (!*s || *s < '0' || *s > '9' || end == s || *end || errno || v > ~0ULL / mul)
+        return ra_error_set(RA_EINVAL, "%s: '%s' is not a size (bytes, with an optional K, M, G or T suffix "
+                            "of powers of 1024)", flag, s);
+    *out = v * mul;
+    return RA_OK;
+}
+
 int ra_arg_double(const char *s, const char *flag, double *out)
 {
     char *end;

@@ -6,6 +6,8 @@
 /* "--flag: 'x' is not an integer in lo..hi" (RA_EINVAL) unless s is one. */
 int ra_arg_int(const char *s, const char *flag, int lo, int hi, int *out);
 int ra_arg_u64(const char *s, const char *flag, unsigned long long *out);
+/* Bytes with an optional K/M/G/T suffix (powers of 1024): "512M". */
+int ra_arg_size(const char *s, const char *flag, unsigned long long *out);
 int ra_arg_double(const char *s, const char *flag, double *out);
 int ra_arg_float(const char *s, const char *flag, float *out);
 /* Comma-separated integers in lo..hi, at most max of them, at least one. */

@@ -19,7 +19,8 @@ struct ra_tensor;
 struct ra_attention_shape {
     int n_heads, n_kv_heads, head_dim;
     int q_stride;   /* floats between query rows (n_heads*head_dim) */
-    int kv_stride;  /* floats between cache rows (n_kv_heads*head_dim) */
+    int kv_stride;  /* elements between cache rows (n_kv_heads*head_dim) */
+    enum ra_dtype kv_dtype; /* of the cache rows: RA_DTYPE_F32 (0, the default) or RA_DTYPE_BF16 */
 };
 
 struct ra_backend;
@@ -83,9 +84,10 @@ struct ra_backend_ops {
      * pair j by the angle (pos0 + i) * theta^(-2j/head_dim). */
     int (*rope)(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta,
                 enum ra_rope_style style);
-    /* Causal attention of n queries at positions [start, start+n) over cache rows [0, start+n). */
-    int (*attention)(struct ra_backend *be, float *out, const float *q, const float *k_cache,
-                     const float *v_cache, int start, int n, const struct ra_attention_shape *s);
+    /* Causal attention of n queries at positions [start, start+n) over cache rows [0, start+n)
+     * (elements of s->kv_dtype); softmax and sums in fp32 whatever the cache's dtype. */
+    int (*attention)(struct ra_backend *be, float *out, const float *q, const void *k_cache,
+                     const void *v_cache, int start, int n, const struct ra_attention_shape *s);
     /* gate[i] = silu(gate[i]) * up[i] */
     int (*swiglu)(struct ra_backend *be, float *gate, const float *up, size_t count);
     /* x[i] += y[i] */
@@ -99,6 +101,8 @@ struct ra_backend_ops {
      * by weight_release, which ra_model_detach calls for each T with one. */
     int (*weight_prepare)(struct ra_backend *be, struct ra_tensor *t, int matmul);
     void (*weight_release)(struct ra_backend *be, struct ra_tensor *t);
+    /* dst[i] = src[i] rounded to dtype (to nearest even; RA_DTYPE_F32 copies): KV rows into a bf16 cache. */
+    int (*narrow)(struct ra_backend *be, void *dst, enum ra_dtype dtype, const float *src, size_t count);
 };
 
 /* What the linear layers compute in. AUTO: bf16 where the weights are bf16

@@ -403,8 +403,8 @@ static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads,
     return RA_OK;
 }
 
-static int cpu_attention(struct ra_backend *be, float *out, const float *q, const float *k_cache,
-                         const float *v_cache, int start, int n, const struct ra_attention_shape *s)
+static int cpu_attention(struct ra_backend *be, float *out, const float *q, const void *k_cache,
+                         const void *v_cache, int start, int n, const struct ra_attention_shape *s)
 {
     return ((struct cpu_backend *)be)->k->attention(out, q, k_cache, v_cache, start, n, s, be->n_threads);
 }
@@ -510,6 +510,17 @@ int ra_compute_parse(const char *s, enum ra_compute *out)
     return ra_error_set(RA_EINVAL, "--compute-dtype: '%s' is not one of auto, f32, bf16", s);
 }
 
+static int cpu_narrow(struct ra_backend *be, void *dst, enum ra_dtype dtype, const float *src, size_t count)
+{
+    if (dtype == RA_DTYPE_F32)
+        memcpy(dst, src, count * sizeof(float));
+    else if (dtype == RA_DTYPE_BF16)
+        ((struct cpu_backend *)be)->k->narrow_bf16(dst, src, count, be->n_threads);
+    else
+        return ra_error_set(RA_EUNSUPPORTED, "cpu backend: cannot narrow to %s", ra_dtype_name(dtype));
+    return RA_OK;
+}
+
 static const struct ra_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -537,6 +548,7 @@ static const struct ra_backend_ops cpu_ops = {
     .add = cpu_add,
     .weight_prepare = cpu_weight_prepare,
     .weight_release = cpu_weight_release,
+    .narrow = cpu_narrow,
 };
 
 int ra_backend_cpu_init(struct ra_backend **out, int n_threads)

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const isa_names[RA_CPU_ISA_COUNT] = { "portable", "avx2", "avx512" };
+static const char *const isa_names[RA_CPU_ISA_COUNT] = { "portable", "avx2", "avx512", "avx512bf16" };
 
 /* -1 until chosen; set by ra_cpu_isa_select or the first ra_cpu_isa_active. */
 static int chosen = -1;
@@ -25,10 +25,10 @@ const char *ra_cpu_isa_name(enum ra_cpu_isa isa)
  * kernel may disable AVX-512 state (XCR0) even where CPUID lists AVX-512F.
  * Read directly rather than through __builtin_cpu_supports, which differs
  * between compilers (clang 14 knows no "f16c"). */
-static void x86_features(int *avx2, int *avx512)
+static void x86_features(int *avx2, int *avx512, int *avx512bf16)
 {
     unsigned a, b, c, d;
-    *avx2 = *avx512 = 0;
+    *avx2 = *avx512 = *avx512bf16 = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return;
     const int fma = c >> 12 & 1, osxsave = c >> 27 & 1, avx = c >> 28 & 1, f16c = c >> 29 & 1;
@@ -43,6 +43,9 @@ static void x86_features(int *avx2, int *avx512)
     /* The AVX2 kernels are built with -mavx2 -mfma -mf16c, the AVX-512 ones with -mavx512f on top. */
     *avx2 = (b >> 5 & 1) && fma && f16c;
     *avx512 = *avx2 && (b >> 16 & 1) && (xcr0_lo & 0xe0) == 0xe0; /* opmask and ZMM state */
+    /* AVX512-BF16: leaf 7 subleaf 1, EAX bit 5 (its registers are the AVX-512 state checked above). */
+    if (*avx512 && a >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d))
+        *avx512bf16 = a >> 5 & 1;
 }
 #endif
 
@@ -53,10 +56,14 @@ int ra_cpu_isa_supported(enum ra_cpu_isa isa)
         return 1;
 #ifdef RA_HAVE_X86_KERNELS
     case RA_CPU_ISA_AVX2:
-    case RA_CPU_ISA_AVX512: {
-        int avx2, avx512;
-        x86_features(&avx2, &avx512);
-        return isa == RA_CPU_ISA_AVX2 ? avx2 : avx512;
+    case RA_CPU_ISA_AVX512:
+    case RA_CPU_ISA_AVX512BF16: {
+        int avx2, avx512, avx512bf16;
+        x86_features(&avx2, &avx512, &avx512bf16);
+#ifndef RA_HAVE_AVX512BF16_KERNELS
+        avx512bf16 = 0; /* the compiler could not build them */
+#endif
+        return isa == RA_CPU_ISA_AVX2 ? avx2 : isa == RA_CPU_ISA_AVX512 ? avx512 : avx512bf16;
     }
 #endif
     default:
@@ -114,7 +121,7 @@ int ra_cpu_isa_active(enum ra_cpu_isa *isa)
             if (strcmp(env, isa_names[i]) == 0)
                 want = i;
         if (want < 0)
-            return ra_error_set(RA_EINVAL, "RA_CPU_ISA='%s': not one of avx512, avx2, portable", env);
+            return ra_error_set(RA_EINVAL, "RA_CPU_ISA='%s': not one of avx512bf16, avx512, avx2, portable", env);
         char who[64];
         snprintf(who, sizeof who, "RA_CPU_ISA=%s", env ? env : "");
         if ((rc = choose((enum ra_cpu_isa)want, who)) != RA_OK)

@@ -15,6 +15,10 @@ const struct ra_cpu_kernels *ra_cpu_kernels_for(enum ra_cpu_isa isa)
     case RA_CPU_ISA_AVX512:
         return &ra_cpu_kernels_avx512;
 #endif
+#ifdef RA_HAVE_AVX512BF16_KERNELS
+    case RA_CPU_ISA_AVX512BF16:
+        return &ra_cpu_kernels_avx512bf16;
+#endif
     default:
         return NULL;
     }

@@ -1,7 +1,7 @@
 /* The CPU backend's hand-written kernels, one table per instruction set.
  *
  * cpu_kernels_impl.h is compiled once per instruction set, each time with that
- * set's compiler flags (cpu_kernels_portable.c, _avx2.c, _avx512.c), so one
+ * set's compiler flags (cpu_kernels_portable.c, _avx2.c, _avx512.c, _avx512bf16.c), so one
  * binary holds every version and none of them runs an instruction the CPU
  * lacks: the backend picks its table at run time (cpu_isa.h). The GEMMs are
  * OpenBLAS's, which does its own run-time dispatch. All pointers are host
@@ -19,8 +19,9 @@
 
 struct ra_cpu_kernels {
     enum ra_cpu_isa isa;
-    /* Causal attention; see ra_backend_ops.attention. */
-    int (*attention)(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+    /* Causal attention; see ra_backend_ops.attention. bf16 cache rows are
+     * widened block by block; the arithmetic is then the fp32 kernel's. */
+    int (*attention)(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
                      const struct ra_attention_shape *s, int n_threads);
     /* y[i] = x[i] / rms(x[i]) * w for n rows of dim floats; w is fp32. */
     void (*rmsnorm)(float *y, const float *x, const float *w, int n, int dim, float eps, int n_threads);
@@ -38,6 +39,8 @@ struct ra_cpu_kernels {
     /* dst[i] = (float)src[i], one thread */
     void (*widen_bf16)(float *dst, const uint16_t *src, size_t count);
     void (*widen_f16)(float *dst, const uint16_t *src, size_t count);
+    /* dst[i] = src[i] rounded to bf16, to nearest even (NaN stays NaN) */
+    void (*narrow_bf16)(uint16_t *dst, const float *src, size_t count, int n_threads);
     /* y[t*ldy + r] = w[r] · x[t*ldx] for t < n, r < rows, w [rows][k]
      * row-major in wdtype (f32, f16 or bf16, widened in registers), x fp32;
      * one thread. For the few tokens of a decode step: the weights are
@@ -49,6 +52,8 @@ struct ra_cpu_kernels {
 /* One table per instruction set; the x86 ones exist where configure found
  * the compiler flags for them (RA_HAVE_X86_KERNELS). */
 extern const struct ra_cpu_kernels ra_cpu_kernels_portable, ra_cpu_kernels_avx2, ra_cpu_kernels_avx512;
+/* Where configure found flags for AVX512-BF16 too (RA_HAVE_AVX512BF16_KERNELS). */
+extern const struct ra_cpu_kernels ra_cpu_kernels_avx512bf16;
 
 /* The kernels of `isa`, or NULL if this build has none for it. */
 const struct ra_cpu_kernels *ra_cpu_kernels_for(enum ra_cpu_isa isa);

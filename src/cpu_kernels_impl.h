@@ -1,9 +1,10 @@
 /* The CPU kernels, compiled once per instruction set (see cpu_kernels.h).
  *
- * Not an ordinary header: cpu_kernels_<isa>.c defines RA_KERNELS_AVX512,
- * RA_KERNELS_AVX2 or nothing (portable), then includes this file, and the
- * build compiles each with that instruction set's flags (AVX512_CFLAGS,
- * AVX2_CFLAGS or none, from configure). The marker picks the intrinsics; the
+ * Not an ordinary header: cpu_kernels_<isa>.c defines RA_KERNELS_AVX512
+ * (and RA_KERNELS_BF16DP for avx512bf16), RA_KERNELS_AVX2 or nothing
+ * (portable), then includes this file, and the build compiles each with that
+ * instruction set's flags (AVX512BF16_CFLAGS, AVX512_CFLAGS, AVX2_CFLAGS or
+ * none, from configure). The marker picks the intrinsics; the
  * plain loops are written to vectorise for whatever the flags allow.
  *
  * Causal attention, block by block with an online softmax.
@@ -34,7 +35,17 @@
  *
  * Three builds of the same algorithm: AVX-512F (items of up to 4 x 16
  * queries), AVX2+FMA (4 x 8), and portable C (16, inner loops over the
- * queries so that a compiler can vectorise them). */
+ * queries so that a compiler can vectorise them).
+ *
+ * bf16 KV rows: every build widens each K and V block to fp32 and runs the
+ * fp32 kernel on it (the results are the fp32 kernel's on the widened rows,
+ * bit for bit). A fourth build, AVX-512 with AVX512-BF16 (RA_KERNELS_BF16DP),
+ * instead multiplies in bf16 with vdpbf16ps, two products a lane per
+ * instruction summed into fp32: the same micro-kernel shape with k running
+ * over pairs, Q rounded to bf16 pairs [d/2][r], K's pairs broadcast straight
+ * from the cache, P rounded to bf16 pairs [j/2][r] after the fp32 softmax,
+ * and V's rows interleaved in pairs per block. fp32 rows take the fp32
+ * kernel there too. */
 #include "cpu_kernels.h"
 #include "half.h"
 #include "status.h"
@@ -44,7 +55,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(RA_KERNELS_AVX512)
+#if defined(RA_KERNELS_BF16DP)
+#if !defined(__AVX512F__) || !defined(__FMA__) || !defined(__AVX512BF16__) || !defined(RA_KERNELS_AVX512)
+#error "the AVX512-BF16 kernels must be compiled with -mavx512f -mfma -mavx512bf16 (AVX512BF16_CFLAGS)"
+#endif
+#define KERNELS_ISA RA_CPU_ISA_AVX512BF16
+#define KERNELS_TABLE ra_cpu_kernels_avx512bf16
+#elif defined(RA_KERNELS_AVX512)
 #if !defined(__AVX512F__) || !defined(__FMA__)
 #error "the AVX-512 kernels must be compiled with -mavx512f -mfma (AVX512_CFLAGS)"
 #endif
@@ -396,16 +413,175 @@ static void softmax_block(int w, struct item *it, int kb, int nk, int pos0)
 }
 #endif
 
+#if defined(RA_KERNELS_BF16DP)
+/* A bf16 pair read as one 32-bit lane out of a uint16_t array (the cache's K rows). */
+typedef uint32_t __attribute__((may_alias)) pair_t;
+
+/* The bf16 micro-kernel: as micro, with k over pairs: c[a][:] = (cs ? c[a][:] *
+ * cs[:] : 0) + sum_{i < kp} x[a*sa + i*sk] . y[i][:], where x holds a bf16
+ * pair per uint32 (broadcast) and y rows W vectors of bf16 pairs; each
+ * vdpbf16ps adds both products of a pair to a lane's fp32 sum. */
+static inline __attribute__((always_inline)) void micro_dp(const int NA, const int W, float *c, const float *cs,
+                                                           const pair_t *x, size_t sa, size_t sk,
+                                                           const uint32_t *y, int kp)
+{
+    vf acc[12][NV];
+#pragma GCC unroll 16
+    for (int a = 0; a < NA; a++)
+#pragma GCC unroll 4
+        for (int v = 0; v < W; v++)
+            acc[a][v] = cs ? vmul(vload(c + (a * W + v) * VL), vload(cs + v * VL)) : vzero();
+    for (int i = 0; i < kp; i++) {
+        __m512bh yv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < W; v++)
+            yv[v] = (__m512bh)_mm512_load_si512(y + ((size_t)i * W + v) * VL);
+        const pair_t *xi = x + (size_t)i * sk;
+#pragma GCC unroll 16
+        for (int a = 0; a < NA; a++) {
+            const __m512bh b = (__m512bh)_mm512_set1_epi32((int)xi[a * sa]);
+#pragma GCC unroll 4
+            for (int v = 0; v < W; v++)
+                acc[a][v] = _mm512_dpbf16_ps(acc[a][v], b, yv[v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int a = 0; a < NA; a++)
+#pragma GCC unroll 4
+        for (int v = 0; v < W; v++)
+            vstore(c + (a * W + v) * VL, acc[a][v]);
+}
+
+/* Rows [0, na) of c in tiles, as micro_rows_w. */
+static inline __attribute__((always_inline)) void micro_dp_rows_w(const int W, int na, float *c, const float *cs,
+                                                                  const pair_t *x, size_t sa, size_t sk,
+                                                                  const uint32_t *y, int kp)
+{
+    const int NA = NA_FOR(W);
+    int a = 0;
+    for (; a + NA <= na; a += NA)
+        micro_dp(NA, W, c + (size_t)a * W * VL, cs, x + a * sa, sa, sk, y, kp);
+    float *ca = c + (size_t)a * W * VL;
+    const pair_t *xa = x + a * sa;
+    switch (na - a) {
+#define TAIL(n) case n: if (n < NA) micro_dp(n, W, ca, cs, xa, sa, sk, y, kp); break;
+    TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10) TAIL(11)
+#undef TAIL
+    default: break;
+    }
+}
+
+static void micro_dp_rows(int w, int na, float *c, const float *cs, const pair_t *x, size_t sa, size_t sk,
+                          const uint32_t *y, int kp)
+{
+    switch (w) {
+    case 1: micro_dp_rows_w(1, na, c, cs, x, sa, sk, y, kp); break;
+    case 2: micro_dp_rows_w(2, na, c, cs, x, sa, sk, y, kp); break;
+    case 4: micro_dp_rows_w(4, na, c, cs, x, sa, sk, y, kp); break;
+    default: break;
+    }
+}
+
+/* Lanes of lo and hi rounded to bf16 (to nearest even) and paired: lo in the
+ * low half of each 32-bit lane, as vdpbf16ps pairs them. */
+static inline __m512i pack_pairs(vf lo, vf hi)
+{
+    const __m512i l = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo));
+    const __m512i h = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi));
+    return _mm512_or_si512(l, _mm512_slli_epi32(h, 16));
+}
+
+/* The bf16 products' scratch, beside struct item. */
+struct item_dp {
+    uint32_t qp[RA_ATTN_MAX_HEAD_DIM / 2 * BQ] __attribute__((aligned(64))); /* scaled queries, pairs [d/2][r] */
+    uint32_t pp[BK / 2 * BQ] __attribute__((aligned(64)));                  /* P, pairs [j/2][r] */
+    uint32_t vp[BK / 2 * RA_ATTN_MAX_HEAD_DIM] __attribute__((aligned(64))); /* V block, pairs [j/2][d] */
+};
+
+/* attend_block for bf16 rows (head_dim even) with bf16 products. */
+static void attend_block_dp(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                            int start, int q0, int nq, int h, int w, const struct ra_attention_shape *s)
+{
+    struct item it;
+    struct item_dp dp;
+    const int hd = s->head_dim, hp = hd / 2, kvh = h / (s->n_heads / s->n_kv_heads), ld = w * VL;
+    const float scale = 1.4426950408889634f / sqrtf((float)hd); /* scores in log2 units */
+    const size_t kvs = (size_t)s->kv_stride, head = (size_t)kvh * hd;
+
+    memset(dp.qp, 0, sizeof(uint32_t) * (size_t)hp * ld);
+    for (int r = 0; r < nq; r++) {
+        const float *qr = q + (size_t)(q0 + r) * s->q_stride + (size_t)h * hd;
+        for (int i = 0; i < hp; i++)
+            dp.qp[i * ld + r] = (uint32_t)ra_f32_to_bf16(qr[2 * i] * scale) |
+                                (uint32_t)ra_f32_to_bf16(qr[2 * i + 1] * scale) << 16;
+    }
+    for (int r = 0; r < ld; r++) {
+        it.m[r] = -FLT_MAX;
+        it.l[r] = 0;
+    }
+    memset(it.ot, 0, sizeof(float) * (size_t)hd * ld);
+
+    const int pos0 = start + q0, last = pos0 + nq - 1;
+    for (int kb = 0; kb <= last; kb += BK) {
+        const int nk = last - kb + 1 < BK ? last - kb + 1 : BK, np = (nk + 1) / 2;
+        const uint16_t *kblk = k_cache + head + (size_t)kb * kvs, *vblk = v_cache + head + (size_t)kb * kvs;
+        /* St[j][r] = K[kb+j] · Q[r]: K's pairs (2i, 2i+1) are adjacent in the row */
+        micro_dp_rows(w, nk, it.st, NULL, (const pair_t *)kblk, kvs / 2, 1, dp.qp, hp);
+        softmax_block(w, &it, kb, nk, pos0);
+        /* P and V in pairs of keys; an odd block's last pair gets a zero partner */
+        for (int i = 0; i < np; i++) {
+            const int odd = 2 * i + 1 == nk;
+            for (int v = 0; v < w; v++) {
+                const vf lo = vload(it.st + (2 * i * w + v) * VL);
+                const vf hi = odd ? vzero() : vload(it.st + ((2 * i + 1) * w + v) * VL);
+                _mm512_store_si512(dp.pp + (i * w + v) * VL, pack_pairs(lo, hi));
+            }
+            const uint16_t *v0 = vblk + (size_t)(2 * i) * kvs, *v1 = odd ? v0 : v0 + kvs;
+            uint32_t *vpi = dp.vp + (size_t)i * hd;
+            const uint32_t keep = odd ? 0 : 0xffffu;
+#pragma omp simd
+            for (int d = 0; d < hd; d++)
+                vpi[d] = (uint32_t)v0[d] | ((uint32_t)v1[d] & keep) << 16;
+        }
+        /* Ot[d][r] = Ot[d][r] alpha[r] + sum_j V[kb+j][d] P[j][r] */
+        micro_dp_rows(w, hd, it.ot, it.alpha, dp.vp, 1, (size_t)hd, dp.pp, np);
+    }
+    for (int r = 0; r < nq; r++) {
+        float *o = out + (size_t)(q0 + r) * s->q_stride + (size_t)h * hd;
+        const float inv = 1.0f / it.l[r];
+        for (int d = 0; d < hd; d++)
+            o[d] = it.ot[d * ld + r] * inv;
+    }
+}
+#endif
+
+/* Rows [0, rows) of a bf16 cache block (stride elements apart) widened to
+ * fp32, hd floats a row: exact, so the fp32 kernel then computes on the
+ * values the cache holds. Once per item and key block: 2/BQ of the block's
+ * multiply-adds, against the bandwidth of reading half the bytes. */
+static void widen_rows(float *dst, const uint16_t *src, size_t stride, int rows, int hd)
+{
+    for (int j = 0; j < rows; j++) {
+        const uint16_t *sj = src + (size_t)j * stride;
+        float *dj = dst + (size_t)j * hd;
+#pragma omp simd
+        for (int d = 0; d < hd; d++)
+            dj[d] = ra_bf16_to_f32(sj[d]);
+    }
+}
+
 /* One item: queries [q0, q0+nq) of head h (positions start+q0...), in w
  * vectors of VL lanes; all rows of the item's arrays are w*VL floats. */
-static void attend_block(float *out, const float *q, const float *k_cache, const float *v_cache,
+static void attend_block(float *out, const float *q, const void *k_cache, const void *v_cache,
                          int start, int q0, int nq, int h, int w, const struct ra_attention_shape *s)
 {
     struct item it;
     const int hd = s->head_dim, kvh = h / (s->n_heads / s->n_kv_heads), ld = w * VL;
     const float scale = 1.4426950408889634f / sqrtf((float)hd); /* scores in log2 units */
-    const size_t kvs = (size_t)s->kv_stride;
-    const float *kh = k_cache + (size_t)kvh * hd, *vh = v_cache + (size_t)kvh * hd;
+    const size_t kvs = (size_t)s->kv_stride, head = (size_t)kvh * hd;
+    const int bf16 = s->kv_dtype == RA_DTYPE_BF16;
+    /* bf16 rows: this item's fp32 copy of the current K and V blocks, [j][d] */
+    float kv_tile[bf16 ? 2 * BK * hd : 1];
 
     memset(it.qt, 0, sizeof(float) * (size_t)hd * ld);
     for (int r = 0; r < nq; r++) {
@@ -422,11 +598,24 @@ static void attend_block(float *out, const float *q, const float *k_cache, const
     const int pos0 = start + q0, last = pos0 + nq - 1; /* positions of the item's first and last query */
     for (int kb = 0; kb <= last; kb += BK) {
         const int nk = last - kb + 1 < BK ? last - kb + 1 : BK;
+        const float *kblk, *vblk;
+        size_t ldkv;
+        if (bf16) {
+            widen_rows(kv_tile, (const uint16_t *)k_cache + head + (size_t)kb * kvs, kvs, nk, hd);
+            widen_rows(kv_tile + BK * hd, (const uint16_t *)v_cache + head + (size_t)kb * kvs, kvs, nk, hd);
+            kblk = kv_tile;
+            vblk = kv_tile + BK * hd;
+            ldkv = (size_t)hd;
+        } else {
+            kblk = (const float *)k_cache + head + (size_t)kb * kvs;
+            vblk = (const float *)v_cache + head + (size_t)kb * kvs;
+            ldkv = kvs;
+        }
         /* St[j][r] = K[kb+j] · Q[r] */
-        micro_rows(w, nk, it.st, NULL, kh + (size_t)kb * kvs, kvs, 1, it.qt, hd, vh + (size_t)kb * kvs);
+        micro_rows(w, nk, it.st, NULL, kblk, ldkv, 1, it.qt, hd, vblk);
         softmax_block(w, &it, kb, nk, pos0);
         /* Ot[d][r] = Ot[d][r] alpha[r] + sum_j V[kb+j][d] P[j][r] */
-        micro_rows(w, hd, it.ot, it.alpha, vh + (size_t)kb * kvs, 1, kvs, it.st, nk, NULL);
+        micro_rows(w, hd, it.ot, it.alpha, vblk, 1, ldkv, it.st, nk, NULL);
     }
     for (int r = 0; r < nq; r++) {
         float *o = out + (size_t)(q0 + r) * s->q_stride + (size_t)h * hd;
@@ -436,7 +625,7 @@ static void attend_block(float *out, const float *q, const float *k_cache, const
     }
 }
 
-static int attention_items(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+static int attention_items(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
                            const struct ra_attention_shape *s, int n_threads)
 {
     int w = NV; /* item width in vectors: the fewest that hold the span, at most NV */
@@ -453,6 +642,12 @@ static int attention_items(float *out, const float *q, const float *k_cache, con
     for (int it = 0; it < items; it++) {
         const int h = it / qblocks, qb = qblocks - 1 - it % qblocks;
         const int q0 = qb * bq, nq = n - q0 < bq ? n - q0 : bq;
+#if defined(RA_KERNELS_BF16DP)
+        if (s->kv_dtype == RA_DTYPE_BF16 && s->head_dim % 2 == 0) {
+            attend_block_dp(out, q, k_cache, v_cache, start, q0, nq, h, w, s);
+            continue;
+        }
+#endif
         attend_block(out, q, k_cache, v_cache, start, q0, nq, h, w, s);
     }
     return RA_OK;
@@ -576,9 +771,22 @@ struct dec_chunk {
 };
 
 /* Keys [k0, k1) (whole blocks from k0) for every row, from a fresh state. */
-static void dec_run_chunk(const struct dec_chunk *c, const float *qs, const float *k_cache, const float *v_cache,
+/* Cache row p of a K or V cache as fp32: in place, or bf16 widened into buf. */
+static inline const float *dec_row(const void *cache, int p, size_t kvs, enum ra_dtype dt, float *buf)
+{
+    if (dt == RA_DTYPE_F32)
+        return (const float *)cache + (size_t)p * kvs;
+    const uint16_t *r = (const uint16_t *)cache + (size_t)p * kvs;
+#pragma omp simd
+    for (size_t i = 0; i < kvs; i++)
+        buf[i] = ra_bf16_to_f32(r[i]);
+    return buf;
+}
+
+static void dec_run_chunk(const struct dec_chunk *c, const float *qs, const void *k_cache, const void *v_cache,
                           int k0, int k1, int start, int rows, const struct ra_attention_shape *s)
 {
+    float rowbuf[s->kv_dtype == RA_DTYPE_F32 ? 1 : s->kv_stride] __attribute__((aligned(64)));
     const int hd = s->head_dim, nh = s->n_heads, group = nh / s->n_kv_heads;
     const size_t kvs = (size_t)s->kv_stride, ldo = (size_t)((hd + 15) / 16 * 16);
     for (int r = 0; r < rows; r++) {
@@ -589,7 +797,7 @@ static void dec_run_chunk(const struct dec_chunk *c, const float *qs, const floa
     for (int kb = k0; kb < k1; kb += BK) {
         const int nkb = k1 - kb < BK ? k1 - kb : BK;
         for (int j = 0; j < nkb; j++) { /* S: row by row of K, every head */
-            const float *krow = k_cache + (size_t)(kb + j) * kvs;
+            const float *krow = dec_row(k_cache, kb + j, kvs, s->kv_dtype, rowbuf);
             for (int r = 0; r < rows; r++)
                 if (kb + j <= start + r / nh)
                     c->st[r * BK + j] = dec_dot(qs + r * ldo, krow + (size_t)((r % nh) / group) * hd, hd);
@@ -611,7 +819,7 @@ static void dec_run_chunk(const struct dec_chunk *c, const float *qs, const floa
                 o[d] *= alpha;
         }
         for (int j = 0; j < nkb; j++) { /* O += P·V: row by row of V */
-            const float *vrow = v_cache + (size_t)(kb + j) * kvs;
+            const float *vrow = dec_row(v_cache, kb + j, kvs, s->kv_dtype, rowbuf);
             for (int r = 0; r < rows; r++)
                 if (j < nk[r])
                     dec_axpy(c->o + r * ldo, c->st[r * BK + j], vrow + (size_t)((r % nh) / group) * hd, hd);
@@ -624,7 +832,7 @@ static void dec_run_chunk(const struct dec_chunk *c, const float *qs, const floa
 static __thread float *dec_buf;
 static __thread size_t dec_floats;
 
-static int attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+static int attention_decode(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
                             const struct ra_attention_shape *s, int n_threads)
 {
     const int hd = s->head_dim, nh = s->n_heads, rows = nh * n, keys = start + n;
@@ -680,13 +888,22 @@ static int attention_decode(float *out, const float *q, const float *k_cache, co
     return RA_OK;
 }
 
-static int attention(float *out, const float *q, const float *k_cache, const float *v_cache, int start, int n,
+static int attention(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
                      const struct ra_attention_shape *s, int n_threads)
 {
     if (s->head_dim > RA_ATTN_MAX_HEAD_DIM || s->n_heads % s->n_kv_heads != 0)
         return ra_error_set(RA_EUNSUPPORTED, "attention: head dimension %d exceeds %d or heads %d/%d do not group",
                             s->head_dim, RA_ATTN_MAX_HEAD_DIM, s->n_heads, s->n_kv_heads);
-    if (n <= DEC_MAX_N && s->n_heads * n <= RA_ATTN_MAX_HEADS_DEC)
+    if (s->kv_dtype != RA_DTYPE_F32 && s->kv_dtype != RA_DTYPE_BF16)
+        return ra_error_set(RA_EUNSUPPORTED, "attention: %s KV rows are not supported (f32 or bf16)",
+                            ra_dtype_name(s->kv_dtype));
+#if defined(RA_KERNELS_BF16DP)
+    /* bf16 rows here take bf16 products (q and P rounded): a decode step keeps them, as prefill does. */
+    const int dp = s->kv_dtype == RA_DTYPE_BF16 && s->head_dim % 2 == 0;
+#else
+    const int dp = 0;
+#endif
+    if (!dp && n <= DEC_MAX_N && s->n_heads * n <= RA_ATTN_MAX_HEADS_DEC)
         return attention_decode(out, q, k_cache, v_cache, start, n, s, n_threads);
     return attention_items(out, q, k_cache, v_cache, start, n, s, n_threads);
 }
@@ -800,6 +1017,13 @@ static void widen_bf16(float *dst, const uint16_t *src, size_t count)
 #pragma omp simd
     for (size_t i = 0; i < count; i++)
         dst[i] = ra_bf16_to_f32(src[i]);
+}
+
+static void narrow_bf16(uint16_t *dst, const float *src, size_t count, int n_threads)
+{
+#pragma omp parallel for simd schedule(static) if (count > 65536) num_threads(n_threads)
+    for (size_t i = 0; i < count; i++)
+        dst[i] = ra_f32_to_bf16(src[i]);
 }
 
 static void widen_f16(float *dst, const uint16_t *src, size_t count)
@@ -1022,5 +1246,6 @@ const struct ra_cpu_kernels KERNELS_TABLE = {
     .add = add,
     .widen_bf16 = widen_bf16,
     .widen_f16 = widen_f16,
+    .narrow_bf16 = narrow_bf16,
     .gemv = gemv,
 };

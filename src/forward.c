@@ -19,6 +19,7 @@ struct ra_workspace {
     float *hb;     /* [n][hidden] gate */
     float *hb2;    /* [n][hidden] up */
     float *logits; /* [vocab] */
+    float *kf, *vf; /* [n][kv_dim] fp32 K and V before a bf16 cache rounds them; only for one */
 };
 
 static double now(void)
@@ -32,18 +33,22 @@ static void workspace_free(struct ra_backend *be, struct ra_workspace *ws)
 {
     if (!ws)
         return;
-    float *bufs[] = { ws->x, ws->xb, ws->q, ws->att, ws->hb, ws->hb2, ws->logits };
+    float *bufs[] = { ws->x, ws->xb, ws->q, ws->att, ws->hb, ws->hb2, ws->logits, ws->kf, ws->vf };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->release(be, bufs[i]);
     free(ws);
 }
 
-static int workspace_reserve(struct ra_model *m, int n)
+/* Makes room for n tokens; with a cache that is not fp32 (narrow_kv), also
+ * the fp32 K and V rows the projections and RoPE write before rounding. */
+static int workspace_reserve(struct ra_model *m, int n, int narrow_kv)
 {
     struct ra_workspace *ws = m->ws;
-    if (ws && ws->capacity >= n)
+    if (ws && ws->capacity >= n && (!narrow_kv || ws->kf))
         return RA_OK;
+    if (ws && ws->capacity > n)
+        n = ws->capacity;
     struct ra_backend *be = m->backend;
     const struct ra_config *c = &m->config;
     workspace_free(be, ws);
@@ -59,7 +64,13 @@ static int workspace_reserve(struct ra_model *m, int n)
     ws->hb = be->ops->alloc(be, h);
     ws->hb2 = be->ops->alloc(be, h);
     ws->logits = be->ops->alloc(be, (size_t)c->vocab_size * sizeof(float));
-    if (!ws->x || !ws->xb || !ws->q || !ws->att || !ws->hb || !ws->hb2 || !ws->logits) {
+    if (narrow_kv) {
+        const size_t kvb = (size_t)n * ra_config_kv_dim(c) * sizeof(float);
+        ws->kf = be->ops->alloc(be, kvb);
+        ws->vf = be->ops->alloc(be, kvb);
+    }
+    if (!ws->x || !ws->xb || !ws->q || !ws->att || !ws->hb || !ws->hb2 || !ws->logits ||
+        (narrow_kv && (!ws->kf || !ws->vf))) {
         workspace_free(be, ws);
         m->ws = NULL;
         return ra_error_set(RA_ENOMEM, "forward: cannot allocate activations for %d tokens (%.1f MiB)", n,
@@ -178,6 +189,9 @@ static int check_span(const struct ra_model *m, const int32_t *tokens, int start
     if (start + n > kv->capacity || kv->n_layers != c->n_layers || kv->kv_dim != ra_config_kv_dim(c))
         return ra_error_set(RA_ERANGE, "forward: span [%d, %d) does not fit the KV cache (%d rows)",
                             start, start + n, kv->capacity);
+    if (kv->dtype != RA_DTYPE_F32 && (kv->dtype != RA_DTYPE_BF16 || !m->backend->ops->narrow))
+        return ra_error_set(RA_EUNSUPPORTED, "forward: the %s backend has no %s KV cache", m->backend->ops->name,
+                            ra_dtype_name(kv->dtype));
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             return ra_error_set(RA_ERANGE, "forward: token id %d at position %d is outside the vocabulary (0..%d)",
@@ -216,10 +230,10 @@ struct probe {
     int64_t logits_id;
 };
 
-/* Checks rows [0, rows) of BUF (a backend buffer, WIDTH floats a row, the
- * first at position POS0): RA_ERANGE with the whole story if one is not finite. */
-static int probe_rows(struct ra_model *m, struct probe *p, const float *buf, int rows, int width, int pos0,
-                      int layer, const char *what)
+/* Checks rows [0, rows) of BUF (a backend buffer, WIDTH elements of DT a row,
+ * the first at position POS0): RA_ERANGE with the whole story if one is not finite. */
+static int probe_rows_dt(struct ra_model *m, struct probe *p, const void *buf, enum ra_dtype dt, int rows,
+                         int width, int pos0, int layer, const char *what)
 {
     const size_t need = (size_t)rows * (size_t)width;
     if (need > p->floats) {
@@ -229,10 +243,10 @@ static int probe_rows(struct ra_model *m, struct probe *p, const float *buf, int
             return ra_error_set(RA_ENOMEM, "forward: out of memory while locating non-finite logits");
         p->floats = need;
     }
-    int rc = m->backend->ops->download(m->backend, p->host, buf, need * sizeof(float));
+    int rc = m->backend->ops->download(m->backend, p->host, buf, need * ra_dtype_size(dt));
     if (rc != RA_OK)
         return rc;
-    const int64_t bad = ra_first_nonfinite(p->host, RA_DTYPE_F32, (int64_t)need, m->backend->n_threads);
+    const int64_t bad = ra_first_nonfinite(p->host, dt, (int64_t)need, m->backend->n_threads);
     if (bad < 0)
         return RA_OK;
     char in[64] = "the ";
@@ -240,14 +254,25 @@ static int probe_rows(struct ra_model *m, struct probe *p, const float *buf, int
         snprintf(in, sizeof in, "layer %d's ", layer);
     return ra_error_set(RA_ERANGE, "forward: the logits at position %d are not finite (id %lld is %s); the first "
                         "non-finite value (%s) is in %s%s at position %d", p->logits_pos, (long long)p->logits_id,
-                        p->logits_kind, ra_nonfinite_name(p->host, RA_DTYPE_F32, bad), in, what,
+                        p->logits_kind, ra_nonfinite_name(p->host, dt, bad), in, what,
                         pos0 + (int)(bad / width));
+}
+
+static int probe_rows(struct ra_model *m, struct probe *p, const float *buf, int rows, int width, int pos0,
+                      int layer, const char *what)
+{
+    return probe_rows_dt(m, p, buf, RA_DTYPE_F32, rows, width, pos0, layer, what);
 }
 
 /* Runs a probe when there is one (the diagnostic pass); nothing otherwise. */
 #define PROBE(...)                                                        \
     do {                                                                  \
         if (probe && (rc = probe_rows(m, probe, __VA_ARGS__)) != RA_OK)   \
+            goto out;                                                     \
+    } while (0)
+#define PROBE_DT(...)                                                     \
+    do {                                                                  \
+        if (probe && (rc = probe_rows_dt(m, probe, __VA_ARGS__)) != RA_OK) \
             goto out;                                                     \
     } while (0)
 
@@ -257,14 +282,15 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
                    const struct ra_kv_exchange *xchg, float *logits_last, struct probe *probe)
 {
     int rc;
-    if ((rc = check_span(m, tokens, start, n, kv)) != RA_OK || (rc = workspace_reserve(m, n)) != RA_OK)
+    const int narrow_kv = kv->dtype != RA_DTYPE_F32;
+    if ((rc = check_span(m, tokens, start, n, kv)) != RA_OK || (rc = workspace_reserve(m, n, narrow_kv)) != RA_OK)
         return rc;
     struct ra_backend *be = m->backend;
     const struct ra_backend_ops *op = be->ops;
     const struct ra_config *c = &m->config;
     struct ra_workspace *ws = m->ws;
     const int d = c->dim, kvd = ra_config_kv_dim(c), hid = c->hidden_dim;
-    const struct ra_attention_shape shape = { c->n_heads, c->n_kv_heads, c->head_dim, d, kvd };
+    const struct ra_attention_shape shape = { c->n_heads, c->n_kv_heads, c->head_dim, d, kvd, kv->dtype };
 
     OP(t_other, op->embed(be, ws->x, &m->weights.embed, tokens, n));
     PROBE(ws->x, n, d, start, -1, "token embedding");
@@ -272,17 +298,33 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
         const struct ra_layer_weights *w = &m->weights.layers[l];
         HOOK(layer_begin);
         OP(t_other, op->rmsnorm(be, ws->xb, ws->x, &w->attn_norm, n, d, c->norm_eps));
+        if (m->tap && m->tap->attn_input && (rc = m->tap->attn_input(m->tap->ctx, l, start, n, ws->xb)) != RA_OK)
+            goto out;
         OP(t_linear, op->matmul(be, ws->q, d, ws->xb, d, &w->wq, n));
-        OP(t_linear, op->matmul(be, ra_kvcache_k(kv, l, start), kvd, ws->xb, d, &w->wk, n));
-        OP(t_linear, op->matmul(be, ra_kvcache_v(kv, l, start), kvd, ws->xb, d, &w->wv, n));
+        /* An fp32 cache takes K and V straight from the GEMMs; another is
+         * written once K is rotated, each value rounded once. */
+        float *kf = narrow_kv ? ws->kf : ra_kvcache_k(kv, l, start);
+        float *vf = narrow_kv ? ws->vf : ra_kvcache_v(kv, l, start);
+        OP(t_linear, op->matmul(be, kf, kvd, ws->xb, d, &w->wk, n));
+        OP(t_linear, op->matmul(be, vf, kvd, ws->xb, d, &w->wv, n));
         OP(t_other, op->rope(be, ws->q, d, n, c->n_heads, c->head_dim, start, c->rope_theta, c->rope_style));
-        OP(t_other, op->rope(be, ra_kvcache_k(kv, l, start), kvd, n, c->n_kv_heads, c->head_dim, start, c->rope_theta,
-                             c->rope_style));
+        OP(t_other, op->rope(be, kf, kvd, n, c->n_kv_heads, c->head_dim, start, c->rope_theta, c->rope_style));
+        if (narrow_kv) {
+            OP(t_other, op->narrow(be, ra_kvcache_k(kv, l, start), kv->dtype, kf, (size_t)n * kvd));
+            OP(t_other, op->narrow(be, ra_kvcache_v(kv, l, start), kv->dtype, vf, (size_t)n * kvd));
+        }
         HOOK(kv_ready);
         /* every row attention will read, the earlier positions' too */
-        PROBE(kv->k[l], start + n, kvd, 0, l, "keys");
-        PROBE(kv->v[l], start + n, kvd, 0, l, "values");
-        OP(t_attention, op->attention(be, ws->att, ws->q, kv->k[l], kv->v[l], start, n, &shape));
+        PROBE_DT(kv->k[l], kv->dtype, start + n, kvd, 0, l, "keys");
+        PROBE_DT(kv->v[l], kv->dtype, start + n, kvd, 0, l, "values");
+        const float *ak = kv->k[l], *av = kv->v[l];
+        int rows = start + n;
+        if (xchg && xchg->attend) {
+            const struct ra_layer_acts acts = { ws->x, ws->xb, ws->q };
+            if ((rc = xchg->attend(xchg->ctx, l, kv, start, n, &acts, &ak, &av, &rows)) != RA_OK)
+                goto out;
+        }
+        OP(t_attention, op->attention(be, ws->att, ws->q, ak, av, rows - n, n, &shape));
         OP(t_linear, op->matmul(be, ws->xb, d, ws->att, d, &w->wo, n));
         OP(t_other, op->add(be, ws->x, ws->xb, (size_t)n * d));
         OP(t_other, op->rmsnorm(be, ws->xb, ws->x, &w->ffn_norm, n, d, c->norm_eps));

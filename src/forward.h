@@ -13,6 +13,13 @@
 #include "kvcache.h"
 #include "model.h"
 
+/* A layer's activations (backend buffers, n rows each) for the hooks that need them. */
+struct ra_layer_acts {
+    const float *x;  /* [n][dim] residual stream entering the layer */
+    const float *xa; /* [n][dim] attention input (after the attention RMSNorm) */
+    const float *q;  /* [n][dim] queries, RoPE applied */
+};
+
 /* Per-layer hooks that say how rows [0, start) arrive and where new rows go.
  * Any hook may be NULL; a NULL exchange means the cache already holds them.
  * A hook returns RA_OK or a negative status, which aborts the pass. */
@@ -23,6 +30,11 @@ struct ra_kv_exchange {
     /* Rows [start, start+n) of K and V of this layer are in the cache, RoPE
      * applied. On return rows [0, start) must be there too: attention follows. */
     int (*kv_ready)(void *ctx, int layer, struct ra_kvcache *kv, int start, int n);
+    /* Optional (decode from an offloaded cache, src/offload): the rows
+     * attention reads, *rows of them at *k, *v (the span's n rows last, RoPE
+     * applied), after kv_ready. NULL: kv's rows [0, start+n) of the layer. */
+    int (*attend)(void *ctx, int layer, struct ra_kvcache *kv, int start, int n, const struct ra_layer_acts *a,
+                  const float **k, const float **v, int *rows);
     /* After the layer's output (e.g. to test or complete sends). */
     int (*layer_end)(void *ctx, int layer, struct ra_kvcache *kv, int start, int n);
 };
@@ -32,6 +44,13 @@ struct ra_forward_stats {
     double t_linear, t_attention, t_other, t_exchange; /* seconds */
     double flop_linear, flop_attention;
     int64_t tokens;
+};
+
+/* Optional observer of the forward pass (m->tap): KVPR keeps the layer inputs. */
+struct ra_forward_tap {
+    void *ctx;
+    /* xa: n rows of the layer's attention input (backend buffer) at positions [start, start+n). */
+    int (*attn_input)(void *ctx, int layer, int start, int n, const float *xa);
 };
 
 /* Binds a backend to a loaded model (uploads weights if the backend needs to;

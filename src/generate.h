@@ -8,6 +8,8 @@
 #include "sampler.h"
 
 /* Called with each new token; a non-zero return stops generation. */
+struct ra_offload;
+
 typedef int (*ra_token_fn)(void *ctx, int token);
 
 struct ra_generate {
@@ -20,6 +22,12 @@ struct ra_generate {
      * non-finite logit be traced to its layer and position; NULL: not traced. */
     const int32_t *prompt;
     int prompt_start;
+    /* Decode from a host KV pool (src/offload/offload.h): once the prompt's
+     * logits are checked, ra_generate_run moves the cache's rows into the pool
+     * (ra_offload_begin) and releases the cache (ra_kvcache_free: freeing it
+     * again is harmless), so the device holds only the offload's working set.
+     * NULL: decode from the cache in place (--offload none). */
+    struct ra_offload *offload;
 };
 
 /* The KV cache holds rows [0, n_prompt) and `logits` are the prompt's last

@@ -96,6 +96,7 @@ struct ra_weight_source {
 struct ra_backend;
 struct ra_workspace;
 struct ra_forward_stats;
+struct ra_forward_tap;
 
 struct ra_model {
     struct ra_config config;
@@ -115,6 +116,7 @@ struct ra_model {
     struct ra_backend *backend;
     struct ra_workspace *ws;
     struct ra_forward_stats *stats; /* optional: per-op timing, see forward.h */
+    const struct ra_forward_tap *tap; /* optional: observes the forward pass, see forward.h */
 };
 
 /* How ra_model_load_opts loads; all zero is ra_model_load's default. */

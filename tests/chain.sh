@@ -1,6 +1,7 @@
 #!/bin/sh
 # Distributed equals single-process for P = 2, 3, 4 (oversubscribed), on the
-# trained stories260K checkpoint (GQA) and a synthetic MHA model.
+# trained stories260K checkpoint (GQA) and a synthetic MHA model (with a bf16
+# KV cache: chain_bf16.sh).
 . "$(dirname "$0")/lib.sh"
 models=""
 if [ -r "$MODELS/stories260K.bin" ]; then

@@ -7,7 +7,8 @@
 # - On emulated older CPUs (qemu-x86_64, from jobs/setup's qemu-user): a
 #   Nehalem (no AVX) and a SandyBridge (AVX, no AVX2) run the portable
 #   kernels and a Haswell (AVX2, no AVX-512) the AVX2 ones, with the
-#   reference tokens. Not in a sanitizer build (jobs/sanitize): qemu-user
+#   reference tokens; a Cooper Lake (AVX512-BF16 listed, but no AVX-512
+#   state under qemu-user) the AVX2 ones too, with a bf16 KV cache. Not in a sanitizer build (jobs/sanitize): qemu-user
 #   cannot run ASan binaries.
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
@@ -44,7 +45,7 @@ for isa in $supported; do
     RA_CPU_ISA=$isa check_tokens "$isa" "$RA"
 done
 
-expect_error "RA_CPU_ISA='sse9': not one of avx512, avx2, portable" env RA_CPU_ISA=sse9 "$RA" --model "$M" --prompt-ids 1
+expect_error "RA_CPU_ISA='sse9': not one of avx512bf16, avx512, avx2, portable" env RA_CPU_ISA=sse9 "$RA" --model "$M" --prompt-ids 1
 
 # qemu-user cannot start an ASan binary (it reserves terabytes of shadow
 # memory at fixed addresses); jobs/test runs this part on the plain build.
@@ -63,4 +64,20 @@ expect_error "RA_CPU_ISA=avx2: this CPU cannot run the avx2 kernels \(it support
 [ "$(kernels_of qemu-x86_64 -cpu SandyBridge "$RA")" = portable ] || fail "SandyBridge (AVX, no AVX2): the portable kernels were not chosen"
 [ "$(kernels_of qemu-x86_64 -cpu Haswell "$RA")" = avx2 ] || fail "Haswell: the AVX2 kernels were not chosen"
 check_tokens avx2-haswell qemu-x86_64 -cpu Haswell "$RA"
+# A Cooper Lake lists AVX512-BF16, but qemu-user saves no AVX-512 state: the
+# AVX512-BF16 kernels need both, so the AVX2 ones run, bf16 KV rows included.
+[ "$(kernels_of qemu-x86_64 -cpu Cooperlake "$RA")" = avx2 ] || fail "Cooperlake under qemu-user (no AVX-512 state): the AVX2 kernels were not chosen"
+# qemu_isa ISA ARGS...: qemu-x86_64 ARGS with RA_CPU_ISA=ISA, without qemu's
+# warnings about the model's features TCG lacks (Cooper Lake has several).
+qemu_isa() {
+    isa=$1; shift
+    RA_CPU_ISA=$isa qemu-x86_64 "$@" 2>"$TMP/qemu.err"; rc=$?
+    grep -v '^qemu-x86_64: warning' "$TMP/qemu.err" >&2
+    return $rc
+}
+expect_error "RA_CPU_ISA=avx512bf16: this CPU cannot run the avx512bf16 kernels \(it supports: avx2, portable\)" \
+    qemu_isa avx512bf16 -cpu Cooperlake "$RA" --model "$M" --prompt-ids 1
+got=$(qemu-x86_64 -cpu Cooperlake "$RA" --model "$M" --prompt-ids 1 --generate 30 --output ids --kv-dtype bf16 2>"$TMP/err") \
+    || fail "Cooperlake, bf16 KV: runahead failed: $(tail -1 "$TMP/err")"
+[ "$got" = "$(echo "$want" | cut -d' ' -f1-30)" ] || fail "Cooperlake, bf16 KV: the first 30 greedy ids differ from the reference"
 finish

@@ -15,6 +15,7 @@ int ref_kv_init(struct ref_kv *kv, int n_layers, int kv_dim, int capacity)
     kv->n_layers = n_layers;
     kv->kv_dim = kv_dim;
     kv->capacity = capacity;
+    kv->round_bf16 = 0;
     kv->k = calloc(count, sizeof(double));
     kv->v = calloc(count, sizeof(double));
     if (!kv->k || !kv->v) {
@@ -41,6 +42,16 @@ static double bf16_value(uint16_t h)
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
+}
+
+/* x to the nearest value with 8 significant bits (bf16's), ties to even, by
+ * frexp and rint rather than half.h's bit arithmetic; as bf16, the exponent
+ * range of fp32 (the oracle's values are far inside it). */
+static double bf16_round(double x)
+{
+    int e;
+    const double m = frexp(x, &e); /* x = m 2^e, 0.5 <= |m| < 1 */
+    return ldexp(rint(m * 256.0), e - 8);
 }
 
 static double f16_value(uint16_t h)
@@ -197,6 +208,10 @@ int ref_forward(const struct ra_model *m, const int32_t *tokens, int start, int 
             matmul(v, xb, &lw->wv, dim, kv_dim);
             ref_rope(q, c->n_heads, hd, pos, c->rope_theta, c->rope_style);
             ref_rope(k, c->n_kv_heads, hd, pos, c->rope_theta, c->rope_style);
+            for (int j = 0; kv->round_bf16 && j < kv_dim; j++) {
+                k[j] = bf16_round(k[j]);
+                v[j] = bf16_round(v[j]);
+            }
             if (ref_attention(att, q, ref_kv_k(kv, l, 0), ref_kv_v(kv, l, 0), pos, 1, c->n_heads, c->n_kv_heads,
                               hd) != 0) {
                 rc = -1;

@@ -15,6 +15,7 @@
 /* The reference's own KV cache: rows [pos][n_kv_heads*head_dim] per layer, in double. */
 struct ref_kv {
     int n_layers, kv_dim, capacity;
+    int round_bf16; /* set: K (after RoPE) and V rows are stored rounded to bf16, as a bf16 cache holds them */
     double *k, *v; /* [n_layers][capacity][kv_dim] */
 };
 

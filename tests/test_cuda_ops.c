@@ -162,7 +162,7 @@ static void check_rope(int pos0)
 /* Span [start, start+n) over cache rows [0, start+n) of shape H/KVH/HD. */
 static void check_attention(int n_heads, int n_kv, int hd, int start, int n, float qk_scale)
 {
-    const struct ra_attention_shape s = { n_heads, n_kv, hd, n_heads * hd, n_kv * hd };
+    const struct ra_attention_shape s = { n_heads, n_kv, hd, n_heads * hd, n_kv * hd, RA_DTYPE_F32 };
     const int rows = start + n;
     const size_t nq = (size_t)n * s.q_stride, nkv = (size_t)rows * s.kv_stride;
     float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nkv), *v = malloc(sizeof(float) * nkv);
@@ -318,7 +318,7 @@ static void check_errors(void)
     CHECK(ra_backend_cuda_init(&none, 1000) == RA_EINVAL && none == NULL);
     CHECK(strstr(ra_error_message(), "device 1000") != NULL);
     /* a shape the kernel refuses: one clear error, nothing launched */
-    const struct ra_attention_shape s = { 2, 2, 512, 1024, 1024 };
+    const struct ra_attention_shape s = { 2, 2, 512, 1024, 1024, RA_DTYPE_F32 };
     CHECK(gpu->ops->attention(gpu, NULL, NULL, NULL, NULL, 0, 1, &s) == RA_EUNSUPPORTED);
     /* a weight that was never uploaded */
     float w[4] = { 0 };
@@ -326,7 +326,7 @@ static void check_errors(void)
     CHECK(gpu->ops->matmul(gpu, NULL, 2, NULL, 2, &t, 1) == RA_EINVAL);
     /* a failing runtime call (a grid of 70000 heads exceeds gridDim.y, so the
      * launch fails before any pointer is read) becomes RA_EBACKEND naming the device */
-    const struct ra_attention_shape wide = { 70000, 70000, 16, 70000 * 16, 70000 * 16 };
+    const struct ra_attention_shape wide = { 70000, 70000, 16, 70000 * 16, 70000 * 16, RA_DTYPE_F32 };
     CHECK(ra_cuda_attention(NULL, NULL, NULL, NULL, 0, 1, &wide,
                             (cudaStream_t)gpu->ops->stream_native(gpu, RA_STREAM_COMPUTE)) == RA_EBACKEND);
     CHECK(strstr(ra_error_message(), "cuda device 0") != NULL);

@@ -92,7 +92,7 @@ static void check_gemv(const struct ra_cpu_kernels *kt, enum ra_dtype dt, int ro
 
 static void check_attention(const struct ra_cpu_kernels *kt, int n_heads, int n_kv_heads, int hd, int ctx, int n)
 {
-    const struct ra_attention_shape s = { n_heads, n_kv_heads, hd, n_heads * hd, n_kv_heads * hd };
+    const struct ra_attention_shape s = { n_heads, n_kv_heads, hd, n_heads * hd, n_kv_heads * hd, RA_DTYPE_F32 };
     const int total = ctx + n;
     float *kc = malloc((size_t)total * s.kv_stride * sizeof(float));
     float *vc = malloc((size_t)total * s.kv_stride * sizeof(float));

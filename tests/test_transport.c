@@ -236,7 +236,7 @@ static void out_of_order(const char *label, struct ra_transport *t, struct ra_kv
         int bad = 0;
         for (int pos = 0; pos < n; pos++)
             for (int j = 0; j < KV_DIM; j++)
-                bad += ra_kvcache_k(kv, 0, pos)[j] != value(0, 0, pos, j);
+                bad += ((const float *)ra_kvcache_k(kv, 0, pos))[j] != value(0, 0, pos, j);
         if (bad)
             fprintf(stderr, "%s, rank %d: out of order: %d values wrong\n", label, rank, bad);
         CHECK(bad == 0);

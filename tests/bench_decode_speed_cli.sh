@@ -1,10 +1,10 @@
 #!/bin/sh
-# jobs/bench-decode-bin on stories260K, briefly: it decodes in both lanes on 1 and 2 threads, prints
+# jobs/bench-decode-speed-bin on stories260K, briefly: it decodes in both lanes on 1 and 2 threads, prints
 # a row per (threads, lane) with a triad bandwidth and a share of the bound, the bf16/f32 ratios, and
 # rejects bad options with exit 2. (Timing means nothing here: this checks the program, not the machine.)
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
-B="$BUILD/jobs/bench-decode-bin"
+B="$BUILD/jobs/bench-decode-speed-bin"
 "$B" --model "$MODELS/stories260K.bin" --threads 1,2 --steps 4 --repeat 1 --triad-mib 8 >"$TMP/out" 2>"$TMP/err" ||
     fail "bench-decode: $(cat "$TMP/err")"
 for t in 1 2; do
@@ -17,7 +17,7 @@ done
 grep -Eq "^1 +[0-9]+ +[0-9.]+x$" "$TMP/out" || fail "no bf16/f32 ratio row"
 grep -q "^# lane bf16: f32 weights, bf16 compute" "$TMP/out" ||
     grep -q "^# lane bf16: f32 weights, f32 compute (bf16 unit: none" "$TMP/out" || fail "the bf16 lane does not say what it runs"
-expect_error "^bench-decode: .*--threads" "$B" --threads 0
-expect_error "^bench-decode: .*--lanes" "$B" --lanes f64
-expect_error "^bench-decode: .*holds no" "$B" --model "$MODELS/stories260K.bin" --steps 100000
+expect_error "^bench-decode-speed: .*--threads" "$B" --threads 0
+expect_error "^bench-decode-speed: .*--lanes" "$B" --lanes f64
+expect_error "^bench-decode-speed: .*holds no" "$B" --model "$MODELS/stories260K.bin" --steps 100000
 finish

@@ -1,0 +1,479 @@
+/* bench-decode-speed: single-process decode (one token per step) on the CPU backend,
+ * against the memory bandwidth bound.
+ *
+ * A decode step reads every weight once (the linear layers, the classifier,
+ * one embedding row) and, for attention, the K and V rows of every earlier
+ * position: it is memory bound. For each thread count, context length and
+ * lane (f32: the f32 model, fp32 compute; bf16: the bf16 copy of the model
+ * read in place, or the f32 model in bf16 compute with a plain bf16 copy),
+ * it decodes --steps tokens greedily after a context of C positions and
+ * prints decode tokens/s, the bytes a step reads, the STREAM-like triad
+ * bandwidth (src/membw.h) measured in the same run with the same threads,
+ * the bound that bandwidth puts on tokens/s, and the share of it reached.
+ * Every figure is the median [min-max] of --repeat samples; within a round
+ * the triad and the lanes run one after another (triad, f32, bf16, triad,
+ * f32, ...), so ratios compare samples taken moments apart.
+ *
+ * The context's K/V rows are filled with synthetic values instead of a
+ * prefill (a step's cost does not depend on what they hold): contexts of
+ * 8192 take no minutes of prefill first.
+ *
+ * Lanes: a lane is one way of running the same decode steps (struct
+ * lane_kind: how it is set up, one step, the extra bytes it moves). Another
+ * lane (e.g. a KV offload mode) is one more entry of lane_kinds[] with its own
+ * step function; the tables print one row per lane. */
+#include "args.h"
+#include "gemm_bf16.h"
+#include "half.h"
+#include "membw.h"
+#include "runahead.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_LIST 16
+#define MAX_REPEAT 101
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: bench-decode-speed [--model DIR] [--bf16-model DIR] [--contexts N,N,...] [--threads T,T,...]\n"
+            "                          [--lanes f32,bf16] [--steps N] [--repeat N] [--triad-mib N]\n"
+            "\n"
+            "Single-process decode on the CPU backend: tokens/s per step after a context of N\n"
+            "positions, the bytes a step reads (weights + K/V rows), a STREAM-like triad measured\n"
+            "in the same run, and the share of the bandwidth bound (triad GB/s / bytes per token)\n"
+            "reached; medians [min-max] of --repeat samples, lanes and triad interleaved.\n"
+            "\n"
+            "  --model DIR       model directory or llama2.c checkpoint\n"
+            "                    (default ${RA_BENCH_DIR:-$HOME/.cache/runahead}/bench-small)\n"
+            "  --bf16-model DIR  the bf16 lane's model, read in place (default: DIR-bf16 if present;\n"
+            "                    else the bf16 lane is the f32 model with a bf16 copy, bf16 compute)\n"
+            "  --contexts LIST   context lengths (default 512,2048,8192; those beyond the model's\n"
+            "                    context are skipped)\n"
+            "  --threads LIST    thread counts (default 1,2)\n"
+            "  --lanes LIST      f32, bf16 (default both)\n"
+            "  --steps N         decode steps per sample (default 16)\n"
+            "  --repeat N        samples per figure (default 5)\n"
+            "  --triad-mib N     MiB per triad array (default 256)\n"
+            "  --help\n"
+            "\n"
+            "RA_CPU_ISA forces the kernels; RA_GEMV=0 sends decode steps through the GEMM path.\n");
+}
+
+static int parse_list(const char *s, int *out, int max, const char *flag)
+{
+    int n = 0;
+    if (ra_arg_int_list(s, flag, 1, 1000000, out, max, &n) != RA_OK)
+        exit(ra_arg_usage_error("bench-decode-speed", "%s", ra_error_message()));
+    return n;
+}
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "bench-decode-speed: %s: %s\n", what, ra_error_message());
+    exit(rc == RA_ENOMEM ? 3 : 1);
+}
+
+/* ----------------------------------------------------------- statistics */
+
+struct samples {
+    double v[MAX_REPEAT];
+    int n;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const struct samples *s)
+{
+    if (s->n == 0)
+        return NAN;
+    double v[MAX_REPEAT];
+    memcpy(v, s->v, sizeof(double) * (size_t)s->n);
+    qsort(v, (size_t)s->n, sizeof v[0], cmp_double);
+    return s->n % 2 ? v[s->n / 2] : 0.5 * (v[s->n / 2 - 1] + v[s->n / 2]);
+}
+
+static const char *spread(char *buf, size_t size, const struct samples *s, const char *fmt)
+{
+    double lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < s->n; i++) {
+        lo = fmin(lo, s->v[i]);
+        hi = fmax(hi, s->v[i]);
+    }
+    char a[32], b[32], c[32];
+    snprintf(a, sizeof a, fmt, median(s));
+    snprintf(b, sizeof b, fmt, lo);
+    snprintf(c, sizeof c, fmt, hi);
+    snprintf(buf, size, "%s [%s-%s]", a, b, c);
+    return buf;
+}
+
+static void add(struct samples *s, double v)
+{
+    if (s->n < MAX_REPEAT)
+        s->v[s->n++] = v;
+}
+
+/* ----------------------------------------------------------- bytes per step */
+
+static double tensor_bytes(const struct ra_tensor *t)
+{
+    return (double)t->rows * (double)t->cols * (t->dtype == RA_DTYPE_F32 ? 4.0 : 2.0);
+}
+
+/* Weight bytes one step reads, as the backend reads them: bf16 compute
+ * reads bf16 (2 bytes per weight) whatever the file holds. Norm vectors and
+ * the embedding row are counted; they are a rounding error. */
+static double weight_bytes(const struct ra_model *m, int bf16_compute)
+{
+    const struct ra_config *c = &m->config;
+    double b = 0, per = bf16_compute ? 2.0 : 0.0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const struct ra_layer_weights *w = &m->weights.layers[l];
+        const struct ra_tensor *mm[] = { &w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down };
+        for (int i = 0; i < 7; i++)
+            b += per ? per * (double)mm[i]->rows * (double)mm[i]->cols : tensor_bytes(mm[i]);
+        b += 2.0 * c->dim * 4;
+    }
+    const struct ra_tensor *o = &m->weights.output;
+    b += per ? per * (double)o->rows * (double)o->cols : tensor_bytes(o);
+    b += (double)c->dim * (m->weights.embed.dtype == RA_DTYPE_F32 ? 4 : 2) + c->dim * 4.0;
+    return b;
+}
+
+/* K and V rows attention reads over steps at positions [pos, pos+steps). */
+static double kv_bytes(const struct ra_config *c, int pos, int steps)
+{
+    const double rows = (double)steps * pos + (double)steps * (steps + 1) / 2;
+    return 2.0 * c->n_layers * ra_config_kv_dim(c) * sizeof(float) * rows / steps;
+}
+
+/* ----------------------------------------------------------- lanes */
+
+struct lane;
+struct lane_kind {
+    const char *name;
+    /* One decode step: token at position pos, logits out. */
+    int (*step)(struct lane *ln, int32_t token, int pos, float *logits);
+};
+
+struct lane {
+    const struct lane_kind *kind;
+    int on, bf16_compute;
+    struct ra_model *m;
+    struct ra_backend *be;
+    struct ra_kvcache kv;
+    double weight_bytes;
+    char how[256];
+};
+
+static int step_plain(struct lane *ln, int32_t token, int pos, float *logits)
+{
+    return ra_forward_span(ln->m, &token, pos, 1, &ln->kv, NULL, logits);
+}
+
+enum { LANE_F32, LANE_BF16, N_LANES };
+static const struct lane_kind lane_kinds[N_LANES] = {
+    { "f32", step_plain },
+    { "bf16", step_plain },
+};
+
+/* Synthetic K/V rows for positions [0, ctx): small values, as a context's. */
+static void fill_kv(struct ra_kvcache *kv, int ctx)
+{
+    for (int l = 0; l < kv->n_layers; l++)
+        for (size_t i = 0; i < (size_t)ctx * kv->kv_dim; i++) {
+            const float v = (float)((i * 2654435761u + (unsigned)l) % 1000) * 1e-3f - 0.5f;
+            if (kv->dtype == RA_DTYPE_F32) {
+                ((float *)kv->k[l])[i] = v;
+                ((float *)kv->v[l])[i] = -v;
+            } else {
+                ((uint16_t *)kv->k[l])[i] = ra_f32_to_bf16(v);
+                ((uint16_t *)kv->v[l])[i] = ra_f32_to_bf16(-v);
+            }
+        }
+}
+
+/* What one (threads, context, lane) cell collects, one value per sample. */
+struct cell {
+    struct samples tps, share, lin, att, other;
+};
+
+/* steps greedy tokens after position ctx; per-op shares from the stats. */
+static void lane_sample(struct lane *ln, int ctx, int steps, float *logits, double triad_gbs, struct cell *c)
+{
+    struct ra_forward_stats st;
+    memset(&st, 0, sizeof st);
+    ln->m->stats = &st;
+    int32_t tok = 1;
+    const double t0 = now();
+    for (int s = 0; s < steps; s++) {
+        int rc = ln->kind->step(ln, tok, ctx + s, logits);
+        if (rc != RA_OK)
+            die("decode step", rc);
+        tok = ra_argmax(logits, ln->m->config.vocab_size);
+    }
+    const double t = now() - t0;
+    ln->m->stats = NULL;
+    const double tps = steps / t;
+    const double bytes = ln->weight_bytes + kv_bytes(&ln->m->config, ctx, steps);
+    add(&c->tps, tps);
+    add(&c->share, 100 * tps * bytes / (triad_gbs * 1e9));
+    const double acc = st.t_linear + st.t_attention + st.t_other;
+    add(&c->lin, 100 * st.t_linear / acc);
+    add(&c->att, 100 * st.t_attention / acc);
+    add(&c->other, 100 * st.t_other / acc);
+}
+
+int main(int argc, char **argv)
+{
+    int ctx_list[MAX_LIST] = { 512, 2048, 8192 }, n_ctx = 3;
+    int threads_list[MAX_LIST] = { 1, 2 }, n_threads = 2;
+    int want[N_LANES] = { 1, 1 };
+    int steps = 16, repeat = 5, triad_mib = 256;
+    const char *model_dir = NULL, *bf16_model = NULL;
+    char model_default[4096], bf16_default[4200];
+
+    static const struct option opts[] = {
+        { "model", required_argument, 0, 'm' },   { "bf16-model", required_argument, 0, 'b' },
+        { "contexts", required_argument, 0, 'c' }, { "threads", required_argument, 0, 't' },
+        { "lanes", required_argument, 0, 'l' },   { "steps", required_argument, 0, 's' },
+        { "repeat", required_argument, 0, 'r' },  { "triad-mib", required_argument, 0, 'T' },
+        { "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 },
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "m:b:c:t:l:s:r:T:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model_dir = optarg; break;
+        case 'b': bf16_model = optarg; break;
+        case 'c': n_ctx = parse_list(optarg, ctx_list, MAX_LIST, "--contexts"); break;
+        case 't': n_threads = parse_list(optarg, threads_list, MAX_LIST, "--threads"); break;
+        case 'l': {
+            char *copy = strdup(optarg), *save = NULL;
+            memset(want, 0, sizeof want);
+            for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                int found = 0;
+                for (int i = 0; i < N_LANES; i++)
+                    if (strcmp(t, lane_kinds[i].name) == 0)
+                        want[i] = found = 1;
+                if (!found)
+                    return ra_arg_usage_error("bench-decode-speed", "--lanes: '%s' is not f32 or bf16", t);
+            }
+            free(copy);
+            break;
+        }
+        case 's':
+            if (ra_arg_int(optarg, "--steps", 1, 100000, &steps) != RA_OK)
+                return ra_arg_usage_error("bench-decode-speed", "%s", ra_error_message());
+            break;
+        case 'r':
+            if (ra_arg_int(optarg, "--repeat", 1, MAX_REPEAT, &repeat) != RA_OK)
+                return ra_arg_usage_error("bench-decode-speed", "%s", ra_error_message());
+            break;
+        case 'T':
+            if (ra_arg_int(optarg, "--triad-mib", 1, 65536, &triad_mib) != RA_OK)
+                return ra_arg_usage_error("bench-decode-speed", "%s", ra_error_message());
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bench-decode-speed: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (!model_dir) {
+        const char *base = getenv("RA_BENCH_DIR");
+        if (base && *base)
+            snprintf(model_default, sizeof model_default, "%s/bench-small", base);
+        else
+            snprintf(model_default, sizeof model_default, "%s/.cache/runahead/bench-small",
+                     getenv("HOME") ? getenv("HOME") : ".");
+        model_dir = model_default;
+    }
+    if (!bf16_model) {
+        snprintf(bf16_default, sizeof bf16_default, "%s-bf16", model_dir);
+        if (access(bf16_default, R_OK) == 0)
+            bf16_model = bf16_default;
+    }
+    /* Without a bf16 file the bf16 lane makes a bf16 copy of the f32 weights:
+     * plain, not oneDNN's blocked layout, which only its GEMM reads. */
+    if (!bf16_model)
+        setenv("RA_GEMM_PREPACK", "0", 1);
+
+    struct ra_model models[N_LANES];
+    struct lane lanes[N_LANES];
+    memset(models, 0, sizeof models);
+    memset(lanes, 0, sizeof lanes);
+    int rc;
+    if ((rc = ra_model_load(&models[LANE_F32], model_dir)) != RA_OK)
+        die("loading the model", rc);
+    /* Each lane its own model (the same file mapped twice when there is no
+     * bf16 file: the page cache holds it once), so both stay attached. */
+    if (want[LANE_BF16] && (rc = ra_model_load(&models[LANE_BF16], bf16_model ? bf16_model : model_dir)) != RA_OK)
+        die("loading the bf16 model", rc);
+    const struct ra_config *cfg = &models[LANE_F32].config;
+    if (want[LANE_BF16] &&
+        memcmp(&models[LANE_BF16].config, cfg, sizeof *cfg) != 0) {
+        fprintf(stderr, "bench-decode-speed: %s does not have the shape of %s\n", bf16_model, model_dir);
+        return 2;
+    }
+
+    /* Contexts that fit the model's context with the steps after them. */
+    int nc = 0;
+    for (int i = 0; i < n_ctx; i++) {
+        if (ctx_list[i] + steps > cfg->seq_len)
+            printf("# context %d + %d steps exceeds the model's %d: skipped\n", ctx_list[i], steps, cfg->seq_len);
+        else
+            ctx_list[nc++] = ctx_list[i];
+    }
+    if (nc == 0 && cfg->seq_len > steps) {
+        ctx_list[nc++] = cfg->seq_len - steps;
+        printf("# using context %d instead\n", ctx_list[0]);
+    }
+    if (nc == 0) {
+        fprintf(stderr, "bench-decode-speed: the model's context of %d holds no %d steps\n", cfg->seq_len, steps);
+        return 2;
+    }
+    int max_ctx = 0;
+    for (int i = 0; i < nc; i++)
+        max_ctx = ctx_list[i] > max_ctx ? ctx_list[i] : max_ctx;
+
+    char kernels[256], units[256];
+    ra_cpu_isa_describe(kernels, sizeof kernels);
+    ra_gemm_bf16_units(units, sizeof units);
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    printf("# runahead bench-decode-speed: single-process decode, CPU backend\n");
+    printf("# kernels : %s (RA_CPU_ISA forces one); bf16 units: %s\n", kernels, units);
+    printf("# model   : %s: dim %d, %d layers, %d heads, %d KV heads, FFN %d, vocab %d, %s weights\n", model_dir,
+           cfg->dim, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->hidden_dim, cfg->vocab_size,
+           ra_dtype_name(models[LANE_F32].weights.layers[0].wq.dtype));
+    printf("# timing  : %d greedy steps per sample, median [min-max] of %d samples; per round: triad, then\n"
+           "#           each lane at each context, interleaved; K/V of the context synthetic (no prefill)\n",
+           steps, repeat);
+    printf("# triad   : a = b + s*c, 3 arrays of %d MiB, the run's thread count, best of 3 per sample\n",
+           triad_mib);
+    printf("# bound   : tok/s <= triad GB/s / bytes per step (weights as read + K/V rows of the context);\n"
+           "#           of bound = tok/s x bytes / triad bandwidth of the same round. OMP_WAIT_POLICY=%s\n",
+           wait ? wait : "(unset)");
+    printf("# the machine may be shared: only interleaved comparisons with large differences mean much\n#\n");
+    printf("%-3s %-5s %6s  %-22s %9s  %-22s %-22s %5s %5s %5s\n", "T", "lane", "ctx", "tok/s", "MB/step",
+           "triad GB/s", "of bound %", "lin%", "attn%", "oth%");
+    fflush(stdout);
+
+    float *logits = malloc((size_t)cfg->vocab_size * sizeof *logits);
+    if (!logits)
+        die("logits", RA_ENOMEM);
+    static struct cell cells[MAX_LIST][MAX_LIST][N_LANES];
+    struct samples triad[MAX_LIST];
+    memset(triad, 0, sizeof triad);
+    char f1[128], f2[128], f3[128];
+
+    for (int ti = 0; ti < n_threads; ti++) {
+        const int th = threads_list[ti];
+        for (int li = 0; li < N_LANES; li++) {
+            struct lane *ln = &lanes[li];
+            ln->kind = &lane_kinds[li];
+            ln->on = want[li];
+            if (!ln->on)
+                continue;
+            ln->m = &models[li];
+            if ((rc = ra_backend_cpu_init(&ln->be, th)) != RA_OK)
+                die("backend", rc);
+            ln->be->compute = li == LANE_F32 ? RA_COMPUTE_F32 : bf16_model ? RA_COMPUTE_AUTO : RA_COMPUTE_BF16;
+            if ((rc = ra_model_attach(ln->m, ln->be)) != RA_OK)
+                die("attach", rc);
+            if ((rc = ra_kvcache_init(&ln->kv, ln->be, cfg->n_layers, ra_config_kv_dim(cfg), max_ctx + steps)) !=
+                RA_OK)
+                die("KV cache", rc);
+            fill_kv(&ln->kv, max_ctx);
+            char unit[128];
+            ra_backend_cpu_describe_linear(ln->be, unit, sizeof unit);
+            ln->bf16_compute = li == LANE_BF16 && strncmp(unit, "none", 4) != 0;
+            ln->weight_bytes = weight_bytes(ln->m, ln->bf16_compute);
+            snprintf(ln->how, sizeof ln->how, "%s weights, %s compute (bf16 unit: %s)",
+                     ra_dtype_name(ln->m->weights.layers[0].wq.dtype), ln->bf16_compute ? "bf16" : "f32", unit);
+            if (ti == 0)
+                printf("# lane %-4s: %s; %.1f MB of weights per step\n", ln->kind->name, ln->how,
+                       ln->weight_bytes * 1e-6);
+            /* Warm-up: faults in the weights and the cache rows. */
+            struct cell scratch;
+            memset(&scratch, 0, sizeof scratch);
+            lane_sample(ln, ctx_list[0], 2, logits, 1, &scratch);
+        }
+        for (int r = 0; r < repeat; r++) {
+            struct ra_membw bw;
+            if ((rc = ra_membw_triad((size_t)triad_mib << 20, th, 3, &bw)) != RA_OK)
+                die("triad", rc);
+            add(&triad[ti], bw.best_gbs);
+            for (int ci = 0; ci < nc; ci++)
+                for (int li = 0; li < N_LANES; li++)
+                    if (lanes[li].on)
+                        lane_sample(&lanes[li], ctx_list[ci], steps, logits, bw.best_gbs, &cells[ti][ci][li]);
+        }
+        for (int ci = 0; ci < nc; ci++)
+            for (int li = 0; li < N_LANES; li++) {
+                const struct lane *ln = &lanes[li];
+                const struct cell *cl = &cells[ti][ci][li];
+                if (!ln->on)
+                    continue;
+                printf("%-3d %-5s %6d  %-22s %9.1f  %-22s %-22s %5.1f %5.1f %5.1f\n", th, ln->kind->name,
+                       ctx_list[ci], spread(f1, sizeof f1, &cl->tps, "%.1f"),
+                       (ln->weight_bytes + kv_bytes(cfg, ctx_list[ci], steps)) * 1e-6,
+                       spread(f2, sizeof f2, &triad[ti], "%.1f"), spread(f3, sizeof f3, &cl->share, "%.0f"),
+                       median(&cl->lin), median(&cl->att), median(&cl->other));
+            }
+        fflush(stdout);
+        for (int li = 0; li < N_LANES; li++) {
+            struct lane *ln = &lanes[li];
+            if (!ln->on)
+                continue;
+            ra_kvcache_free(&ln->kv);
+            ra_model_detach(ln->m);
+            ra_backend_free(ln->be);
+        }
+    }
+
+    printf("#\n# ratios of medians, this run\n%-3s %6s %12s", "T", "ctx", "bf16/f32");
+    for (int ti = 1; ti < n_threads; ti++)
+        printf(" %9s T=%-2d", "f32", threads_list[ti]);
+    printf("\n%-3s %6s %12s", "", "", "tok/s");
+    for (int ti = 1; ti < n_threads; ti++)
+        printf(" %9s T=%-2d", "vs", threads_list[0]);
+    printf("\n");
+    for (int ti = 0; ti < n_threads; ti++)
+        for (int ci = 0; ci < nc; ci++) {
+            const struct cell *cl = cells[ti][ci];
+            char r[32] = "-";
+            if (cl[LANE_F32].tps.n && cl[LANE_BF16].tps.n)
+                snprintf(r, sizeof r, "%.2fx", median(&cl[LANE_BF16].tps) / median(&cl[LANE_F32].tps));
+            printf("%-3d %6d %12s", threads_list[ti], ctx_list[ci], r);
+            if (ti > 0 && cl[LANE_F32].tps.n)
+                printf(" %14.2fx", median(&cl[LANE_F32].tps) / median(&cells[0][ci][LANE_F32].tps));
+            printf("\n");
+        }
+    printf("#\n# targets (issue 10): >= 80%% of the bound on 1 and 2 threads; bf16 >= 1.8x f32 tok/s\n");
+    free(logits);
+    for (int li = 0; li < N_LANES; li++)
+        if (models[li].config.dim)
+            ra_model_free(&models[li]);
+    return 0;
+}

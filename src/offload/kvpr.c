@@ -1,0 +1,293 @@
+/* KVPR: profiler, planner, runtime. See kvpr.h. */
+#include "kvpr.h"
+#include "../status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int ra_kvpr_x_rows(const struct ra_kvpr_shape *sh, int l)
+{
+    (void)sh;
+    return l;
+}
+
+void ra_kvpr_bytes(const struct ra_kvpr_shape *sh, int l, int64_t *x_bytes, int64_t *kv_bytes)
+{
+    *x_bytes = (int64_t)ra_kvpr_x_rows(sh, l) * sh->dim * sh->elem;
+    *kv_bytes = 2 * (int64_t)(sh->s - l) * sh->kv_dim * sh->elem;
+}
+
+/* Messages of K (as many of V) for split l: the rows before x0 and after x0+l. */
+static int kv_segments(const struct ra_kvpr_shape *sh, int l)
+{
+    const int before = sh->x0 < sh->s ? sh->x0 : sh->s;
+    return (before > 0) + (sh->x0 + l < sh->s);
+}
+
+double ra_kvpr_cost(const struct ra_kvpr_profile *p, const struct ra_kvpr_shape *sh, int l)
+{
+    int64_t xb, kvb;
+    ra_kvpr_bytes(sh, l, &xb, &kvb);
+    const double inv = isinf(p->v_com) ? 0 : 1.0 / p->v_com;
+    const double t_x = l ? p->lat_s + (double)xb * inv : 0;
+    const double t_kv = 2 * kv_segments(sh, l) * p->lat_s + (double)kvb * inv;
+    const double t_re = !l ? 0 : p->fixed_s > 0 ? p->fixed_s
+                                 : p->gemm_s0 + 4.0 * l * (double)sh->dim * sh->kv_dim / p->v_gpu;
+    return t_x + (t_re > t_kv ? t_re : t_kv);
+}
+
+int ra_kvpr_plan_scan(const struct ra_kvpr_profile *p, const struct ra_kvpr_shape *sh)
+{
+    const int lmax = sh->x_rows < sh->s - sh->x0 ? sh->x_rows : sh->s - sh->x0;
+    int best = 0;
+    double tbest = ra_kvpr_cost(p, sh, 0);
+    for (int l = 1; l <= lmax; l++) {
+        const double t = ra_kvpr_cost(p, sh, l);
+        if (t < tbest)
+            tbest = t, best = l;
+    }
+    return best;
+}
+
+int ra_kvpr_plan_closed(const struct ra_kvpr_profile *p, const struct ra_kvpr_shape *sh)
+{
+    const int lmax = sh->x_rows < sh->s - sh->x0 ? sh->x_rows : sh->s - sh->x0;
+    if (lmax <= 0 || isinf(p->v_com))
+        return 0;
+    const double a = (double)sh->dim * sh->elem / p->v_com, c = 2.0 * sh->kv_dim * sh->elem / p->v_com;
+    const double r = 4.0 * sh->dim * (double)sh->kv_dim / p->v_gpu;
+    if (c <= a)
+        return 0;
+    const double ls = c * sh->s / (r + c);
+    int lo = (int)floor(ls), hi = lo + 1;
+    lo = lo < 0 ? 0 : lo > lmax ? lmax : lo;
+    hi = hi < 0 ? 0 : hi > lmax ? lmax : hi;
+    const struct ra_kvpr_profile q = { p->v_com, 0, p->v_gpu, 0, 0 }; /* the closed form's own model */
+    return ra_kvpr_cost(&q, sh, hi) < ra_kvpr_cost(&q, sh, lo) ? hi : lo;
+}
+
+int ra_kvpr_recompute(struct ra_model *m, int layer, const float *x, int x0, int nx, float *k, float *v)
+{
+    struct ra_backend *be = m->backend;
+    const struct ra_config *c = &m->config;
+    const struct ra_layer_weights *w = &m->weights.layers[layer];
+    const int kvd = ra_config_kv_dim(c);
+    int rc = be->ops->matmul(be, k, kvd, x, c->dim, &w->wk, nx);
+    if (rc == RA_OK)
+        rc = be->ops->matmul(be, v, kvd, x, c->dim, &w->wv, nx);
+    if (rc == RA_OK)
+        rc = be->ops->rope(be, k, kvd, nx, c->n_kv_heads, c->head_dim, x0, c->rope_theta, c->rope_style);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- profiler */
+
+static int time_gemm(struct ra_offload *o, int n, double *t)
+{
+    struct ra_offload_view *vw = ra_offload_view(o);
+    struct ra_backend *be = vw->be;
+    int rc = RA_OK;
+    double best = INFINITY;
+    for (int rep = 0; rep < 3 && rc == RA_OK; rep++) {
+        const double t0 = now();
+        rc = ra_kvpr_recompute(vw->m, 0, ra_offload_slot_x(o, 0), 0, n, ra_offload_slot_k(o, 0),
+                               ra_offload_slot_v(o, 0));
+        if (rc == RA_OK)
+            rc = be->ops->synchronize(be);
+        const double dt = now() - t0;
+        best = dt < best ? dt : best;
+    }
+    *t = best;
+    return rc;
+}
+
+static int time_copy(struct ra_offload *o, size_t bytes, double *t)
+{
+    struct ra_offload_view *vw = ra_offload_view(o);
+    struct ra_backend *be = vw->be;
+    int rc = RA_OK;
+    double best = INFINITY;
+    for (int rep = 0; rep < 3 && rc == RA_OK; rep++) {
+        const double t0 = now();
+        rc = be->ops->copy_async(be, ra_offload_slot_k(o, 0), ra_offload_pool_k(o, 0), bytes, RA_STREAM_COPY);
+        if (rc == RA_OK)
+            rc = be->ops->synchronize(be);
+        const double dt = now() - t0;
+        best = dt < best ? dt : best;
+    }
+    *t = best;
+    return rc;
+}
+
+int ra_kvpr_profile(struct ra_offload *o, struct ra_kvpr_profile *p)
+{
+    struct ra_offload_view *vw = ra_offload_view(o);
+    const struct ra_offload_config *cfg = vw->cfg;
+    struct ra_backend *be = vw->be;
+    int rc = RA_OK;
+    *p = (struct ra_kvpr_profile){ INFINITY, 0, INFINITY, 0, 0 };
+    /* the link: modelled where it is emulated, timed where it is real */
+    if (be->ops->mem_kind(be) != RA_MEM_DEVICE) {
+        if (cfg->link_gbps > 0)
+            p->v_com = cfg->link_gbps * 1e9, p->lat_s = cfg->link_latency_us * 1e-6;
+    } else {
+        const size_t big = (size_t)vw->max_rows * vw->kv_dim * sizeof(float), small = big / 16 ? big / 16 : big;
+        double t_small, t_big;
+        if ((rc = time_copy(o, small, &t_small)) == RA_OK && (rc = time_copy(o, big, &t_big)) == RA_OK &&
+            t_big > t_small && big > small) {
+            p->v_com = (double)(big - small) / (t_big - t_small);
+            p->lat_s = fmax(0, t_small - (double)small / p->v_com);
+        }
+    }
+    /* the recompute GEMM, at two sizes of the shape it runs */
+    const int n1 = vw->max_rows >= 4 ? vw->max_rows / 4 : 2, n2 = vw->max_rows >= 2 ? vw->max_rows : 2;
+    double t1, t2;
+    if (rc == RA_OK && vw->max_rows >= 2 && (rc = time_gemm(o, n1, &t1)) == RA_OK &&
+        (rc = time_gemm(o, n2, &t2)) == RA_OK) {
+        const double flop_row = 4.0 * vw->dim * (double)vw->kv_dim;
+        const double per_row = n2 > n1 && t2 > t1 ? (t2 - t1) / (n2 - n1) : t2 / n2;
+        p->v_gpu = flop_row / per_row;
+        p->gemm_s0 = fmax(0, t2 - per_row * n2);
+    }
+    /* the CPU backend recomputes on the prefill span's row count (kvpr.h): a constant */
+    const int span = vw->x_end - vw->x_start;
+    if (rc == RA_OK && be->ops->mem_kind(be) != RA_MEM_DEVICE && span > 0)
+        rc = time_gemm(o, span, &p->fixed_s);
+    if (cfg->kvpr_v_com > 0)
+        p->v_com = cfg->kvpr_v_com;
+    if (cfg->kvpr_v_gpu > 0)
+        p->v_gpu = cfg->kvpr_v_gpu, p->gemm_s0 = 0, p->fixed_s = 0;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- runtime */
+
+struct kvpr_state {
+    struct ra_kvpr_profile prof;
+    int l, nx;                   /* this step's split and X rows sent */
+    float *scratch_k, *scratch_v; /* device, the span's rows: the CPU backend's recompute output */
+};
+
+static struct ra_kvpr_shape shape_at(struct ra_offload *o, int pos)
+{
+    const struct ra_offload_view *vw = ra_offload_view(o);
+    return (struct ra_kvpr_shape){ .dim = vw->dim, .kv_dim = vw->kv_dim, .elem = (int)sizeof(float), .s = pos,
+                                   .x0 = vw->x_start, .x_rows = vw->x_end - vw->x_start };
+}
+
+static int kvpr_begin(struct ra_offload *o)
+{
+    struct ra_offload_view *vw = ra_offload_view(o);
+    struct kvpr_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return ra_error_set(RA_ENOMEM, "kvpr: out of memory");
+    vw->policy_state = st;
+    const size_t two = (size_t)(vw->max_rows > 1 ? vw->max_rows : 1) * vw->kv_dim * sizeof(float);
+    st->scratch_k = vw->be->ops->alloc_mem(vw->be, two, RA_MEM_DEVICE);
+    st->scratch_v = vw->be->ops->alloc_mem(vw->be, two, RA_MEM_DEVICE);
+    if (!st->scratch_k || !st->scratch_v)
+        return ra_error_set(RA_ENOMEM, "kvpr: cannot allocate device scratch");
+    return ra_kvpr_profile(o, &st->prof);
+}
+
+static void kvpr_end(struct ra_offload *o)
+{
+    struct ra_offload_view *vw = ra_offload_view(o);
+    struct kvpr_state *st = vw->policy_state;
+    if (!st)
+        return;
+    if (st->scratch_k) vw->be->ops->release_mem(vw->be, st->scratch_k, RA_MEM_DEVICE);
+    if (st->scratch_v) vw->be->ops->release_mem(vw->be, st->scratch_v, RA_MEM_DEVICE);
+    free(st);
+    vw->policy_state = NULL;
+}
+
+int ra_kvpr_split(struct ra_offload *o, int pos)
+{
+    struct ra_offload_view *vw = ra_offload_view(o);
+    struct kvpr_state *st = vw->policy_state;
+    const struct ra_kvpr_shape sh = shape_at(o, pos);
+    const int lmax = sh.x_rows < sh.s - sh.x0 ? sh.x_rows : sh.s - sh.x0;
+    if (lmax <= 0)
+        return 0;
+    if (vw->cfg->kvpr_force_l >= 0)
+        return vw->cfg->kvpr_force_l < lmax ? vw->cfg->kvpr_force_l : lmax;
+    return ra_kvpr_plan_scan(&st->prof, &sh);
+}
+
+static int kvpr_fetch(struct ra_offload *o, int layer, int pos)
+{
+    struct ra_offload_view *vw = ra_offload_view(o);
+    struct kvpr_state *st = vw->policy_state;
+    if (layer == 0) { /* re-planned every step as the context grows; the same l for every layer */
+        const struct ra_kvpr_shape sh = shape_at(o, pos);
+        st->l = ra_kvpr_split(o, pos);
+        st->nx = ra_kvpr_x_rows(&sh, st->l);
+        struct ra_offload_stats *c = ra_offload_counters(o);
+        c->kvpr_l = st->l;
+        c->kvpr_l_closed = ra_kvpr_plan_closed(&st->prof, &sh);
+        c->kvpr_v_com = st->prof.v_com, c->kvpr_v_gpu = st->prof.v_gpu, c->kvpr_fixed_s = st->prof.fixed_s;
+    }
+    const size_t row = (size_t)vw->kv_dim * sizeof(float);
+    const int x0 = vw->x_start, x1 = x0 + st->l;
+    float *k = ra_offload_slot_k(o, layer), *v = ra_offload_slot_v(o, layer);
+    const float *pk = ra_offload_pool_k(o, layer), *pv = ra_offload_pool_v(o, layer);
+    /* activations first: the recompute starts as soon as they arrive */
+    int rc = ra_offload_send(o, ra_offload_slot_x(o, layer), ra_offload_pool_x(o, layer) + (size_t)x0 * vw->dim,
+                             (size_t)st->nx * vw->dim * sizeof(float), 1);
+    const int b = st->l ? (x0 < pos ? x0 : pos) : pos; /* KV rows [0, b) and [x1, pos) */
+    if (rc == RA_OK)
+        rc = ra_offload_send(o, k, pk, (size_t)b * row, 0);
+    if (rc == RA_OK)
+        rc = ra_offload_send(o, v, pv, (size_t)b * row, 0);
+    if (rc == RA_OK && st->l && x1 < pos) {
+        const size_t off = (size_t)x1 * vw->kv_dim, bytes = (size_t)(pos - x1) * row;
+        if ((rc = ra_offload_send(o, k + off, pk + off, bytes, 0)) == RA_OK)
+            rc = ra_offload_send(o, v + off, pv + off, bytes, 0);
+    }
+    return rc;
+}
+
+static int kvpr_ready(struct ra_offload *o, int layer, int pos)
+{
+    struct ra_offload_view *vw = ra_offload_view(o);
+    struct kvpr_state *st = vw->policy_state;
+    (void)pos;
+    if (!st->l)
+        return RA_OK;
+    int rc = ra_offload_wait_link(o, 1);
+    if (rc != RA_OK)
+        return rc;
+    const double t0 = now();
+    const size_t off = (size_t)vw->x_start * vw->kv_dim;
+    float *k = ra_offload_slot_k(o, layer) + off, *v = ra_offload_slot_v(o, layer) + off;
+    struct ra_backend *be = vw->be;
+    if (be->ops->mem_kind(be) == RA_MEM_DEVICE) {
+        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start, st->l, k, v);
+    } else { /* on the span's row count (kvpr.h), into scratch; rows [l, span) of X are stale and unused */
+        const size_t bytes = (size_t)st->l * vw->kv_dim * sizeof(float);
+        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start, vw->x_end - vw->x_start,
+                               st->scratch_k, st->scratch_v);
+        if (rc == RA_OK)
+            rc = be->ops->copy_async(be, k, st->scratch_k, bytes, RA_STREAM_COMPUTE);
+        if (rc == RA_OK)
+            rc = be->ops->copy_async(be, v, st->scratch_v, bytes, RA_STREAM_COMPUTE);
+    }
+    if (rc == RA_OK && be->ops->mem_kind(be) != RA_MEM_DEVICE)
+        rc = be->ops->synchronize(be);
+    ra_offload_counters(o)->recompute_s += now() - t0;
+    ra_offload_charge(o, now() - t0);
+    return rc;
+}
+
+const struct ra_offload_policy ra_kvpr_policy = {
+    .name = "kvpr", .begin = kvpr_begin, .fetch = kvpr_fetch, .ready = kvpr_ready, .end = kvpr_end,
+};
