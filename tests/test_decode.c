@@ -11,8 +11,9 @@
  *   compute (activations rounded to bf16 on both paths, products exact in
  *   fp32): within 1e-5 of the sum of |products|, 1e-4 for bf16.
  * - Decode attention (1-4 queries per head, keys split into chunks that merge
- *   at the end) against the block kernel on the same cache: contexts of 1 to
- *   5000 keys (one chunk and several), GQA groups, head_dim 8-128.
+ *   at the end) against the block kernel on the same cache, f32 and bf16 rows:
+ *   contexts of 1 to 5000 keys (one chunk and several), GQA groups, head_dim
+ *   8-128.
  *
  * A wrong row, stride, tail or chunk merge gives differences of order 1. */
 #include "cpu_kernels.h"
@@ -90,9 +91,10 @@ static void check_gemv(const struct ra_cpu_kernels *kt, enum ra_dtype dt, int ro
     free(ys);
 }
 
-static void check_attention(const struct ra_cpu_kernels *kt, int n_heads, int n_kv_heads, int hd, int ctx, int n)
+static void check_attention_kv(const struct ra_cpu_kernels *kt, int n_heads, int n_kv_heads, int hd, int ctx, int n,
+                               enum ra_dtype kvt)
 {
-    const struct ra_attention_shape s = { n_heads, n_kv_heads, hd, n_heads * hd, n_kv_heads * hd, RA_DTYPE_F32 };
+    const struct ra_attention_shape s = { n_heads, n_kv_heads, hd, n_heads * hd, n_kv_heads * hd, kvt };
     const int total = ctx + n;
     float *kc = malloc((size_t)total * s.kv_stride * sizeof(float));
     float *vc = malloc((size_t)total * s.kv_stride * sizeof(float));
@@ -103,6 +105,12 @@ static void check_attention(const struct ra_cpu_kernels *kt, int n_heads, int n_
         kc[i] = 2 * frand();
         vc[i] = frand();
     }
+    if (kvt == RA_DTYPE_BF16) { /* bf16 rows, in place: the first half of each buffer */
+        for (size_t i = 0; i < (size_t)total * s.kv_stride; i++) {
+            ((uint16_t *)kc)[i] = ra_f32_to_bf16(kc[i]);
+            ((uint16_t *)vc)[i] = ra_f32_to_bf16(vc[i]);
+        }
+    }
     for (size_t i = 0; i < (size_t)total * s.q_stride; i++)
         q[i] = 2 * frand();
     /* The block kernel: a span of more tokens than the decode path takes
@@ -111,8 +119,8 @@ static void check_attention(const struct ra_cpu_kernels *kt, int n_heads, int n_
     CHECK_OK(kt->attention(got, q + (size_t)ctx * s.q_stride, kc, vc, ctx, n, &s, 2));
     const double d = test_max_rel_diff(got, ref + (size_t)ctx * s.q_stride, (size_t)n * s.q_stride);
     if (!(d <= 1e-5))
-        fprintf(stderr, "attention %s heads %d/%d hd %d ctx %d n %d: differs by %.3g\n", ra_cpu_isa_name(kt->isa),
-                n_heads, n_kv_heads, hd, ctx, n, d);
+        fprintf(stderr, "attention %s %s KV heads %d/%d hd %d ctx %d n %d: differs by %.3g\n",
+                ra_cpu_isa_name(kt->isa), ra_dtype_name(kvt), n_heads, n_kv_heads, hd, ctx, n, d);
     CHECK(d <= 1e-5);
     /* Thread counts must not change the result (the chunks are fixed by the context). */
     float *got1 = malloc((size_t)n * s.q_stride * sizeof(float));
@@ -124,6 +132,12 @@ static void check_attention(const struct ra_cpu_kernels *kt, int n_heads, int n_
     free(q);
     free(ref);
     free(got);
+}
+
+static void check_attention(const struct ra_cpu_kernels *kt, int n_heads, int n_kv_heads, int hd, int ctx, int n)
+{
+    check_attention_kv(kt, n_heads, n_kv_heads, hd, ctx, n, RA_DTYPE_F32);
+    check_attention_kv(kt, n_heads, n_kv_heads, hd, ctx, n, RA_DTYPE_BF16);
 }
 
 /* Backend matmul of one token (GEMV) against row t of an 8-token one (GEMM). */
