@@ -44,7 +44,8 @@ struct ra_cpu_kernels {
     /* y[t*ldy + r] = w[r] · x[t*ldx] for t < n, r < rows, w [rows][k]
      * row-major in wdtype (f32, f16 or bf16, widened in registers), x fp32;
      * one thread. For the few tokens of a decode step: the weights are
-     * streamed once (rows re-read from L1 per token), no packing, no scratch. */
+     * streamed once (rows re-read from L1 per token), no packing (bf16: x split into even/odd
+     * elements once per call, in a per-thread buffer that grows once). */
     void (*gemv)(float *y, int ldy, const float *x, int ldx, int n, const void *w, enum ra_dtype wdtype,
                  int64_t rows, int64_t k);
 };

@@ -1041,11 +1041,13 @@ static void widen_f16(float *dst, const uint16_t *src, size_t count)
  * or 8 rows read in parallel streamed 30-50% slower on one core, and software
  * prefetch did not help); 2 vectors in flight per step for the FMA latency,
  * 4 for bf16 (the same bytes per step as f32); f16/bf16
- * weights are widened in registers (bf16: a 16-bit shift; f16: vcvtph2ps), so
- * they cost half the bytes of f32 and no scratch. Activations stay fp32: the
- * result is the f32 product of the widened weights, i.e. the prefill path's
- * numerics (which widens the same weights) up to summation order. With more
- * than one token the group's rows are re-read from L1 for the next token. */
+ * weights are widened in registers (bf16: a 32-bit lane holds an even and an
+ * odd weight, one shift and one mask make both fp32, against x split into
+ * even and odd elements once per call; f16: vcvtph2ps), so they cost half
+ * the bytes of f32. Activations stay fp32 (the backend rounds them to bf16
+ * first for bf16 compute): the result is the fp32 product of the widened
+ * weights, the prefill path's numerics up to summation order. With more
+ * than one token a row is re-read from L1 for the next token. */
 #define GEMV_ROWS 1
 
 #if ATTN_SIMD
