@@ -26,7 +26,7 @@
 #include "gemm_bf16.h"
 #include "half.h"
 #include "membw.h"
-#include "runahead.h"
+#include "ra_core.h"
 
 #include <getopt.h>
 #include <math.h>

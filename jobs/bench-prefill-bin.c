@@ -30,7 +30,7 @@
 #include "args.h"
 #include "gemm_bf16.h"
 #include "half.h"
-#include "runahead.h"
+#include "ra_core.h"
 
 #include <cblas.h>
 #include <errno.h>

@@ -14,7 +14,7 @@
  * smaller than the rounding's movement of that pair. With no bf16 unit
  * (RA_CPU_ISA below avx512, RA_GEMM=f32, or a CPU without AVX512-BF16/AMX)
  * bf16 compute is the fp32 path, and the tokens must then be identical. */
-#include "runahead.h"
+#include "ra_core.h"
 #include "test.h"
 
 #define VOCAB 512

@@ -19,7 +19,7 @@
 #include "cpu_kernels.h"
 #include "half.h"
 #include "random_model.h"
-#include "runahead.h"
+#include "ra_core.h"
 #include "test.h"
 
 #include <cblas.h>
