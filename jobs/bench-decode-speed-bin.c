@@ -94,35 +94,15 @@ struct samples {
     int n;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median(const struct samples *s)
 {
-    if (s->n == 0)
-        return NAN;
-    double v[MAX_REPEAT];
-    memcpy(v, s->v, sizeof(double) * (size_t)s->n);
-    qsort(v, (size_t)s->n, sizeof v[0], cmp_double);
-    return s->n % 2 ? v[s->n / 2] : 0.5 * (v[s->n / 2 - 1] + v[s->n / 2]);
+    return ra_median(s->v, s->n);
 }
 
+/* "median [min-max]" in one field */
 static const char *spread(char *buf, size_t size, const struct samples *s, const char *fmt)
 {
-    double lo = INFINITY, hi = -INFINITY;
-    for (int i = 0; i < s->n; i++) {
-        lo = fmin(lo, s->v[i]);
-        hi = fmax(hi, s->v[i]);
-    }
-    char a[32], b[32], c[32];
-    snprintf(a, sizeof a, fmt, median(s));
-    snprintf(b, sizeof b, fmt, lo);
-    snprintf(c, sizeof c, fmt, hi);
-    snprintf(buf, size, "%s [%s-%s]", a, b, c);
-    return buf;
+    return ra_spread_format(buf, size, s->v, s->n, fmt);
 }
 
 static void add(struct samples *s, double v)

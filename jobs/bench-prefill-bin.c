@@ -254,47 +254,15 @@ struct samples {
     int n;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median(const struct samples *s)
 {
-    if (s->n == 0)
-        return NAN;
-    double v[MAX_REPEAT];
-    memcpy(v, s->v, sizeof(double) * (size_t)s->n);
-    qsort(v, (size_t)s->n, sizeof v[0], cmp_double);
-    return s->n % 2 ? v[s->n / 2] : 0.5 * (v[s->n / 2 - 1] + v[s->n / 2]);
-}
-
-static double smin(const struct samples *s)
-{
-    double m = INFINITY;
-    for (int i = 0; i < s->n; i++)
-        m = fmin(m, s->v[i]);
-    return m;
-}
-
-static double smax(const struct samples *s)
-{
-    double m = -INFINITY;
-    for (int i = 0; i < s->n; i++)
-        m = fmax(m, s->v[i]);
-    return m;
+    return ra_median(s->v, s->n);
 }
 
 /* "median [min-max]" in one field */
 static const char *spread(char *buf, size_t size, const struct samples *s, const char *fmt)
 {
-    char a[32], b[32], c[32];
-    snprintf(a, sizeof a, fmt, median(s));
-    snprintf(b, sizeof b, fmt, smin(s));
-    snprintf(c, sizeof c, fmt, smax(s));
-    snprintf(buf, size, "%s [%s-%s]", a, b, c);
-    return buf;
+    return ra_spread_format(buf, size, s->v, s->n, fmt);
 }
 
 /* ----------------------------------------------------------- one dtype */

@@ -1,6 +1,7 @@
 #include "timing.h"
 #include "status.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,8 @@ static double *sorted_copy(const double *v, int n)
 
 double ra_median(const double *v, int n)
 {
+    if (n <= 0)
+        return NAN;
     double *s = sorted_copy(v, n);
     if (!s)
         return v[0];
@@ -48,6 +51,8 @@ int ra_median_index(const double *v, int n)
 
 double ra_min(const double *v, int n)
 {
+    if (n <= 0)
+        return NAN;
     double m = v[0];
     for (int i = 1; i < n; i++)
         m = v[i] < m ? v[i] : m;
@@ -56,10 +61,22 @@ double ra_min(const double *v, int n)
 
 double ra_max(const double *v, int n)
 {
+    if (n <= 0)
+        return NAN;
     double m = v[0];
     for (int i = 1; i < n; i++)
         m = v[i] > m ? v[i] : m;
     return m;
+}
+
+const char *ra_spread_format(char *buf, size_t size, const double *v, int n, const char *fmt)
+{
+    char med[32], lo[32], hi[32];
+    snprintf(med, sizeof med, fmt, ra_median(v, n));
+    snprintf(lo, sizeof lo, fmt, ra_min(v, n));
+    snprintf(hi, sizeof hi, fmt, ra_max(v, n));
+    snprintf(buf, size, "%s [%s-%s]", med, lo, hi);
+    return buf;
 }
 
 static double clock_s(clockid_t id)

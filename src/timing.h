@@ -4,12 +4,17 @@
 #ifndef RA_TIMING_H
 #define RA_TIMING_H
 
+#include <stddef.h>
+
 /* The median of v[n] (n >= 1; the mean of the middle two for even n); v is not changed. */
 double ra_median(const double *v, int n);
 /* The index of the run whose value is the median: the lower middle for even n. */
 int ra_median_index(const double *v, int n);
 double ra_min(const double *v, int n);
 double ra_max(const double *v, int n);
+/* "median [min-max]" of v[n], each printed with FMT (a double's format): how the
+ * benchmarks report a figure. NAN for n == 0, as the three above. */
+const char *ra_spread_format(char *buf, size_t size, const double *v, int n, const char *fmt);
 
 /* Seconds on CLOCK_MONOTONIC, and CPU seconds of this process / this thread. A thread's CPU
  * time over the wall time it spent says whether another process took its core. */
