@@ -163,6 +163,28 @@ struct item {
     float alpha[BQ] __attribute__((aligned(64)));                     /* this block's rescale of ot */
 };
 
+/* 2^x for x <= 0 in scalar code (the vector kernels use vexp2_neg, the same
+ * polynomial): the portable attention and the decode path. */
+static inline float exp2_neg_s(float x)
+{
+    x = x < -126.0f ? -126.0f : x;
+    const float t = x + 12583039.0f;
+    const float r = x - (t - 12583039.0f);
+    float p = 1.5403530393381606e-4f;
+    p = p * r + 1.3333558146428443e-3f;
+    p = p * r + 9.6181291076284772e-3f;
+    p = p * r + 5.5504108664821580e-2f;
+    p = p * r + 2.4022650695910071e-1f;
+    p = p * r + 6.9314718055994531e-1f;
+    p = p * r + 1.0f;
+    uint32_t bits;
+    memcpy(&bits, &t, sizeof bits);
+    bits <<= 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
 #if ATTN_SIMD
 /* 2^x for x <= 0 (softmax arguments: scores are kept in log2 units), ~1 ulp:
  * t = x + 1.5*2^23 + 127 rounds k = round(x) into t's low mantissa bits, so
@@ -325,26 +347,6 @@ static void softmax_block(int w, struct item *it, int kb, int nk, int pos0)
 
 #else /* portable C */
 
-/* 2^x for x <= 0, as vexp2_neg. */
-static inline float exp2_neg(float x)
-{
-    x = x < -126.0f ? -126.0f : x;
-    const float t = x + 12583039.0f;
-    const float r = x - (t - 12583039.0f);
-    float p = 1.5403530393381606e-4f;
-    p = p * r + 1.3333558146428443e-3f;
-    p = p * r + 9.6181291076284772e-3f;
-    p = p * r + 5.5504108664821580e-2f;
-    p = p * r + 2.4022650695910071e-1f;
-    p = p * r + 6.9314718055994531e-1f;
-    p = p * r + 1.0f;
-    uint32_t bits;
-    memcpy(&bits, &t, sizeof bits);
-    bits <<= 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
 
 /* Rows of c in tiles of NA_MAX rows, written so that a compiler keeps the
  * tile in vector registers and vectorises over the BQ queries. */
@@ -400,13 +402,13 @@ static void softmax_block(int w, struct item *it, int kb, int nk, int pos0)
         float *s = it->st + j * BQ;
 #pragma omp simd
         for (int r = 0; r < BQ; r++) {
-            const float p = exp2_neg(s[r] - mx[r]);
+            const float p = exp2_neg_s(s[r] - mx[r]);
             s[r] = kb + j <= pos0 + r ? p : 0.0f;
             sum[r] += s[r];
         }
     }
     for (int r = 0; r < BQ; r++) {
-        it->alpha[r] = exp2_neg(it->m[r] - mx[r]);
+        it->alpha[r] = exp2_neg_s(it->m[r] - mx[r]);
         it->l[r] = it->l[r] * it->alpha[r] + sum[r];
         it->m[r] = mx[r];
     }
@@ -671,25 +673,6 @@ static int attention_items(float *out, const float *q, const void *k_cache, cons
 #define DEC_CHUNKS 8     /* key chunks at most */
 #define DEC_CHUNK_MIN 512 /* keys per chunk at least */
 
-static inline float exp2_neg_s(float x)
-{
-    x = x < -126.0f ? -126.0f : x;
-    const float t = x + 12583039.0f;
-    const float r = x - (t - 12583039.0f);
-    float p = 1.5403530393381606e-4f;
-    p = p * r + 1.3333558146428443e-3f;
-    p = p * r + 9.6181291076284772e-3f;
-    p = p * r + 5.5504108664821580e-2f;
-    p = p * r + 2.4022650695910071e-1f;
-    p = p * r + 6.9314718055994531e-1f;
-    p = p * r + 1.0f;
-    uint32_t bits;
-    memcpy(&bits, &t, sizeof bits);
-    bits <<= 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
 
 static inline float dec_dot(const float *a, const float *b, int hd)
 {
