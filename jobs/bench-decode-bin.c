@@ -18,7 +18,7 @@
 #include "offload/infinigen.h"
 #include "args.h"
 #include "offload/offload.h"
-#include "runahead.h"
+#include "ra_core.h"
 
 #include <errno.h>
 
