@@ -64,7 +64,7 @@ static void usage(FILE *f)
             "  --contexts LIST   context lengths (default 512,2048,8192; those beyond the model's\n"
             "                    context are skipped)\n"
             "  --threads LIST    thread counts (default 1,2)\n"
-            "  --lanes LIST      f32, bf16 (default both)\n"
+            "  --lanes LIST      f32, bf16, bf16kv (bf16 with a bf16 KV cache) (default all)\n"
             "  --steps N         decode steps per sample (default 16)\n"
             "  --repeat N        samples per figure (default 5)\n"
             "  --triad-mib N     MiB per triad array (default 256)\n"
@@ -139,10 +139,10 @@ static double weight_bytes(const struct ra_model *m, int bf16_compute)
 }
 
 /* K and V rows attention reads over steps at positions [pos, pos+steps). */
-static double kv_bytes(const struct ra_config *c, int pos, int steps)
+static double kv_bytes(const struct ra_config *c, int pos, int steps, enum ra_dtype kv_dtype)
 {
     const double rows = (double)steps * pos + (double)steps * (steps + 1) / 2;
-    return 2.0 * c->n_layers * ra_config_kv_dim(c) * sizeof(float) * rows / steps;
+    return 2.0 * c->n_layers * (double)ra_kv_row_bytes(ra_config_kv_dim(c), kv_dtype) * rows / steps;
 }
 
 /* ----------------------------------------------------------- lanes */
@@ -150,6 +150,7 @@ static double kv_bytes(const struct ra_config *c, int pos, int steps)
 struct lane;
 struct lane_kind {
     const char *name;
+    enum ra_dtype kv_dtype; /* of the lane's KV cache */
     /* One decode step: token at position pos, logits out. */
     int (*step)(struct lane *ln, int32_t token, int pos, float *logits);
 };
@@ -169,10 +170,13 @@ static int step_plain(struct lane *ln, int32_t token, int pos, float *logits)
     return ra_forward_span(ln->m, &token, pos, 1, &ln->kv, NULL, logits);
 }
 
-enum { LANE_F32, LANE_BF16, N_LANES };
+/* bf16kv: the bf16 lane with a bf16 KV cache too, so that every byte a step
+ * reads is halved (at long contexts the f32 rows dominate the bf16 lane's). */
+enum { LANE_F32, LANE_BF16, LANE_BF16KV, N_LANES };
 static const struct lane_kind lane_kinds[N_LANES] = {
-    { "f32", step_plain },
-    { "bf16", step_plain },
+    { "f32", RA_DTYPE_F32, step_plain },
+    { "bf16", RA_DTYPE_F32, step_plain },
+    { "bf16kv", RA_DTYPE_BF16, step_plain },
 };
 
 /* Synthetic K/V rows for positions [0, ctx): small values, as a context's. */
@@ -213,7 +217,7 @@ static void lane_sample(struct lane *ln, int ctx, int steps, float *logits, doub
     const double t = now() - t0;
     ln->m->stats = NULL;
     const double tps = steps / t;
-    const double bytes = ln->weight_bytes + kv_bytes(&ln->m->config, ctx, steps);
+    const double bytes = ln->weight_bytes + kv_bytes(&ln->m->config, ctx, steps, ln->kind->kv_dtype);
     add(&c->tps, tps);
     add(&c->share, 100 * tps * bytes / (triad_gbs * 1e9));
     const double acc = st.t_linear + st.t_attention + st.t_other;
@@ -226,7 +230,7 @@ int main(int argc, char **argv)
 {
     int ctx_list[MAX_LIST] = { 512, 2048, 8192 }, n_ctx = 3;
     int threads_list[MAX_LIST] = { 1, 2 }, n_threads = 2;
-    int want[N_LANES] = { 1, 1 };
+    int want[N_LANES] = { 1, 1, 1 };
     int steps = 16, repeat = 5, triad_mib = 256;
     const char *model_dir = NULL, *bf16_model = NULL;
     char model_default[4096], bf16_default[4200];
@@ -254,7 +258,7 @@ int main(int argc, char **argv)
                     if (strcmp(t, lane_kinds[i].name) == 0)
                         want[i] = found = 1;
                 if (!found)
-                    return ra_arg_usage_error("bench-decode-speed", "--lanes: '%s' is not f32 or bf16", t);
+                    return ra_arg_usage_error("bench-decode-speed", "--lanes: '%s' is not f32, bf16 or bf16kv", t);
             }
             free(copy);
             break;
@@ -308,13 +312,16 @@ int main(int argc, char **argv)
         die("loading the model", rc);
     /* Each lane its own model (the same file mapped twice when there is no
      * bf16 file: the page cache holds it once), so both stay attached. */
-    if (want[LANE_BF16] && (rc = ra_model_load(&models[LANE_BF16], bf16_model ? bf16_model : model_dir)) != RA_OK)
-        die("loading the bf16 model", rc);
     const struct ra_config *cfg = &models[LANE_F32].config;
-    if (want[LANE_BF16] &&
-        memcmp(&models[LANE_BF16].config, cfg, sizeof *cfg) != 0) {
-        fprintf(stderr, "bench-decode-speed: %s does not have the shape of %s\n", bf16_model, model_dir);
-        return 2;
+    for (int li = LANE_BF16; li < N_LANES; li++) {
+        if (!want[li])
+            continue;
+        if ((rc = ra_model_load(&models[li], bf16_model ? bf16_model : model_dir)) != RA_OK)
+            die("loading the bf16 model", rc);
+        if (memcmp(&models[li].config, cfg, sizeof *cfg) != 0) {
+            fprintf(stderr, "bench-decode-speed: %s does not have the shape of %s\n", bf16_model, model_dir);
+            return 2;
+        }
     }
 
     /* Contexts that fit the model's context with the steps after them. */
@@ -355,7 +362,7 @@ int main(int argc, char **argv)
            "#           of bound = tok/s x bytes / triad bandwidth of the same round. OMP_WAIT_POLICY=%s\n",
            wait ? wait : "(unset)");
     printf("# the machine may be shared: only interleaved comparisons with large differences mean much\n#\n");
-    printf("%-3s %-5s %6s  %-22s %9s  %-22s %-22s %5s %5s %5s\n", "T", "lane", "ctx", "tok/s", "MB/step",
+    printf("%-3s %-6s %6s  %-22s %9s  %-22s %-22s %5s %5s %5s\n", "T", "lane", "ctx", "tok/s", "MB/step",
            "triad GB/s", "of bound %", "lin%", "attn%", "oth%");
     fflush(stdout);
 
@@ -381,16 +388,17 @@ int main(int argc, char **argv)
             ln->be->compute = li == LANE_F32 ? RA_COMPUTE_F32 : bf16_model ? RA_COMPUTE_AUTO : RA_COMPUTE_BF16;
             if ((rc = ra_model_attach(ln->m, ln->be)) != RA_OK)
                 die("attach", rc);
-            if ((rc = ra_kvcache_init(&ln->kv, ln->be, cfg->n_layers, ra_config_kv_dim(cfg), max_ctx + steps)) !=
-                RA_OK)
+            if ((rc = ra_kvcache_init_dtype(&ln->kv, ln->be, cfg->n_layers, ra_config_kv_dim(cfg), max_ctx + steps,
+                                            ln->kind->kv_dtype)) != RA_OK)
                 die("KV cache", rc);
             fill_kv(&ln->kv, max_ctx);
             char unit[128];
             ra_backend_cpu_describe_linear(ln->be, unit, sizeof unit);
-            ln->bf16_compute = li == LANE_BF16 && strncmp(unit, "none", 4) != 0;
+            ln->bf16_compute = li != LANE_F32 && strncmp(unit, "none", 4) != 0;
             ln->weight_bytes = weight_bytes(ln->m, ln->bf16_compute);
-            snprintf(ln->how, sizeof ln->how, "%s weights, %s compute (bf16 unit: %s)",
-                     ra_dtype_name(ln->m->weights.layers[0].wq.dtype), ln->bf16_compute ? "bf16" : "f32", unit);
+            snprintf(ln->how, sizeof ln->how, "%s weights, %s compute (bf16 unit: %s), %s KV",
+                     ra_dtype_name(ln->m->weights.layers[0].wq.dtype), ln->bf16_compute ? "bf16" : "f32", unit,
+                     ra_dtype_name(ln->kind->kv_dtype));
             if (ti == 0)
                 printf("# lane %-4s: %s; %.1f MB of weights per step\n", ln->kind->name, ln->how,
                        ln->weight_bytes * 1e-6);
@@ -415,9 +423,9 @@ int main(int argc, char **argv)
                 const struct cell *cl = &cells[ti][ci][li];
                 if (!ln->on)
                     continue;
-                printf("%-3d %-5s %6d  %-22s %9.1f  %-22s %-22s %5.1f %5.1f %5.1f\n", th, ln->kind->name,
+                printf("%-3d %-6s %6d  %-22s %9.1f  %-22s %-22s %5.1f %5.1f %5.1f\n", th, ln->kind->name,
                        ctx_list[ci], spread(f1, sizeof f1, &cl->tps, "%.1f"),
-                       (ln->weight_bytes + kv_bytes(cfg, ctx_list[ci], steps)) * 1e-6,
+                       (ln->weight_bytes + kv_bytes(cfg, ctx_list[ci], steps, ln->kind->kv_dtype)) * 1e-6,
                        spread(f2, sizeof f2, &triad[ti], "%.1f"), spread(f3, sizeof f3, &cl->share, "%.0f"),
                        median(&cl->lin), median(&cl->att), median(&cl->other));
             }
@@ -432,20 +440,21 @@ int main(int argc, char **argv)
         }
     }
 
-    printf("#\n# ratios of medians, this run\n%-3s %6s %12s", "T", "ctx", "bf16/f32");
+    printf("#\n# ratios of medians, this run\n%-3s %6s %12s %12s", "T", "ctx", "bf16/f32", "bf16kv/f32");
     for (int ti = 1; ti < n_threads; ti++)
         printf(" %9s T=%-2d", "f32", threads_list[ti]);
-    printf("\n%-3s %6s %12s", "", "", "tok/s");
+    printf("\n%-3s %6s %12s %12s", "", "", "tok/s", "tok/s");
     for (int ti = 1; ti < n_threads; ti++)
         printf(" %9s T=%-2d", "vs", threads_list[0]);
     printf("\n");
     for (int ti = 0; ti < n_threads; ti++)
         for (int ci = 0; ci < nc; ci++) {
             const struct cell *cl = cells[ti][ci];
-            char r[32] = "-";
-            if (cl[LANE_F32].tps.n && cl[LANE_BF16].tps.n)
-                snprintf(r, sizeof r, "%.2fx", median(&cl[LANE_BF16].tps) / median(&cl[LANE_F32].tps));
-            printf("%-3d %6d %12s", threads_list[ti], ctx_list[ci], r);
+            char r[2][32] = { "-", "-" };
+            for (int k = 0; k < 2; k++)
+                if (cl[LANE_F32].tps.n && cl[LANE_BF16 + k].tps.n)
+                    snprintf(r[k], sizeof r[k], "%.2fx", median(&cl[LANE_BF16 + k].tps) / median(&cl[LANE_F32].tps));
+            printf("%-3d %6d %12s %12s", threads_list[ti], ctx_list[ci], r[0], r[1]);
             if (ti > 0 && cl[LANE_F32].tps.n)
                 printf(" %14.2fx", median(&cl[LANE_F32].tps) / median(&cells[0][ci][LANE_F32].tps));
             printf("\n");
