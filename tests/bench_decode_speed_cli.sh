@@ -8,13 +8,13 @@ B="$BUILD/jobs/bench-decode-speed-bin"
 "$B" --model "$MODELS/stories260K.bin" --threads 1,2 --steps 4 --repeat 1 --triad-mib 8 >"$TMP/out" 2>"$TMP/err" ||
     fail "bench-decode: $(cat "$TMP/err")"
 for t in 1 2; do
-    for lane in f32 bf16; do
+    for lane in f32 bf16 bf16kv; do
         # T lane ctx tok/s [min-max] MB/step triad [min-max] share [min-max] ...
         awk -v t=$t -v l=$lane '$1 == t && $2 == l && $3 > 0 && $4 > 0 && $6 > 0 && $7 > 0 && $9 > 0 { ok = 1 }
              END { exit !ok }' "$TMP/out" || fail "no T=$t $lane row with positive figures: $(cat "$TMP/out")"
     done
 done
-grep -Eq "^1 +[0-9]+ +[0-9.]+x$" "$TMP/out" || fail "no bf16/f32 ratio row"
+grep -Eq "^1 +[0-9]+ +[0-9.]+x +[0-9.]+x$" "$TMP/out" || fail "no bf16/f32 and bf16kv/f32 ratio row"
 grep -q "^# lane bf16: f32 weights, bf16 compute" "$TMP/out" ||
     grep -q "^# lane bf16: f32 weights, f32 compute (bf16 unit: none" "$TMP/out" || fail "the bf16 lane does not say what it runs"
 expect_error "^bench-decode-speed: .*--threads" "$B" --threads 0
