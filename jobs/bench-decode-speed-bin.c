@@ -226,6 +226,13 @@ static void lane_sample(struct lane *ln, int ctx, int steps, float *logits, doub
     add(&c->other, 100 * st.t_other / acc);
 }
 
+static void free_models(struct ra_model *models)
+{
+    for (int li = 0; li < N_LANES; li++)
+        if (models[li].config.dim)
+            ra_model_free(&models[li]);
+}
+
 int main(int argc, char **argv)
 {
     int ctx_list[MAX_LIST] = { 512, 2048, 8192 }, n_ctx = 3;
@@ -257,8 +264,11 @@ int main(int argc, char **argv)
                 for (int i = 0; i < N_LANES; i++)
                     if (strcmp(t, lane_kinds[i].name) == 0)
                         want[i] = found = 1;
-                if (!found)
-                    return ra_arg_usage_error("bench-decode-speed", "--lanes: '%s' is not f32, bf16 or bf16kv", t);
+                if (!found) {
+                    const int rc = ra_arg_usage_error("bench-decode-speed", "--lanes: '%s' is not f32, bf16 or bf16kv", t);
+                    free(copy);
+                    return rc;
+                }
             }
             free(copy);
             break;
@@ -320,6 +330,7 @@ int main(int argc, char **argv)
             die("loading the bf16 model", rc);
         if (memcmp(&models[li].config, cfg, sizeof *cfg) != 0) {
             fprintf(stderr, "bench-decode-speed: %s does not have the shape of %s\n", bf16_model, model_dir);
+            free_models(models);
             return 2;
         }
     }
@@ -338,6 +349,7 @@ int main(int argc, char **argv)
     }
     if (nc == 0) {
         fprintf(stderr, "bench-decode-speed: the model's context of %d holds no %d steps\n", cfg->seq_len, steps);
+        free_models(models);
         return 2;
     }
     int max_ctx = 0;
@@ -461,8 +473,6 @@ int main(int argc, char **argv)
         }
     printf("#\n# targets (issue 10): >= 80%% of the bound on 1 and 2 threads; bf16 >= 1.8x f32 tok/s\n");
     free(logits);
-    for (int li = 0; li < N_LANES; li++)
-        if (models[li].config.dim)
-            ra_model_free(&models[li]);
+    free_models(models);
     return 0;
 }
