@@ -64,11 +64,12 @@ stopped() {
 }
 
 # Rank 0 spends nearly all of a pass computing, but it may be stopped in the short window between its
-# last send and the next pass's barrier, while rank 1 finishes its slice: both waits are named right.
+# last send (or all-gather) and the next pass's barrier, while rank 1 finishes its slice: both waits
+# are named right.
 stopped kvr 0 "^runahead: rank 1: watchdog: no progress for 3 s while waiting for (layer [0-9]+ KV rows from rank 0|every rank at the barrier that starts a prompt pass); aborting$" \
     "$TMP/kvr.json" $MPIEXEC -np 2 $MPIEXEC_FLAGS "$RA" $ARGS --repeat 10000 --partition ratios:0.95,0.05 \
     --watchdog 3 --report "$TMP/kvr.json"
-stopped tsp 0 "^runahead: rank 1: watchdog: no progress for 3 s while waiting for every rank in the all-gather of layer [0-9]+ KV rows; aborting$" \
+stopped tsp 0 "^runahead: rank 1: watchdog: no progress for 3 s while waiting for every rank (in the all-gather of layer [0-9]+ KV rows|at the barrier that starts a prompt pass); aborting$" \
     "$TMP/tsp.json" $MPIEXEC -np 2 $MPIEXEC_FLAGS "$RA" $ARGS --repeat 10000 --method tsp --watchdog 3 \
     --report "$TMP/tsp.json"
 # The tune search's first trial is an even split: rank 0 may be idle at the pass's end.
