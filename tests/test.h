@@ -4,6 +4,7 @@
 #define RA_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,19 @@ static inline int test_result(const char *name)
 }
 
 /* The fixtures directory: RA_MODELS_DIR, default ../shared/models. */
+/* Up to MAX whitespace-separated ids from PATH (a fixture's expected tokens); -1 if unreadable. */
+static inline int test_read_ids(const char *path, int32_t *ids, int max)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    if (!f)
+        return -1;
+    while (n < max && fscanf(f, "%d", &ids[n]) == 1)
+        n++;
+    fclose(f);
+    return n;
+}
+
 static inline const char *test_models_dir(void)
 {
     const char *dir = getenv("RA_MODELS_DIR");

@@ -21,18 +21,6 @@
 #define N_IDS 200
 #define TOL_L2 0.2
 
-static int read_ids(const char *path, int32_t *ids, int max)
-{
-    FILE *f = fopen(path, "r");
-    int n = 0;
-    if (!f)
-        return -1;
-    while (n < max && fscanf(f, "%d", &ids[n]) == 1)
-        n++;
-    fclose(f);
-    return n;
-}
-
 /* Greedy decoding from BOS with the given compute; logits[pos] kept. */
 static void greedy(struct ra_model *m, enum ra_compute compute, int32_t *ids, float (*logits)[VOCAB], char *unit,
                    size_t unit_size)
@@ -63,7 +51,7 @@ int main(void)
     static float lf[N_IDS][VOCAB], lb[N_IDS][VOCAB];
     int32_t expected[N_IDS], f32[N_IDS], bf16[N_IDS];
     char unit_f[160], unit_b[160];
-    CHECK(read_ids(ids_path, expected, N_IDS) == N_IDS);
+    CHECK(test_read_ids(ids_path, expected, N_IDS) == N_IDS);
     struct ra_model m;
     CHECK_OK(ra_model_load(&m, model));
     if (test_failures)

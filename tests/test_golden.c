@@ -6,18 +6,6 @@
 #define VOCAB 512
 #define N_IDS 200
 
-static int read_ids(const char *path, int32_t *ids, int max)
-{
-    FILE *f = fopen(path, "r");
-    int n = 0;
-    if (!f)
-        return -1;
-    while (n < max && fscanf(f, "%d", &ids[n]) == 1)
-        n++;
-    fclose(f);
-    return n;
-}
-
 int main(void)
 {
     const char *model = test_fixture("stories260K.bin");
@@ -32,7 +20,7 @@ int main(void)
     CHECK(f && fread(ref_logits, sizeof ref_logits, 1, f) == 1);
     if (f)
         fclose(f);
-    CHECK(read_ids(ids_path, expected, N_IDS) == N_IDS);
+    CHECK(test_read_ids(ids_path, expected, N_IDS) == N_IDS);
 
     struct ra_model m;
     struct ra_backend *be;
