@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -92,12 +93,23 @@ static void cpu_destroy(struct ra_backend *be)
     free(cb);
 }
 
+/* Buffers of 2 MiB and more (KV caches, weight copies) are asked for in
+ * transparent huge pages: a decode step streams its whole KV cache, and with
+ * 4 KiB pages the hardware prefetchers stop at every page boundary and every
+ * page costs a TLB walk. A hint: where THP is off the pages stay small. */
+#define RA_HUGE_PAGE ((size_t)2 << 20)
+
 static void *cpu_alloc(struct ra_backend *be, size_t bytes)
 {
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0)
+    const int huge = bytes >= RA_HUGE_PAGE;
+    if (posix_memalign(&p, huge ? RA_HUGE_PAGE : 64, bytes ? bytes : 1) != 0)
         return NULL;
-    memset(p, 0, bytes);
+#ifdef MADV_HUGEPAGE
+    if (huge)
+        (void)madvise(p, bytes / RA_HUGE_PAGE * RA_HUGE_PAGE, MADV_HUGEPAGE);
+#endif
+    memset(p, 0, bytes); /* after the hint, so that first touch takes huge pages */
     return p;
 }
 

@@ -674,21 +674,47 @@ static int attention_items(float *out, const float *q, const void *k_cache, cons
 #define DEC_CHUNK_MIN 512 /* keys per chunk at least */
 
 
-static inline float dec_dot(const float *a, const float *b, int hd)
+/* A bf16 cache row's elements [0, VL) widened to fp32 in registers (exact). */
+#if ATTN_SIMD == 512
+static inline vf vload_bf16(const uint16_t *p)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+static inline __m256 vload_bf16_half(const uint16_t *p)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+#elif ATTN_SIMD == 256
+static inline vf vload_bf16(const uint16_t *p)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+#endif
+
+/* a · b over hd elements; a is the (aligned) query, b a head's slice of a
+ * cache row in the cache's dtype, widened in registers. */
+static inline float dec_dot(const float *a, const void *bv, enum ra_dtype dt, int hd)
 {
 #if ATTN_SIMD
     if (hd % VL == 0) {
-        vf acc = vmul(vload(a), vloadu(b));
-        for (int d = VL; d < hd; d += VL)
-            acc = vfma(vload(a + d), vloadu(b + d), acc);
+        vf acc = vzero();
+        if (dt == RA_DTYPE_F32)
+            for (int d = 0; d < hd; d += VL)
+                acc = vfma(vload(a + d), vloadu((const float *)bv + d), acc);
+        else
+            for (int d = 0; d < hd; d += VL)
+                acc = vfma(vload(a + d), vload_bf16((const uint16_t *)bv + d), acc);
         return vsum(acc);
     }
 #endif
 #if ATTN_SIMD == 512
     if (hd % 8 == 0) { /* small heads (stories260K: 8) in half vectors */
-        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b));
-        for (int d = 8; d < hd; d += 8)
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+        __m256 acc = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d += 8)
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d),
+                                  dt == RA_DTYPE_F32 ? _mm256_loadu_ps((const float *)bv + d)
+                                                     : vload_bf16_half((const uint16_t *)bv + d),
+                                  acc);
         __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
         h = _mm_add_ps(h, _mm_movehl_ps(h, h));
         h = _mm_add_ss(h, _mm_movehdup_ps(h));
@@ -696,20 +722,32 @@ static inline float dec_dot(const float *a, const float *b, int hd)
     }
 #endif
     float s = 0;
+    if (dt == RA_DTYPE_F32) {
+        const float *b = bv;
 #pragma omp simd reduction(+ : s)
-    for (int d = 0; d < hd; d++)
-        s += a[d] * b[d];
+        for (int d = 0; d < hd; d++)
+            s += a[d] * b[d];
+    } else {
+        const uint16_t *b = bv;
+#pragma omp simd reduction(+ : s)
+        for (int d = 0; d < hd; d++)
+            s += a[d] * ra_bf16_to_f32(b[d]);
+    }
     return s;
 }
 
-/* o = o * alpha + sum_j p[j] v[j], o aligned */
-static inline void dec_axpy(float *o, float p, const float *v, int hd)
+/* o += p v over hd elements, o aligned, v a head's slice of a cache row in the cache's dtype */
+static inline void dec_axpy(float *o, float p, const void *vv, enum ra_dtype dt, int hd)
 {
 #if ATTN_SIMD
     if (hd % VL == 0) {
         const vf pv = vset1(p);
-        for (int d = 0; d < hd; d += VL)
-            vstore(o + d, vfma(pv, vloadu(v + d), vload(o + d)));
+        if (dt == RA_DTYPE_F32)
+            for (int d = 0; d < hd; d += VL)
+                vstore(o + d, vfma(pv, vloadu((const float *)vv + d), vload(o + d)));
+        else
+            for (int d = 0; d < hd; d += VL)
+                vstore(o + d, vfma(pv, vload_bf16((const uint16_t *)vv + d), vload(o + d)));
         return;
     }
 #endif
@@ -717,13 +755,24 @@ static inline void dec_axpy(float *o, float p, const float *v, int hd)
     if (hd % 8 == 0) {
         const __m256 pv = _mm256_set1_ps(p);
         for (int d = 0; d < hd; d += 8)
-            _mm256_storeu_ps(o + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(o + d)));
+            _mm256_storeu_ps(o + d, _mm256_fmadd_ps(pv,
+                                                    dt == RA_DTYPE_F32 ? _mm256_loadu_ps((const float *)vv + d)
+                                                                       : vload_bf16_half((const uint16_t *)vv + d),
+                                                    _mm256_loadu_ps(o + d)));
         return;
     }
 #endif
+    if (dt == RA_DTYPE_F32) {
+        const float *v = vv;
 #pragma omp simd
-    for (int d = 0; d < hd; d++)
-        o[d] += p * v[d];
+        for (int d = 0; d < hd; d++)
+            o[d] += p * v[d];
+    } else {
+        const uint16_t *v = vv;
+#pragma omp simd
+        for (int d = 0; d < hd; d++)
+            o[d] += p * ra_bf16_to_f32(v[d]);
+    }
 }
 
 /* st[0, nk) = 2^(st - mx) in place; returns their sum. */
@@ -753,25 +802,27 @@ struct dec_chunk {
     float *o, *m, *l, *st;
 };
 
-/* Keys [k0, k1) (whole blocks from k0) for every row, from a fresh state. */
-/* Cache row p of a K or V cache as fp32: in place, or bf16 widened into buf. */
-static inline const float *dec_row(const void *cache, int p, size_t kvs, enum ra_dtype dt, float *buf)
-{
-    if (dt == RA_DTYPE_F32)
-        return (const float *)cache + (size_t)p * kvs;
-    const uint16_t *r = (const uint16_t *)cache + (size_t)p * kvs;
-#pragma omp simd
-    for (size_t i = 0; i < kvs; i++)
-        buf[i] = ra_bf16_to_f32(r[i]);
-    return buf;
-}
+/* What the chunks share: per query row r its scaled query qs[r*ldo...], the
+ * offset of its KV head in a cache row and its position (the last key it
+ * sees); and whether P is rounded to bf16 before P·V (bf16 rows on the
+ * AVX512-BF16 build, see attention()). */
+struct dec_rows {
+    const float *qs;
+    const int *koff, *pos;
+    int rows, round_p;
+    size_t ldo;
+};
 
-static void dec_run_chunk(const struct dec_chunk *c, const float *qs, const void *k_cache, const void *v_cache,
-                          int k0, int k1, int start, int rows, const struct ra_attention_shape *s)
+/* Keys [k0, k1) (whole blocks from k0) for every row, from a fresh state.
+ * Each K and V row is read once, whole and in order; its elements are
+ * widened in registers when the cache is bf16. */
+static void dec_run_chunk(const struct dec_chunk *c, const struct dec_rows *q, const void *k_cache,
+                          const void *v_cache, int k0, int k1, const struct ra_attention_shape *s)
 {
-    float rowbuf[s->kv_dtype == RA_DTYPE_F32 ? 1 : s->kv_stride] __attribute__((aligned(64)));
-    const int hd = s->head_dim, nh = s->n_heads, group = nh / s->n_kv_heads;
-    const size_t kvs = (size_t)s->kv_stride, ldo = (size_t)((hd + 15) / 16 * 16);
+    const int hd = s->head_dim, rows = q->rows;
+    const enum ra_dtype dt = s->kv_dtype;
+    const size_t row_bytes = (size_t)s->kv_stride * ra_dtype_size(dt), esize = ra_dtype_size(dt), ldo = q->ldo;
+    const char *kc = k_cache, *vc = v_cache;
     for (int r = 0; r < rows; r++) {
         c->m[r] = -FLT_MAX;
         c->l[r] = 0;
@@ -780,15 +831,14 @@ static void dec_run_chunk(const struct dec_chunk *c, const float *qs, const void
     for (int kb = k0; kb < k1; kb += BK) {
         const int nkb = k1 - kb < BK ? k1 - kb : BK;
         for (int j = 0; j < nkb; j++) { /* S: row by row of K, every head */
-            const float *krow = dec_row(k_cache, kb + j, kvs, s->kv_dtype, rowbuf);
+            const char *krow = kc + (size_t)(kb + j) * row_bytes;
             for (int r = 0; r < rows; r++)
-                if (kb + j <= start + r / nh)
-                    c->st[r * BK + j] = dec_dot(qs + r * ldo, krow + (size_t)((r % nh) / group) * hd, hd);
+                if (kb + j <= q->pos[r])
+                    c->st[r * BK + j] = dec_dot(q->qs + r * ldo, krow + (size_t)q->koff[r] * esize, dt, hd);
         }
         int nk[RA_ATTN_MAX_HEADS_DEC];
         for (int r = 0; r < rows; r++) { /* the online softmax, row by row */
-            const int pos = start + r / nh;
-            nk[r] = pos - kb + 1 < nkb ? pos - kb + 1 : nkb;
+            nk[r] = q->pos[r] - kb + 1 < nkb ? q->pos[r] - kb + 1 : nkb;
             if (nk[r] <= 0)
                 continue;
             float *st = c->st + r * BK, mx = c->m[r];
@@ -800,12 +850,15 @@ static void dec_run_chunk(const struct dec_chunk *c, const float *qs, const void
             float *o = c->o + r * ldo;
             for (int d = 0; d < hd; d++)
                 o[d] *= alpha;
+            if (q->round_p)
+                for (int j = 0; j < nk[r]; j++)
+                    st[j] = ra_bf16_to_f32(ra_f32_to_bf16(st[j]));
         }
         for (int j = 0; j < nkb; j++) { /* O += P·V: row by row of V */
-            const float *vrow = dec_row(v_cache, kb + j, kvs, s->kv_dtype, rowbuf);
+            const char *vrow = vc + (size_t)(kb + j) * row_bytes;
             for (int r = 0; r < rows; r++)
                 if (j < nk[r])
-                    dec_axpy(c->o + r * ldo, c->st[r * BK + j], vrow + (size_t)((r % nh) / group) * hd, hd);
+                    dec_axpy(c->o + r * ldo, c->st[r * BK + j], vrow + (size_t)q->koff[r] * esize, dt, hd);
         }
     }
 }
@@ -816,7 +869,7 @@ static __thread float *dec_buf;
 static __thread size_t dec_floats;
 
 static int attention_decode(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
-                            const struct ra_attention_shape *s, int n_threads)
+                            const struct ra_attention_shape *s, int round_qp, int n_threads)
 {
     const int hd = s->head_dim, nh = s->n_heads, rows = nh * n, keys = start + n;
     const size_t ldo = (size_t)((hd + 15) / 16 * 16);
@@ -838,9 +891,17 @@ static int attention_decode(float *out, const float *q, const void *k_cache, con
     }
     float *qs = dec_buf;
     const float scale = 1.4426950408889634f / sqrtf((float)hd); /* scores in log2 units */
-    for (int r = 0; r < rows; r++)
-        for (int d = 0; d < hd; d++)
-            qs[r * ldo + d] = q[(size_t)(r / nh) * s->q_stride + (size_t)(r % nh) * hd + d] * scale;
+    int koff[RA_ATTN_MAX_HEADS_DEC], pos[RA_ATTN_MAX_HEADS_DEC];
+    for (int r = 0; r < rows; r++) {
+        const int t = r / nh, h = r % nh;
+        koff[r] = h / (nh / s->n_kv_heads) * hd;
+        pos[r] = start + t;
+        for (int d = 0; d < hd; d++) {
+            const float x = q[(size_t)t * s->q_stride + (size_t)h * hd + d] * scale;
+            qs[r * ldo + d] = round_qp ? ra_bf16_to_f32(ra_f32_to_bf16(x)) : x;
+        }
+    }
+    const struct dec_rows dr = { .qs = qs, .koff = koff, .pos = pos, .rows = rows, .round_p = round_qp, .ldo = ldo };
     struct dec_chunk ch[DEC_CHUNKS];
     for (int c = 0; c < nc; c++) {
         float *base = dec_buf + (size_t)rows * ldo + (size_t)c * chunk_floats;
@@ -849,8 +910,7 @@ static int attention_decode(float *out, const float *q, const void *k_cache, con
     }
 #pragma omp parallel for schedule(dynamic, 1) if (nc > 1) num_threads(n_threads)
     for (int c = 0; c < nc; c++)
-        dec_run_chunk(&ch[c], qs, k_cache, v_cache, c * per, (c + 1) * per < keys ? (c + 1) * per : keys, start,
-                      rows, s);
+        dec_run_chunk(&ch[c], &dr, k_cache, v_cache, c * per, (c + 1) * per < keys ? (c + 1) * per : keys, s);
     for (int r = 0; r < rows; r++) { /* merge the chunks in order */
         float mx = -FLT_MAX;
         for (int c = 0; c < nc; c++)
@@ -881,13 +941,16 @@ static int attention(float *out, const float *q, const void *k_cache, const void
         return ra_error_set(RA_EUNSUPPORTED, "attention: %s KV rows are not supported (f32 or bf16)",
                             ra_dtype_name(s->kv_dtype));
 #if defined(RA_KERNELS_BF16DP)
-    /* bf16 rows here take bf16 products (q and P rounded): a decode step keeps them, as prefill does. */
-    const int dp = s->kv_dtype == RA_DTYPE_BF16 && s->head_dim % 2 == 0;
+    /* bf16 rows take bf16 products in this build's prefill (Q and P rounded
+     * to bf16 for vdpbf16ps); a decode step rounds Q and P alike, so that a
+     * span of a few tokens computes what the block kernel would, up to the
+     * order of the sums (and P rounded at its chunk's running max). */
+    const int round_qp = s->kv_dtype == RA_DTYPE_BF16 && s->head_dim % 2 == 0;
 #else
-    const int dp = 0;
+    const int round_qp = 0;
 #endif
-    if (!dp && n <= DEC_MAX_N && s->n_heads * n <= RA_ATTN_MAX_HEADS_DEC)
-        return attention_decode(out, q, k_cache, v_cache, start, n, s, n_threads);
+    if (n <= DEC_MAX_N && s->n_heads * n <= RA_ATTN_MAX_HEADS_DEC)
+        return attention_decode(out, q, k_cache, v_cache, start, n, s, round_qp, n_threads);
     return attention_items(out, q, k_cache, v_cache, start, n, s, n_threads);
 }
 

@@ -114,14 +114,18 @@ static void check_attention_kv(const struct ra_cpu_kernels *kt, int n_heads, int
     for (size_t i = 0; i < (size_t)total * s.q_stride; i++)
         q[i] = 2 * frand();
     /* The block kernel: a span of more tokens than the decode path takes
-     * (prefill of [0, total) with its queries), its last n rows. */
+     * (prefill of [0, total) with its queries), its last n rows. bf16 rows on
+     * the AVX512-BF16 build take bf16 products (Q and P rounded) on both
+     * paths; P is rounded at a chunk's running max there and at the block
+     * kernel's running max here, which moves the result by about 1e-4. */
+    const double tol = kt->isa == RA_CPU_ISA_AVX512BF16 && kvt == RA_DTYPE_BF16 ? 1e-3 : 1e-5;
     CHECK_OK(kt->attention(ref, q, kc, vc, 0, total, &s, 2));
     CHECK_OK(kt->attention(got, q + (size_t)ctx * s.q_stride, kc, vc, ctx, n, &s, 2));
     const double d = test_max_rel_diff(got, ref + (size_t)ctx * s.q_stride, (size_t)n * s.q_stride);
-    if (!(d <= 1e-5))
+    if (!(d <= tol))
         fprintf(stderr, "attention %s %s KV heads %d/%d hd %d ctx %d n %d: differs by %.3g\n",
                 ra_cpu_isa_name(kt->isa), ra_dtype_name(kvt), n_heads, n_kv_heads, hd, ctx, n, d);
-    CHECK(d <= 1e-5);
+    CHECK(d <= tol);
     /* Thread counts must not change the result (the chunks are fixed by the context). */
     float *got1 = malloc((size_t)n * s.q_stride * sizeof(float));
     CHECK_OK(kt->attention(got1, q + (size_t)ctx * s.q_stride, kc, vc, ctx, n, &s, 1));
