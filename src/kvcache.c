@@ -65,5 +65,6 @@ void ra_kvcache_free(struct ra_kvcache *kv)
     }
     free(kv->k);
     free(kv->v);
+    free(kv->first);
     memset(kv, 0, sizeof *kv);
 }

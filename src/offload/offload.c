@@ -26,7 +26,8 @@ struct ra_offload {
     float *slot_k[MAX_SLOTS], *slot_v[MAX_SLOTS], *slot_x[MAX_SLOTS]; /* device */
     float **pool_k, **pool_v, **pool_x;                               /* pinned host */
     struct ra_event *fetched[MAX_SLOTS], *x_fetched[MAX_SLOTS], *computed[MAX_SLOTS];
-    struct ra_kvcache dev;        /* the forward pass's view: k[l] = slot of layer l */
+    struct ra_kvcache dev;        /* the forward pass's view: k[l] = slot of layer l, first[l] = the
+                                     position of its row 0 */
     struct ra_kv_exchange xchg;
     struct ra_forward_tap tap;
     int pos;                      /* the step's position */
@@ -190,13 +191,12 @@ static int hook_layer_begin(void *ctx, int layer, struct ra_kvcache *kv, int sta
         rc = o->policy->ready(o, layer, o->pos);
     if (rc == RA_OK)
         rc = ra_offload_wait_link(o, 0);
-    /* The forward pass writes the new row at row pos of dev.k[layer]: a policy
-     * that wants it at slot row r gets a view pos − r rows before its slot
-     * (address arithmetic only; the pass touches no other row of the view). */
+    /* The forward pass writes the new row at position pos of dev: a policy
+     * that wants it at slot row r makes the slot's first row position pos − r. */
     const int row = rc == RA_OK && o->policy->new_row ? o->policy->new_row(o, layer, o->pos) : o->pos;
-    const uintptr_t back = (uintptr_t)(o->pos - row) * o->row_bytes;
-    o->dev.k[layer] = (void *)((uintptr_t)ra_offload_slot_k(o, layer) - back);
-    o->dev.v[layer] = (void *)((uintptr_t)ra_offload_slot_v(o, layer) - back);
+    o->dev.k[layer] = ra_offload_slot_k(o, layer);
+    o->dev.v[layer] = ra_offload_slot_v(o, layer);
+    o->dev.first[layer] = o->pos - row;
     /* two slots: the next layer's rows travel while this one computes */
     if (rc == RA_OK && o->n_slots > 1 && !o->policy->fetch_after_attend && layer + 1 < o->view.n_layers)
         rc = issue_fetch(o, layer + 1);
@@ -257,6 +257,8 @@ int ra_offload_step(struct ra_offload *o, int32_t token, int pos, float *logits)
     const double c0 = o->clock;
     o->pos = pos;
     o->issued = 0;
+    for (int l = 0; l < o->view.n_layers; l++) /* the layer hooks set them; the span check sees slots from 0 */
+        o->dev.first[l] = 0;
     o->mark = now();
     int rc = ra_forward_span(o->view.m, &token, pos, 1, &o->dev, &o->xchg, logits);
     if (rc == RA_OK)
@@ -371,6 +373,7 @@ void ra_offload_free(struct ra_offload *o)
     free(o->pool_x);
     free(o->dev.k);
     free(o->dev.v);
+    free(o->dev.first);
     free(o);
 }
 
@@ -460,10 +463,11 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
                                   .kv_dim = o->view.kv_dim, .capacity = max_rows };
     o->dev.k = calloc((size_t)L, sizeof *o->dev.k);
     o->dev.v = calloc((size_t)L, sizeof *o->dev.v);
+    o->dev.first = calloc((size_t)L, sizeof *o->dev.first);
     const int keep_x = cfg->mode == RA_OFFLOAD_KVPR || cfg->mode == RA_OFFLOAD_INFINIGEN;
     if (keep_x)
         o->pool_x = calloc((size_t)L, sizeof *o->pool_x);
-    if (!o->pool_k || !o->pool_v || !o->dev.k || !o->dev.v || (keep_x && !o->pool_x)) {
+    if (!o->pool_k || !o->pool_v || !o->dev.k || !o->dev.v || !o->dev.first || (keep_x && !o->pool_x)) {
         rc = ra_error_set(RA_ENOMEM, "offload: out of memory");
         goto fail;
     }
