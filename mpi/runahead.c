@@ -750,14 +750,16 @@ static int run(int argc, char **argv)
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_kv_row_bytes(ra_config_kv_dim(&m.config), o.kv_dtype));
-    if (rc == RA_OK)
-        rc = ra_kvcache_init_dtype(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config),
-                                   ra_prefill_kv_rows(&x) + (last ? o.generate : 0), o.kv_dtype);
     if (rc == RA_OK && last) { /* before the prefill: KVPR keeps the layer inputs of this rank's span */
         if ((rc = ra_offload_create(&off, &m, &o.offload, r.n_prompt + (o.generate > 0 ? o.generate : 1))) ==
             RA_OK)
             rc = ra_offload_capture(off);
     }
+    if (rc == RA_OK && off) /* the prefill writes into the host pool (CPU backend; a device cache on a GPU) */
+        rc = ra_offload_prefill_cache(off, &kv, o.kv_dtype);
+    else if (rc == RA_OK)
+        rc = ra_kvcache_init_dtype(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config),
+                                   ra_prefill_kv_rows(&x) + (last ? o.generate : 0), o.kv_dtype);
     logits = malloc(sizeof(float) * (size_t)(m.config.vocab_size > 0 ? m.config.vocab_size : 1));
     r.ttft = calloc((size_t)o.repeat, sizeof *r.ttft);
     r.generated = malloc(sizeof(int32_t) * (size_t)(o.generate > 0 ? o.generate : 1));

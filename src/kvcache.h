@@ -25,6 +25,9 @@ struct ra_kvcache {
      * of positions (the offload engine's slots). NULL: 0 for every layer.
      * Freed by ra_kvcache_free. */
     int *first;
+    /* 1: k[l] and v[l] belong to someone else (a view of the offload
+     * engine's host pool): ra_kvcache_free frees only the arrays. */
+    int borrowed;
 };
 
 /* An fp32 cache. */

@@ -4,7 +4,8 @@
 # settings (every column, alpha inf, no cap) give the single-process --offload
 # none tokens, token for token, after a KVR chain and TSP on 2-4 ranks;
 # infinigen at its defaults (approximate) and with a small pool (evictions)
-# runs and reports; bad offload flags are one clear error.
+# runs and reports; on the CPU backend the prefill writes into the pool (no
+# prompt row is moved after it); bad offload flags are one clear error.
 . "$(dirname "$0")/lib.sh"
 need_command "$MPIEXEC"
 "$BUILD/runahead-synth" --preset tiny --seed 5 --out "$TMP/tiny" >/dev/null 2>"$TMP/synth.err" \
@@ -35,6 +36,11 @@ for model in $models; do
                     continue
                 fi
                 [ $rc = 0 ] || { cat "$TMP/err" >&2; fail "$model: -np $p $m --offload $mode failed"; continue; }
+                # the emulated device's memory is host memory: the prefill wrote into the pool
+                if [ "$mode" != none ] && grep -q "offload: emulated host link" "$TMP/err"; then
+                    grep -q ", 0 bytes of prompt rows moved into the pool after the prefill" "$TMP/err" \
+                        || fail "$model: -np $p $m --offload $mode moved prompt rows into the pool after the prefill"
+                fi
                 case "$mode" in infinigen*) # approximate: it ran, decoded 24 tokens and reported
                     [ "$(wc -w <"$TMP/got")" = "$(wc -w <"$TMP/ref")" ] && grep -q "offload: infinigen, " "$TMP/err" \
                         || fail "$model: -np $p $m --offload $mode: no decode or no report"

@@ -5,7 +5,9 @@
  * InfiniGen: with every column, alpha = inf and no cap it equals none bit for
  * bit; at its defaults it equals the reference decode loop over the pool
  * (infinigen_decode.c) bit for bit, with the pool's invariants kept under
- * eviction and the byte counters equal to the rows fetched. */
+ * eviction and the byte counters equal to the rows fetched. With the prefill
+ * written into the pool (ra_offload_prefill_cache), begin moves no byte and
+ * full, KVPR and exact InfiniGen still equal none bit for bit. */
 #include "offload/infinigen.h"
 #include "offload/kvpr.h"
 #include "offload/offload.h"
@@ -231,6 +233,8 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
         if (cfg.mode == RA_OFFLOAD_KVPR && f == 1)
             check_recompute(m, o, &kv, n);
         CHECK_OK(ra_offload_begin(o, &kv, n));
+        CHECK(ra_offload_stats(o)->bytes_prefill_moved ==
+              2 * (int64_t)n * kv.kv_dim * (int64_t)sizeof(float) * c->n_layers); /* a cache of its own: copied */
         /* the prefill's cache is no longer read: poison it */
         for (int l = 0; l < c->n_layers; l++)
             for (size_t i = 0; i < (size_t)(n + STEPS) * kv.kv_dim; i++)
@@ -289,6 +293,30 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
             CHECK(st->emulated_s >= st->stall_s && st->steps == STEPS);
             ra_kvcache_free(&kv);
         }
+        ra_offload_free(o);
+    }
+
+    /* the prefill writes into the pool (the CPU backend): begin moves nothing, decode equals none */
+    const enum ra_offload_mode in_pool[] = { RA_OFFLOAD_FULL, RA_OFFLOAD_KVPR, RA_OFFLOAD_INFINIGEN };
+    for (size_t i = 0; i < sizeof in_pool / sizeof in_pool[0]; i++) {
+        const struct ra_offload_config vc = { .mode = in_pool[i], .link_gbps = 16, .kvpr_force_l = -1,
+                                              .ig_ratio = 1, .ig_alpha = INFINITY, .ig_cap = 1 }; /* exact */
+        struct ra_offload *o;
+        CHECK_OK(ra_offload_create(&o, m, &vc, n + STEPS));
+        if (!o)
+            continue;
+        CHECK_OK(ra_offload_prefill_cache(o, &kv, RA_DTYPE_F32));
+        CHECK(kv.borrowed && kv.capacity == n + STEPS && kv.k[0] == (void *)ra_offload_pool_k(o, 0) &&
+              kv.v[c->n_layers - 1] == (void *)ra_offload_pool_v(o, c->n_layers - 1));
+        CHECK_OK(ra_offload_capture(o));
+        CHECK_OK(ra_forward_span(m, tokens, 0, n, &kv, NULL, logits));
+        CHECK_OK(ra_offload_begin(o, &kv, n));
+        ra_kvcache_free(&kv); /* the arrays only: InfiniGen released the pool in begin */
+        CHECK(ra_offload_stats(o)->bytes_prefill_moved == 0);
+        decode(m, NULL, n, logits, o, got);
+        if (memcmp(ref, got, (size_t)STEPS * V * sizeof(float)))
+            fprintf(stderr, "%s: %s with the prefill in the pool differs from none\n", name,
+                    ra_offload_mode_name(vc.mode)), test_failures++;
         ra_offload_free(o);
     }
 

@@ -311,11 +311,18 @@ int ra_offload_begin(struct ra_offload *o, const struct ra_kvcache *prefill, int
         return ra_error_set(RA_EUNSUPPORTED, "offload: a %s KV cache (the host pool holds f32 rows)",
                             ra_dtype_name(prefill->dtype));
     int rc = RA_OK;
+    const size_t bytes = (size_t)n_prompt * o->row_bytes;
     for (int l = 0; l < o->view.n_layers && rc == RA_OK; l++) {
-        rc = be->ops->copy_async(be, o->pool_k[l], prefill->k[l], (size_t)n_prompt * o->row_bytes, RA_STREAM_COPY);
+        if (ra_kvcache_first(prefill, l) != 0) {
+            rc = ra_error_set(RA_EINVAL, "offload: the prefill's layer %d does not start at position 0", l);
+            break;
+        }
+        if (prefill->k[l] == o->pool_k[l] && prefill->v[l] == o->pool_v[l])
+            continue; /* the view: the prefill wrote into the pool */
+        rc = be->ops->copy_async(be, o->pool_k[l], prefill->k[l], bytes, RA_STREAM_COPY);
         if (rc == RA_OK)
-            rc = be->ops->copy_async(be, o->pool_v[l], prefill->v[l], (size_t)n_prompt * o->row_bytes,
-                                     RA_STREAM_COPY);
+            rc = be->ops->copy_async(be, o->pool_v[l], prefill->v[l], bytes, RA_STREAM_COPY);
+        o->stats.bytes_prefill_moved += 2 * (int64_t)bytes;
     }
     if (rc == RA_OK)
         rc = be->ops->synchronize(be);
@@ -337,6 +344,37 @@ int ra_offload_begin(struct ra_offload *o, const struct ra_kvcache *prefill, int
         }
     o->begun = rc == RA_OK;
     return rc;
+}
+
+int ra_offload_prefill_cache(struct ra_offload *o, struct ra_kvcache *kv, enum ra_dtype dtype)
+{
+    struct ra_backend *be = o->view.be;
+    const int L = o->view.n_layers;
+    memset(kv, 0, sizeof *kv);
+    if (o->begun || !o->pool_k[0])
+        return ra_error_set(RA_EINVAL, "offload: the prefill cache is made before ra_offload_begin");
+    /* Device kernels cannot read the pinned host pool (mapped host memory
+     * would be read over the link on every access): a device cache, copied
+     * into the pool by ra_offload_begin. */
+    if (!o->emulated)
+        return ra_kvcache_init_dtype(kv, be, L, o->view.kv_dim, o->view.max_rows, dtype);
+    if (dtype != RA_DTYPE_F32)
+        return ra_error_set(RA_EUNSUPPORTED, "offload: a %s KV cache (the host pool holds f32 rows)",
+                            ra_dtype_name(dtype));
+    *kv = (struct ra_kvcache){ .backend = be, .mem = be->ops->mem_kind(be), .n_layers = L,
+                               .kv_dim = o->view.kv_dim, .capacity = o->view.max_rows, .dtype = dtype,
+                               .borrowed = 1 };
+    kv->k = calloc((size_t)L, sizeof *kv->k);
+    kv->v = calloc((size_t)L, sizeof *kv->v);
+    if (!kv->k || !kv->v) {
+        ra_kvcache_free(kv);
+        return ra_error_set(RA_ENOMEM, "offload: out of memory");
+    }
+    for (int l = 0; l < L; l++) { /* on the CPU backend every memory kind is host memory */
+        kv->k[l] = o->pool_k[l];
+        kv->v[l] = o->pool_v[l];
+    }
+    return RA_OK;
 }
 
 static void *pool_alloc(struct ra_backend *be, size_t bytes)
@@ -532,8 +570,9 @@ void ra_offload_report(const struct ra_offload *o, FILE *f)
     const double steps = s->steps > 0 ? (double)s->steps : 1;
     format_size(kv, sizeof kv, (double)s->bytes_kv / steps / o->view.n_layers);
     format_size(x, sizeof x, (double)s->bytes_x / steps / o->view.n_layers);
-    fprintf(f, "offload: %s, %d device slot%s (working set %s), per step and layer %s of KV + %s of X fetched",
-            o->policy->name, o->n_slots, o->n_slots == 1 ? "" : "s", ws, kv, x);
+    fprintf(f, "offload: %s, %d device slot%s (working set %s), per step and layer %s of KV + %s of X fetched, "
+            "%lld bytes of prompt rows moved into the pool after the prefill",
+            o->policy->name, o->n_slots, o->n_slots == 1 ? "" : "s", ws, kv, x, (long long)s->bytes_prefill_moved);
     if (o->cfg.mode == RA_OFFLOAD_KVPR)
         fprintf(f, ", last l = %lld of X rows [%d, %d) (closed form %lld; link %.3g GB/s, recompute %.3g GFLOP/s%s)",
                 (long long)s->kvpr_l, o->view.x_start, o->view.x_end, (long long)s->kvpr_l_closed,

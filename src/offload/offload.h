@@ -57,6 +57,14 @@
  *                   K and V: ra_offload_pool_k/v); the hook stores anything
  *                   more the policy keeps (partial keys, counters). May be NULL.
  *
+ * THE PREFILL WRITES INTO THE POOL. The last rank's prefill cache comes from
+ * ra_offload_prefill_cache: on a host-memory backend (the CPU backend, whose
+ * host memory is also the emulated device's) a view of the pool, so the
+ * chain's received rows and the rank's own rows land in the pool as they are
+ * made, and ra_offload_begin moves nothing (stats.bytes_prefill_moved 0). On
+ * a GPU backend the prefill's kernels need device memory: there it is a device
+ * cache, and begin copies its prompt rows into the pool.
+ *
  * begin() runs once after the prefill, with the prompt's rows already in the
  * pool; end() frees the policy's state. A policy keeps its state in
  * policy_state. Byte counters go through ra_offload_send() so that every
@@ -108,6 +116,8 @@ struct ra_offload_stats {
     int64_t kvpr_l_closed;      /* the closed form's split for the same step (cross-check) */
     double kvpr_v_com, kvpr_v_gpu, kvpr_fixed_s; /* the profile the plan used */
     int64_t rows_attended;      /* summed over layers and steps */
+    int64_t bytes_prefill_moved; /* prompt rows ra_offload_begin copied into the pool (0: the prefill
+                                    wrote into it, ra_offload_prefill_cache's view) */
 };
 
 struct ra_offload;
@@ -150,8 +160,16 @@ void ra_offload_free(struct ra_offload *o);
  * of the prefill's span in the pool. Sets m->tap until ra_offload_begin. */
 int ra_offload_capture(struct ra_offload *o);
 
+/* Before the prefill: *KV becomes the cache of DTYPE rows the prefill writes,
+ * positions [0, max_rows). A host-memory backend: a view of the pool
+ * (kv->borrowed; ra_kvcache_free leaves the pool alone). A device-memory
+ * backend: a device cache of its own (see the header comment). Free it with
+ * ra_kvcache_free before or after the engine. */
+int ra_offload_prefill_cache(struct ra_offload *o, struct ra_kvcache *kv, enum ra_dtype dtype);
+
 /* After the prefill: rows [0, n_prompt) of every layer of PREFILL go into the
- * pool; from then on decode reads only the pool (the prefill cache is unused). */
+ * pool (nothing to move for ra_offload_prefill_cache's view); from then on
+ * decode reads only the pool (the prefill cache is unused). */
 int ra_offload_begin(struct ra_offload *o, const struct ra_kvcache *prefill, int n_prompt);
 
 /* One decode step: the token at position pos; logits (host) of it. */
