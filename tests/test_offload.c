@@ -120,6 +120,12 @@ static void infinigen_run(struct ra_model *m, const int32_t *tokens, int n, cons
     CHECK(ra_offload_slots(o) == want_slots);
     prefill(m, tokens, n, &kv, logits, o);
     CHECK_OK(ra_offload_begin(o, &kv, n));
+    { /* Kp is the backend's device memory, the bytes the budget counts */
+        const struct ra_infinigen *ig = ra_infinigen_offload_state(o);
+        size_t l0_rows, slot_rows, kp_bytes;
+        CHECK_OK(ra_infinigen_offload_sizes(c, cfg, n + STEPS, &l0_rows, &slot_rows, &kp_bytes));
+        CHECK(ig && ig->kp_backend == m->backend && ra_infinigen_kp_bytes(ig) == kp_bytes);
+    }
     for (int l = 0; l < c->n_layers; l++) /* decode reads the pool only */
         for (size_t i = 0; i < (size_t)(n + STEPS) * kv.kv_dim; i++)
             ((float *)kv.k[l])[i] = ((float *)kv.v[l])[i] = NAN;

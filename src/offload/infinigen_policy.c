@@ -16,9 +16,10 @@
  *  store   the new token's K and V into the pool (a victim's slot when full)
  *          and its partial columns into the partial key cache.
  *
- * The speculation and the partial key cache are host memory here: the
- * policy runs on the CPU backend's emulated device only (the cache's bytes
- * count as device bytes, in the engine's fixed_bytes). */
+ * The partial key cache is the backend's device memory (alloc_mem
+ * RA_MEM_DEVICE, counted in the engine's fixed_bytes), but the speculation
+ * reads it on the host: the policy runs on the CPU backend's emulated device
+ * only, whose device memory is host memory. */
 #include "infinigen.h"
 #include "offload.h"
 #include "../status.h"
@@ -85,8 +86,7 @@ int ra_infinigen_offload_sizes(const struct ra_config *c, const struct ra_offloa
     int cap, rc;
     if ((rc = ra_infinigen_params_of(cfg, &p)) != RA_OK || (rc = pool_capacity(c, cfg, max_rows, &cap)) != RA_OK)
         return rc;
-    int n_part = (int)(p.ratio * c->head_dim);
-    n_part = n_part < 1 ? 1 : n_part;
+    const int n_part = ra_infinigen_n_part(p.ratio, c->head_dim); /* as ra_infinigen_init's */
     *l0_rows = (size_t)cap + 1;
     *slot_rows = (size_t)cap_rows(&p, cap) + 1;
     *kp_bytes = (size_t)c->n_layers * cap * c->n_kv_heads * n_part * sizeof(float);
@@ -153,7 +153,7 @@ static int ig_begin(struct ra_offload *o)
         return ra_error_set(RA_ENOMEM, "infinigen: out of memory");
     vw->policy_state = st;
     st->sel_layer = -1;
-    if ((rc = ra_infinigen_init(&st->ig, c, &p, cap)) != RA_OK ||
+    if ((rc = ra_infinigen_init_on(&st->ig, c, &p, cap, vw->be)) != RA_OK || /* Kp: device memory */
         (rc = ra_kvpool_init(&st->pool, c->n_layers, c->n_kv_heads, c->head_dim, vw->max_rows,
                              vw->cfg->ig_pool_mem)) != RA_OK)
         goto fail;
