@@ -114,7 +114,7 @@ static int calibrate(struct ra_offload *o, struct ig_state *st)
                 RA_OK ||
             (rc = be->ops->synchronize(be)) != RA_OK)
             break;
-        rc = ra_infinigen_skew_layer(&st->ig, l, q, ra_offload_pool_k(o, l) + (size_t)x0 * vw->kv_dim, n);
+        rc = ra_infinigen_skew_layer(&st->ig, l, q, (const float *)ra_offload_pool_k(o, l) + (size_t)x0 * vw->kv_dim, n);
     }
     free(q);
     return rc;
@@ -248,7 +248,8 @@ static int ig_store(struct ra_offload *o, int layer, int pos)
     struct ra_offload_view *vw = ra_offload_view(o);
     struct ig_state *st = vw->policy_state;
     const size_t off = (size_t)st->rows[layer] * vw->kv_dim;
-    const float *k = ra_offload_slot_k(o, layer) + off, *v = ra_offload_slot_v(o, layer) + off;
+    const float *sk = ra_offload_slot_k(o, layer), *sv = ra_offload_slot_v(o, layer); /* f32 (offload.c) */
+    const float *k = sk + off, *v = sv + off;
     int slot;
     int rc = ra_kvpool_insert(&st->pool, layer, pos, k, v, &slot, NULL);
     return rc == RA_OK ? ra_infinigen_kp_store(&st->ig, layer, slot, pos, k) : rc;

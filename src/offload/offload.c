@@ -18,13 +18,15 @@ struct ra_offload {
     struct ra_offload_config cfg;
     const struct ra_offload_policy *policy;
     int emulated;          /* the CPU backend: the device and its link are emulated */
-    size_t row_bytes;      /* one K (or V) row */
+    size_t row_bytes;      /* one K (or V) row of cfg.kv_dtype */
     size_t slot_bytes;     /* one slot: K and V of max_rows rows, + X rows for kvpr */
     size_t fixed_bytes;    /* device bytes besides the slots (KVPR's recompute output) */
     int n_slots;
-    float *l0_k, *l0_v;    /* infinigen: layer 0's own full slot (device, in fixed_bytes) */
-    float *slot_k[MAX_SLOTS], *slot_v[MAX_SLOTS], *slot_x[MAX_SLOTS]; /* device */
-    float **pool_k, **pool_v, **pool_x;                               /* pinned host */
+    void *l0_k, *l0_v;     /* infinigen: layer 0's own full slot (device, in fixed_bytes) */
+    void *slot_k[MAX_SLOTS], *slot_v[MAX_SLOTS]; /* device, rows of cfg.kv_dtype */
+    float *slot_x[MAX_SLOTS];                    /* device */
+    void **pool_k, **pool_v;                     /* pinned host, rows of cfg.kv_dtype */
+    float **pool_x;                              /* pinned host */
     struct ra_event *fetched[MAX_SLOTS], *x_fetched[MAX_SLOTS], *computed[MAX_SLOTS];
     struct ra_kvcache dev;        /* the forward pass's view: k[l] = slot of layer l, first[l] = the
                                      position of its row 0 */
@@ -67,17 +69,17 @@ const char *ra_offload_mode_name(enum ra_offload_mode m)
 
 struct ra_offload_view *ra_offload_view(struct ra_offload *o) { return &o->view; }
 static int slot_of(const struct ra_offload *o, int layer) { return layer % o->n_slots; }
-float *ra_offload_slot_k(struct ra_offload *o, int layer)
+void *ra_offload_slot_k(struct ra_offload *o, int layer)
 {
     return layer == 0 && o->l0_k ? o->l0_k : o->slot_k[slot_of(o, layer)];
 }
-float *ra_offload_slot_v(struct ra_offload *o, int layer)
+void *ra_offload_slot_v(struct ra_offload *o, int layer)
 {
     return layer == 0 && o->l0_v ? o->l0_v : o->slot_v[slot_of(o, layer)];
 }
 float *ra_offload_slot_x(struct ra_offload *o, int layer) { return o->slot_x[slot_of(o, layer)]; }
-float *ra_offload_pool_k(struct ra_offload *o, int layer) { return o->pool_k[layer]; }
-float *ra_offload_pool_v(struct ra_offload *o, int layer) { return o->pool_v[layer]; }
+void *ra_offload_pool_k(struct ra_offload *o, int layer) { return o->pool_k[layer]; }
+void *ra_offload_pool_v(struct ra_offload *o, int layer) { return o->pool_v[layer]; }
 float *ra_offload_pool_x(struct ra_offload *o, int layer) { return o->pool_x ? o->pool_x[layer] : NULL; }
 const struct ra_offload_stats *ra_offload_stats(const struct ra_offload *o) { return &o->stats; }
 struct ra_offload_stats *ra_offload_counters(struct ra_offload *o) { return &o->stats; }
@@ -225,17 +227,17 @@ static int hook_layer_end(void *ctx, int layer, struct ra_kvcache *kv, int start
     struct ra_backend *be = o->view.be;
     (void)kv, (void)n;
     clock_run(o);
-    const size_t off = (size_t)start * o->view.kv_dim;
+    const size_t off = (size_t)start * o->row_bytes;
     const int s = slot_of(o, layer);
-    const float *new_k = ra_kvcache_k(&o->dev, layer, start), *new_v = ra_kvcache_v(&o->dev, layer, start);
+    const void *new_k = ra_kvcache_k(&o->dev, layer, start), *new_v = ra_kvcache_v(&o->dev, layer, start);
     int rc = be->ops->event_record(be, o->computed[s], RA_STREAM_COMPUTE);
     /* the new row into the pool (the other direction of the link: not a stall) */
     if (rc == RA_OK)
         rc = be->ops->stream_wait(be, RA_STREAM_COPY, o->computed[s]);
     if (rc == RA_OK && o->pool_k[layer]) /* NULL: the policy keeps the pool (its store hook) */
-        rc = be->ops->copy_async(be, o->pool_k[layer] + off, new_k, o->row_bytes, RA_STREAM_COPY);
+        rc = be->ops->copy_async(be, (char *)o->pool_k[layer] + off, new_k, o->row_bytes, RA_STREAM_COPY);
     if (rc == RA_OK && o->pool_v[layer])
-        rc = be->ops->copy_async(be, o->pool_v[layer] + off, new_v, o->row_bytes, RA_STREAM_COPY);
+        rc = be->ops->copy_async(be, (char *)o->pool_v[layer] + off, new_v, o->row_bytes, RA_STREAM_COPY);
     o->stats.bytes_store += 2 * (int64_t)o->row_bytes;
     if (rc == RA_OK && o->policy->store)
         rc = o->policy->store(o, layer, start);
@@ -307,9 +309,9 @@ int ra_offload_begin(struct ra_offload *o, const struct ra_kvcache *prefill, int
         prefill->n_layers != o->view.n_layers || prefill->kv_dim != o->view.kv_dim)
         return ra_error_set(RA_EINVAL, "offload: a prompt of %d rows does not fit the engine (%d rows)", n_prompt,
                             o->view.max_rows);
-    if (prefill->dtype != RA_DTYPE_F32) /* the pool and the slots hold fp32 rows */
-        return ra_error_set(RA_EUNSUPPORTED, "offload: a %s KV cache (the host pool holds f32 rows)",
-                            ra_dtype_name(prefill->dtype));
+    if (prefill->dtype != o->cfg.kv_dtype) /* the pool and the slots hold rows of the engine's dtype */
+        return ra_error_set(RA_EINVAL, "offload: a %s KV cache (the host pool holds %s rows)",
+                            ra_dtype_name(prefill->dtype), ra_dtype_name(o->cfg.kv_dtype));
     int rc = RA_OK;
     const size_t bytes = (size_t)n_prompt * o->row_bytes;
     for (int l = 0; l < o->view.n_layers && rc == RA_OK; l++) {
@@ -358,9 +360,9 @@ int ra_offload_prefill_cache(struct ra_offload *o, struct ra_kvcache *kv, enum r
      * into the pool by ra_offload_begin. */
     if (!o->emulated)
         return ra_kvcache_init_dtype(kv, be, L, o->view.kv_dim, o->view.max_rows, dtype);
-    if (dtype != RA_DTYPE_F32)
-        return ra_error_set(RA_EUNSUPPORTED, "offload: a %s KV cache (the host pool holds f32 rows)",
-                            ra_dtype_name(dtype));
+    if (dtype != o->cfg.kv_dtype)
+        return ra_error_set(RA_EINVAL, "offload: a %s KV cache (the host pool holds %s rows)", ra_dtype_name(dtype),
+                            ra_dtype_name(o->cfg.kv_dtype));
     *kv = (struct ra_kvcache){ .backend = be, .mem = be->ops->mem_kind(be), .n_layers = L,
                                .kv_dim = o->view.kv_dim, .capacity = o->view.max_rows, .dtype = dtype,
                                .borrowed = 1 };
@@ -450,6 +452,12 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
         return ra_error_set(RA_EINVAL, "--host-link-gbps and --host-link-latency-us must be finite and >= 0");
     if (max_rows <= 0)
         return ra_error_set(RA_EINVAL, "offload: no rows to decode");
+    if (cfg->kv_dtype != RA_DTYPE_F32 && cfg->kv_dtype != RA_DTYPE_BF16)
+        return ra_error_set(RA_EUNSUPPORTED, "offload: %s KV rows are not supported (f32 or bf16)",
+                            ra_dtype_name(cfg->kv_dtype));
+    if (cfg->kv_dtype != RA_DTYPE_F32 && cfg->mode == RA_OFFLOAD_INFINIGEN) /* its pool and speculation: f32 */
+        return ra_error_set(RA_EUNSUPPORTED, "--offload infinigen needs --kv-dtype f32 (its host pool and "
+                            "partial key cache hold f32 rows)");
     const struct ra_config *c = &m->config;
     struct ra_backend *be = m->backend;
     struct ra_offload *o = calloc(1, sizeof *o);
@@ -460,7 +468,9 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
                                         .kv_dim = ra_config_kv_dim(c), .dim = c->dim, .max_rows = max_rows };
     o->policy = policy;
     o->emulated = be->ops->mem_kind(be) != RA_MEM_DEVICE;
-    o->row_bytes = (size_t)o->view.kv_dim * sizeof(float);
+    o->row_bytes = ra_kv_row_bytes(o->view.kv_dim, cfg->kv_dtype);
+    o->view.kv_dtype = cfg->kv_dtype;
+    o->view.row_bytes = o->row_bytes;
     size_t slot_rows = (size_t)max_rows, l0_rows = 0;
     if (cfg->mode == RA_OFFLOAD_INFINIGEN) {
         size_t kp_bytes;
@@ -474,7 +484,7 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
     o->slot_bytes = 2 * slot_rows * o->row_bytes;
     if (cfg->mode == RA_OFFLOAD_KVPR) { /* X rows per slot; one recompute output */
         o->slot_bytes += (size_t)max_rows * (size_t)c->dim * sizeof(float);
-        o->fixed_bytes = 2 * (size_t)max_rows * o->row_bytes;
+        o->fixed_bytes = 2 * (size_t)max_rows * o->view.kv_dim * sizeof(float); /* f32 whatever the rows */
     }
     const size_t budget = cfg->device_kv_mem ? cfg->device_kv_mem : o->fixed_bytes + 2 * o->slot_bytes;
     const size_t avail = budget > o->fixed_bytes ? budget - o->fixed_bytes : 0;
@@ -498,7 +508,7 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
     o->pool_k = calloc((size_t)L, sizeof *o->pool_k);
     o->pool_v = calloc((size_t)L, sizeof *o->pool_v);
     o->dev = (struct ra_kvcache){ .backend = be, .mem = be->ops->mem_kind(be), .n_layers = L,
-                                  .kv_dim = o->view.kv_dim, .capacity = max_rows };
+                                  .kv_dim = o->view.kv_dim, .capacity = max_rows, .dtype = cfg->kv_dtype };
     o->dev.k = calloc((size_t)L, sizeof *o->dev.k);
     o->dev.v = calloc((size_t)L, sizeof *o->dev.v);
     o->dev.first = calloc((size_t)L, sizeof *o->dev.first);

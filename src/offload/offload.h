@@ -100,6 +100,9 @@ struct ra_offload_config {
      * host pool limit in bytes of K and V over all layers (unlimited). */
     float ig_ratio, ig_alpha, ig_cap;
     size_t ig_pool_mem;
+    /* The rows of the pool and the slots: the KV cache's dtype (RA_DTYPE_F32,
+     * 0, or RA_DTYPE_BF16; InfiniGen: f32). Byte counters count these rows. */
+    enum ra_dtype kv_dtype;
 };
 
 /* Counters of one decode step (and, summed, of the run). */
@@ -189,16 +192,19 @@ struct ra_offload_view {
     struct ra_backend *be;
     const struct ra_offload_config *cfg;
     int n_layers, kv_dim, dim, max_rows;
+    enum ra_dtype kv_dtype; /* of the K, V rows in the pool and the slots (X is f32) */
+    size_t row_bytes;       /* one K (or V) row: ra_kv_row_bytes(kv_dim, kv_dtype) */
     int n_prompt;   /* rows of the prompt in the pool */
     int x_start, x_end; /* rows whose layer input X is in the pool: [x_start, x_end) */
     void *policy_state;
 };
 struct ra_offload_view *ra_offload_view(struct ra_offload *o);
-float *ra_offload_slot_k(struct ra_offload *o, int layer);  /* device, max_rows rows (infinigen: fewer) */
-float *ra_offload_slot_v(struct ra_offload *o, int layer);
+void *ra_offload_slot_k(struct ra_offload *o, int layer);   /* device, max_rows rows of kv_dtype (infinigen:
+                                                               fewer) */
+void *ra_offload_slot_v(struct ra_offload *o, int layer);
 float *ra_offload_slot_x(struct ra_offload *o, int layer);  /* device, rows of dim; NULL unless kvpr */
-float *ra_offload_pool_k(struct ra_offload *o, int layer);  /* pinned host, max_rows rows */
-float *ra_offload_pool_v(struct ra_offload *o, int layer);
+void *ra_offload_pool_k(struct ra_offload *o, int layer);   /* pinned host, max_rows rows of kv_dtype */
+void *ra_offload_pool_v(struct ra_offload *o, int layer);
 float *ra_offload_pool_x(struct ra_offload *o, int layer);  /* pinned host, rows of dim; NULL unless kvpr
                                                               or infinigen (its calibration) */
 /* One host->device message on the copy stream, counted as KV (is_x 0) or X bytes
