@@ -355,14 +355,14 @@ int ra_offload_prefill_cache(struct ra_offload *o, struct ra_kvcache *kv, enum r
     memset(kv, 0, sizeof *kv);
     if (o->begun || !o->pool_k[0])
         return ra_error_set(RA_EINVAL, "offload: the prefill cache is made before ra_offload_begin");
+    if (dtype != o->cfg.kv_dtype)
+        return ra_error_set(RA_EINVAL, "offload: a %s KV cache (the host pool holds %s rows)", ra_dtype_name(dtype),
+                            ra_dtype_name(o->cfg.kv_dtype));
     /* Device kernels cannot read the pinned host pool (mapped host memory
      * would be read over the link on every access): a device cache, copied
      * into the pool by ra_offload_begin. */
     if (!o->emulated)
         return ra_kvcache_init_dtype(kv, be, L, o->view.kv_dim, o->view.max_rows, dtype);
-    if (dtype != o->cfg.kv_dtype)
-        return ra_error_set(RA_EINVAL, "offload: a %s KV cache (the host pool holds %s rows)", ra_dtype_name(dtype),
-                            ra_dtype_name(o->cfg.kv_dtype));
     *kv = (struct ra_kvcache){ .backend = be, .mem = be->ops->mem_kind(be), .n_layers = L,
                                .kv_dim = o->view.kv_dim, .capacity = o->view.max_rows, .dtype = dtype,
                                .borrowed = 1 };
