@@ -140,7 +140,8 @@ static void usage(FILE *f)
 "                            each layer's rows into a device working set; kvpr: KVPR partial\n"
 "                            recompute (exact; X of the first rows sent, their K, V recomputed);\n"
 "                            infinigen: InfiniGen (approximate): layer l >= 1 fetches only the\n"
-"                            tokens a rehearsal from layer l-1's input selects (CPU backend)\n"
+"                            tokens a rehearsal from layer l-1's input selects (CPU backend,\n"
+"                            --kv-dtype f32). The pool and working set hold --kv-dtype rows\n"
 "      --device-kv-mem SIZE  device bytes for the KV working set (K/M/G suffixes); two\n"
 "                            layers' worth double-buffers the fetch, one does not, less fails\n"
 "      --host-link-gbps G    the host<->device link: G GB/s (CPU backend: emulated, the rows are\n"
@@ -350,8 +351,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         return ra_error_set(RA_EINVAL, "--infinigen-* needs --offload infinigen");
     if (o->offload.kvpr_force_l >= 0 && o->offload.mode != RA_OFFLOAD_KVPR)
         return ra_error_set(RA_EINVAL, "--kvpr-l needs --offload kvpr");
-    if (o->offload.mode != RA_OFFLOAD_NONE && o->kv_dtype != RA_DTYPE_F32) /* the host pool holds fp32 rows */
-        return ra_error_set(RA_EINVAL, "--offload %s needs --kv-dtype f32", ra_offload_mode_name(o->offload.mode));
+    if (o->offload.mode == RA_OFFLOAD_INFINIGEN && o->kv_dtype != RA_DTYPE_F32) /* its pool holds fp32 rows */
+        return ra_error_set(RA_EINVAL, "--offload infinigen needs --kv-dtype f32");
+    o->offload.kv_dtype = o->kv_dtype; /* the pool and the slots hold the cache's rows */
     return ra_netem_config_check(&o->netem);
 }
 
@@ -750,14 +752,16 @@ static int run(int argc, char **argv)
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_kv_row_bytes(ra_config_kv_dim(&m.config), o.kv_dtype));
-    if (rc == RA_OK)
-        rc = ra_kvcache_init_dtype(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config),
-                                   ra_prefill_kv_rows(&x) + (last ? o.generate : 0), o.kv_dtype);
     if (rc == RA_OK && last) { /* before the prefill: KVPR keeps the layer inputs of this rank's span */
         if ((rc = ra_offload_create(&off, &m, &o.offload, r.n_prompt + (o.generate > 0 ? o.generate : 1))) ==
             RA_OK)
             rc = ra_offload_capture(off);
     }
+    if (rc == RA_OK && off) /* the prefill writes into the host pool (CPU backend; a device cache on a GPU) */
+        rc = ra_offload_prefill_cache(off, &kv, o.kv_dtype);
+    else if (rc == RA_OK)
+        rc = ra_kvcache_init_dtype(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config),
+                                   ra_prefill_kv_rows(&x) + (last ? o.generate : 0), o.kv_dtype);
     logits = malloc(sizeof(float) * (size_t)(m.config.vocab_size > 0 ? m.config.vocab_size : 1));
     r.ttft = calloc((size_t)o.repeat, sizeof *r.ttft);
     r.generated = malloc(sizeof(int32_t) * (size_t)(o.generate > 0 ? o.generate : 1));

@@ -21,6 +21,8 @@ static int tsp_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, int 
         displs[r] = x->bounds[r];
         counts[r] = x->bounds[r + 1] - x->bounds[r];
     }
+    if (ra_kvcache_first(kv, l) != 0) /* the displacements are positions from 0 */
+        return ra_error_set(RA_EINVAL, "tsp: layer %d's KV rows do not start at position 0", l);
     t->wait_begin = t->send = MPI_Wtime() - x->t0;
     ra_watchdog_wait(RA_WATCH_ALLGATHER, l, -1);
     /* The transport counts what the all-gathers move (they return no status). */

@@ -186,9 +186,15 @@ static int check_span(const struct ra_model *m, const int32_t *tokens, int start
     if (start + n > c->seq_len)
         return ra_error_set(RA_ERANGE, "forward: positions up to %d exceed the model's context of %d tokens",
                             start + n, c->seq_len);
-    if (start + n > kv->capacity || kv->n_layers != c->n_layers || kv->kv_dim != ra_config_kv_dim(c))
-        return ra_error_set(RA_ERANGE, "forward: span [%d, %d) does not fit the KV cache (%d rows)",
-                            start, start + n, kv->capacity);
+    if (kv->n_layers != c->n_layers || kv->kv_dim != ra_config_kv_dim(c))
+        return ra_error_set(RA_ERANGE, "forward: the KV cache's shape (%d layers of %d elements) is not the model's",
+                            kv->n_layers, kv->kv_dim);
+    for (int l = 0; l < kv->n_layers; l++) { /* layer l holds positions [first, first + capacity) */
+        const int first = ra_kvcache_first(kv, l);
+        if (start < first || start + n - first > kv->capacity)
+            return ra_error_set(RA_ERANGE, "forward: span [%d, %d) does not fit the KV cache (%d rows from "
+                                "position %d)", start, start + n, kv->capacity, first);
+    }
     if (kv->dtype != RA_DTYPE_F32 && (kv->dtype != RA_DTYPE_BF16 || !m->backend->ops->narrow))
         return ra_error_set(RA_EUNSUPPORTED, "forward: the %s backend has no %s KV cache", m->backend->ops->name,
                             ra_dtype_name(kv->dtype));
@@ -314,11 +320,13 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
             OP(t_other, op->narrow(be, ra_kvcache_v(kv, l, start), kv->dtype, vf, (size_t)n * kvd));
         }
         HOOK(kv_ready);
-        /* every row attention will read, the earlier positions' too */
-        PROBE_DT(kv->k[l], kv->dtype, start + n, kvd, 0, l, "keys");
-        PROBE_DT(kv->v[l], kv->dtype, start + n, kvd, 0, l, "values");
-        const float *ak = kv->k[l], *av = kv->v[l];
-        int rows = start + n;
+        /* every row attention will read, the earlier positions' too: the
+         * layer's buffer holds positions [first, start + n) */
+        const int first = ra_kvcache_first(kv, l);
+        const float *ak = ra_kvcache_k(kv, l, first), *av = ra_kvcache_v(kv, l, first);
+        PROBE_DT(ak, kv->dtype, start + n - first, kvd, first, l, "keys");
+        PROBE_DT(av, kv->dtype, start + n - first, kvd, first, l, "values");
+        int rows = start + n - first;
         if (xchg && xchg->attend) {
             const struct ra_layer_acts acts = { ws->x, ws->xb, ws->q };
             if ((rc = xchg->attend(xchg->ctx, l, kv, start, n, &acts, &ak, &av, &rows)) != RA_OK)

@@ -57,7 +57,7 @@ int ra_kv_dtype_parse(const char *s, const char *opt, enum ra_dtype *dtype)
 
 void ra_kvcache_free(struct ra_kvcache *kv)
 {
-    for (int l = 0; kv->k && l < kv->n_layers; l++) {
+    for (int l = 0; kv->k && !kv->borrowed && l < kv->n_layers; l++) {
         if (kv->k[l])
             kv->backend->ops->release(kv->backend, kv->k[l]);
         if (kv->v && kv->v[l])
@@ -65,5 +65,6 @@ void ra_kvcache_free(struct ra_kvcache *kv)
     }
     free(kv->k);
     free(kv->v);
+    free(kv->first);
     memset(kv, 0, sizeof *kv);
 }

@@ -20,6 +20,14 @@ struct ra_kvcache {
     enum ra_dtype dtype; /* RA_DTYPE_F32 or RA_DTYPE_BF16 */
     void **k;        /* [n_layers] backend buffers of capacity*kv_dim elements */
     void **v;
+    /* [n_layers] the position of each buffer's first row: row pos of layer l
+     * is at row pos - first[l] of k[l] and v[l], so a buffer may hold a window
+     * of positions (the offload engine's slots). NULL: 0 for every layer.
+     * Freed by ra_kvcache_free. */
+    int *first;
+    /* 1: k[l] and v[l] belong to someone else (a view of the offload
+     * engine's host pool): ra_kvcache_free frees only the arrays. */
+    int borrowed;
 };
 
 /* An fp32 cache. */
@@ -42,14 +50,20 @@ static inline size_t ra_kvcache_row_bytes(const struct ra_kvcache *kv)
     return ra_kv_row_bytes(kv->kv_dim, kv->dtype);
 }
 
-/* Address of row `pos` of layer `layer` (a backend pointer). */
+/* The position of the first row of layer `layer`'s buffers. */
+static inline int ra_kvcache_first(const struct ra_kvcache *kv, int layer)
+{
+    return kv->first ? kv->first[layer] : 0;
+}
+
+/* Address of row `pos` (>= ra_kvcache_first) of layer `layer` (a backend pointer). */
 static inline void *ra_kvcache_k(const struct ra_kvcache *kv, int layer, int pos)
 {
-    return (char *)kv->k[layer] + (size_t)pos * ra_kvcache_row_bytes(kv);
+    return (char *)kv->k[layer] + (size_t)(pos - ra_kvcache_first(kv, layer)) * ra_kvcache_row_bytes(kv);
 }
 static inline void *ra_kvcache_v(const struct ra_kvcache *kv, int layer, int pos)
 {
-    return (char *)kv->v[layer] + (size_t)pos * ra_kvcache_row_bytes(kv);
+    return (char *)kv->v[layer] + (size_t)(pos - ra_kvcache_first(kv, layer)) * ra_kvcache_row_bytes(kv);
 }
 
 #endif

@@ -28,8 +28,8 @@ static double kv_diff(const struct ra_kvcache *a, const struct ra_kvcache *b, in
 {
     double worst = 0;
     for (int l = 0; l < a->n_layers; l++) {
-        double dk = test_max_rel_diff(a->k[l], b->k[l], (size_t)rows * a->kv_dim);
-        double dv = test_max_rel_diff(a->v[l], b->v[l], (size_t)rows * a->kv_dim);
+        double dk = test_max_rel_diff(ra_kvcache_k(a, l, 0), ra_kvcache_k(b, l, 0), (size_t)rows * a->kv_dim);
+        double dv = test_max_rel_diff(ra_kvcache_v(a, l, 0), ra_kvcache_v(b, l, 0), (size_t)rows * a->kv_dim);
         worst = fmax(worst, fmax(dk, dv));
     }
     return worst;

@@ -5,7 +5,10 @@
  * InfiniGen: with every column, alpha = inf and no cap it equals none bit for
  * bit; at its defaults it equals the reference decode loop over the pool
  * (infinigen_decode.c) bit for bit, with the pool's invariants kept under
- * eviction and the byte counters equal to the rows fetched. */
+ * eviction and the byte counters equal to the rows fetched. With the prefill
+ * written into the pool (ra_offload_prefill_cache), begin moves no byte and
+ * full, KVPR and exact InfiniGen still equal none bit for bit. With bf16
+ * rows, full and KVPR equal the in-place bf16 decode bit for bit. */
 #include "offload/infinigen.h"
 #include "offload/kvpr.h"
 #include "offload/offload.h"
@@ -118,6 +121,12 @@ static void infinigen_run(struct ra_model *m, const int32_t *tokens, int n, cons
     CHECK(ra_offload_slots(o) == want_slots);
     prefill(m, tokens, n, &kv, logits, o);
     CHECK_OK(ra_offload_begin(o, &kv, n));
+    { /* Kp is the backend's device memory, the bytes the budget counts */
+        const struct ra_infinigen *ig = ra_infinigen_offload_state(o);
+        size_t l0_rows, slot_rows, kp_bytes;
+        CHECK_OK(ra_infinigen_offload_sizes(c, cfg, n + STEPS, &l0_rows, &slot_rows, &kp_bytes));
+        CHECK(ig && ig->kp_backend == m->backend && ra_infinigen_kp_bytes(ig) == kp_bytes);
+    }
     for (int l = 0; l < c->n_layers; l++) /* decode reads the pool only */
         for (size_t i = 0; i < (size_t)(n + STEPS) * kv.kv_dim; i++)
             ((float *)kv.k[l])[i] = ((float *)kv.v[l])[i] = NAN;
@@ -231,6 +240,8 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
         if (cfg.mode == RA_OFFLOAD_KVPR && f == 1)
             check_recompute(m, o, &kv, n);
         CHECK_OK(ra_offload_begin(o, &kv, n));
+        CHECK(ra_offload_stats(o)->bytes_prefill_moved ==
+              2 * (int64_t)n * kv.kv_dim * (int64_t)sizeof(float) * c->n_layers); /* a cache of its own: copied */
         /* the prefill's cache is no longer read: poison it */
         for (int l = 0; l < c->n_layers; l++)
             for (size_t i = 0; i < (size_t)(n + STEPS) * kv.kv_dim; i++)
@@ -244,7 +255,7 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
             CHECK_OK(ra_offload_step(o, best, n + i, logits));
             memcpy(got + (size_t)i * V, logits, (size_t)V * sizeof(float));
             const struct ra_offload_stats *st = ra_offload_stats(o);
-            const struct ra_kvpr_shape sh = { c->dim, ra_config_kv_dim(c), 4, n + i, 0, n };
+            const struct ra_kvpr_shape sh = { c->dim, ra_config_kv_dim(c), 4, n + i, 0, n, 0 };
             int64_t xb, kvb;
             ra_kvpr_bytes(&sh, l, &xb, &kvb);
             CHECK(st->bytes_x - x0 == xb * c->n_layers);
@@ -292,6 +303,70 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
         ra_offload_free(o);
     }
 
+    /* the prefill writes into the pool (the CPU backend): begin moves nothing, decode equals none */
+    const enum ra_offload_mode in_pool[] = { RA_OFFLOAD_FULL, RA_OFFLOAD_KVPR, RA_OFFLOAD_INFINIGEN };
+    for (size_t i = 0; i < sizeof in_pool / sizeof in_pool[0]; i++) {
+        const struct ra_offload_config vc = { .mode = in_pool[i], .link_gbps = 16, .kvpr_force_l = -1,
+                                              .ig_ratio = 1, .ig_alpha = INFINITY, .ig_cap = 1 }; /* exact */
+        struct ra_offload *o;
+        CHECK_OK(ra_offload_create(&o, m, &vc, n + STEPS));
+        if (!o)
+            continue;
+        CHECK_OK(ra_offload_prefill_cache(o, &kv, RA_DTYPE_F32));
+        CHECK(kv.borrowed && kv.capacity == n + STEPS && kv.k[0] == (void *)ra_offload_pool_k(o, 0) &&
+              kv.v[c->n_layers - 1] == (void *)ra_offload_pool_v(o, c->n_layers - 1));
+        CHECK_OK(ra_offload_capture(o));
+        CHECK_OK(ra_forward_span(m, tokens, 0, n, &kv, NULL, logits));
+        CHECK_OK(ra_offload_begin(o, &kv, n));
+        ra_kvcache_free(&kv); /* the arrays only: InfiniGen released the pool in begin */
+        CHECK(ra_offload_stats(o)->bytes_prefill_moved == 0);
+        decode(m, NULL, n, logits, o, got);
+        if (memcmp(ref, got, (size_t)STEPS * V * sizeof(float)))
+            fprintf(stderr, "%s: %s with the prefill in the pool differs from none\n", name,
+                    ra_offload_mode_name(vc.mode)), test_failures++;
+        ra_offload_free(o);
+    }
+
+    { /* bf16 rows in the pool and the slots: full and KVPR (forced, planned; KVPR rounds its recompute as
+       * the forward pass does) equal the in-place bf16 decode bit for bit, with half the KV bytes */
+        const int kvd = ra_config_kv_dim(c);
+        float *ref16 = malloc((size_t)STEPS * V * sizeof(float));
+        CHECK_OK(ra_kvcache_init_dtype(&kv, be, c->n_layers, kvd, n + STEPS, RA_DTYPE_BF16));
+        CHECK_OK(ra_forward_span(m, tokens, 0, n, &kv, NULL, logits));
+        decode(m, &kv, n, logits, NULL, ref16);
+        ra_kvcache_free(&kv);
+        CHECK(memcmp(ref, ref16, (size_t)STEPS * V * sizeof(float)) != 0); /* bf16 rows change the logits */
+        const int ls[] = { -2, n / 2, -1 };
+        for (size_t f = 0; f < sizeof ls / sizeof ls[0]; f++) {
+            const struct ra_offload_config bc = { .mode = ls[f] == -2 ? RA_OFFLOAD_FULL : RA_OFFLOAD_KVPR,
+                                                  .link_gbps = 16, .kvpr_force_l = ls[f], .kvpr_v_gpu = 1e15,
+                                                  .kv_dtype = RA_DTYPE_BF16 };
+            struct ra_offload *o;
+            CHECK_OK(ra_offload_create(&o, m, &bc, n + STEPS));
+            if (!o)
+                continue;
+            CHECK(ra_offload_prefill_cache(o, &kv, RA_DTYPE_F32) == RA_EINVAL); /* the pool's dtype only */
+            CHECK_OK(ra_offload_prefill_cache(o, &kv, RA_DTYPE_BF16));
+            CHECK_OK(ra_offload_capture(o));
+            CHECK_OK(ra_forward_span(m, tokens, 0, n, &kv, NULL, logits));
+            CHECK_OK(ra_offload_begin(o, &kv, n));
+            ra_kvcache_free(&kv);
+            decode(m, NULL, n, logits, o, got);
+            const struct ra_offload_stats *st = ra_offload_stats(o);
+            int64_t kv_rows = 0; /* KV rows fetched: s' minus the recomputed rows, per step and layer */
+            for (int i = 0; i < STEPS; i++)
+                kv_rows += (n + i - (ls[f] >= 0 ? ls[f] : 0)) * (int64_t)c->n_layers;
+            CHECK(st->bytes_prefill_moved == 0 && st->bytes_store == 2 * (int64_t)STEPS * c->n_layers * kvd * 2);
+            if (ls[f] != -1)
+                CHECK(st->bytes_kv == 2 * kv_rows * kvd * 2);
+            if (memcmp(ref16, got, (size_t)STEPS * V * sizeof(float)))
+                fprintf(stderr, "%s: %s (l %d) with bf16 rows differs from the in-place bf16 decode\n", name,
+                        ra_offload_mode_name(bc.mode), ls[f]), test_failures++;
+            ra_offload_free(o);
+        }
+        free(ref16);
+    }
+
     /* budgets: one layer's working set gives one slot, less fails */
     struct ra_offload_config cfg = { .mode = RA_OFFLOAD_FULL, .kvpr_force_l = -1 };
     struct ra_offload *o;
@@ -326,14 +401,14 @@ static void check_planner(void)
     /* MHA: closed form within 1 of the scan over many shapes and rates */
     for (int t = 0; t < 200; t++) {
         const int dim = 64 * test_rand_int(1, 64), s = test_rand_int(1, 4096);
-        const struct ra_kvpr_shape sh = { dim, dim, 2, s, 0, s };
+        const struct ra_kvpr_shape sh = { dim, dim, 2, s, 0, s, 0 };
         const struct ra_kvpr_profile p = { 1e9 * test_rand_int(1, 64), 0, 1e12 * test_rand_int(1, 500), 0, 0 };
         const int a = ra_kvpr_plan_scan(&p, &sh), b = ra_kvpr_plan_closed(&p, &sh);
         if (abs(a - b) > 1 && fabs(ra_kvpr_cost(&p, &sh, a) - ra_kvpr_cost(&p, &sh, b)) > 1e-12)
             fprintf(stderr, "planner: dim %d s %d: scan %d, closed form %d\n", dim, s, a, b), test_failures++;
     }
     /* the digest's check: OPT-6.7B, 32 GB/s, 312 TFLOP/s, fp16: l/s' = 0.70 */
-    const struct ra_kvpr_shape opt = { 4096, 4096, 2, 10000, 0, 10000 };
+    const struct ra_kvpr_shape opt = { 4096, 4096, 2, 10000, 0, 10000, 0 };
     const struct ra_kvpr_profile a100 = { 32e9, 0, 312e12, 0, 0 };
     const int l = ra_kvpr_plan_closed(&a100, &opt);
     CHECK(fabs(l / 10000.0 - 0.70) < 0.01);
@@ -343,10 +418,10 @@ static void check_planner(void)
     CHECK(ra_kvpr_plan_scan(&fast, &opt) == 10000 && ra_kvpr_plan_closed(&fast, &opt) == 10000);
     CHECK(ra_kvpr_plan_scan(&free_link, &opt) == 0 && ra_kvpr_plan_closed(&free_link, &opt) == 0);
     /* GQA 4:1: sending X costs more than sending KV */
-    const struct ra_kvpr_shape gqa = { 4096, 1024, 2, 1000, 0, 1000 };
+    const struct ra_kvpr_shape gqa = { 4096, 1024, 2, 1000, 0, 1000, 0 };
     CHECK(ra_kvpr_plan_scan(&a100, &gqa) == 0 && ra_kvpr_plan_closed(&a100, &gqa) == 0);
     /* X only for a slice [x0, x1): l never goes past it */
-    const struct ra_kvpr_shape slice = { 4096, 4096, 2, 1000, 600, 300 };
+    const struct ra_kvpr_shape slice = { 4096, 4096, 2, 1000, 600, 300, 0 };
     CHECK(ra_kvpr_plan_scan(&fast, &slice) == 300 && ra_kvpr_plan_closed(&fast, &slice) == 300);
 }
 

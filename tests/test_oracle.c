@@ -325,8 +325,8 @@ static double kv_err(const struct ra_kvcache *kv, const struct ref_kv *ref, int 
     double worst = 0;
     const size_t count = (size_t)rows * kv->kv_dim;
     for (int l = 0; l < kv->n_layers; l++) {
-        worst = fmax(worst, rows_err(kv->k[l], kv->dtype, ref_kv_k(ref, l, 0), count));
-        worst = fmax(worst, rows_err(kv->v[l], kv->dtype, ref_kv_v(ref, l, 0), count));
+        worst = fmax(worst, rows_err(ra_kvcache_k(kv, l, 0), kv->dtype, ref_kv_k(ref, l, 0), count));
+        worst = fmax(worst, rows_err(ra_kvcache_v(kv, l, 0), kv->dtype, ref_kv_v(ref, l, 0), count));
     }
     return worst;
 }
@@ -518,7 +518,7 @@ static void twin_case(struct ra_model *m, const char *name, int n, double tol)
     for (int l = 0; l < c->n_layers; l++)
         for (int p = 0; p < n; p++)
             for (int r = 0; r < kvd; r++) { /* the twin's key dimension r is the original's meta_row_of(r) */
-                const float *k0 = kv[0].k[l], *k1 = kv[1].k[l]; /* f32 caches */
+                const float *k0 = ra_kvcache_k(&kv[0], l, 0), *k1 = ra_kvcache_k(&kv[1], l, 0); /* f32 caches */
                 const double a = k0[(size_t)p * kvd + meta_row_of(r, hd)], b = k1[(size_t)p * kvd + r];
                 kv_diff = fmax(kv_diff, fabs(a - b) / (1 + fabs(a)));
             }

@@ -20,8 +20,20 @@ void ra_infinigen_params_default(struct ra_infinigen_params *p)
     p->oracle = 0;
 }
 
+int ra_infinigen_n_part(float ratio, int head_dim)
+{
+    const int n = (int)(ratio * head_dim + 1e-4f); /* int(0.3·d) as the paper's code, 1 at least */
+    return n < 1 ? 1 : n > head_dim ? head_dim : n;
+}
+
 int ra_infinigen_init(struct ra_infinigen *ig, const struct ra_config *c, const struct ra_infinigen_params *p,
                       int capacity)
+{
+    return ra_infinigen_init_on(ig, c, p, capacity, NULL);
+}
+
+int ra_infinigen_init_on(struct ra_infinigen *ig, const struct ra_config *c, const struct ra_infinigen_params *p,
+                         int capacity, struct ra_backend *be)
 {
     memset(ig, 0, sizeof *ig);
     if (!(p->ratio > 0 && p->ratio <= 1) || isnan(p->alpha) || !(p->cap > 0) || capacity <= 0)
@@ -30,15 +42,14 @@ int ra_infinigen_init(struct ra_infinigen *ig, const struct ra_config *c, const 
     const int d = c->head_dim, L = c->n_layers, G = c->n_kv_heads;
     ig->c = *c;
     ig->p = *p;
-    ig->n_part = (int)(p->ratio * d + 1e-4f); /* int(0.3·d) as the paper's code, 1 at least */
-    if (ig->n_part < 1)
-        ig->n_part = 1;
-    if (ig->n_part > d)
-        ig->n_part = d;
+    ig->n_part = ra_infinigen_n_part(p->ratio, d);
     ig->capacity = capacity;
     ig->A = calloc((size_t)L * G * d * d, sizeof(float));
     ig->idx = malloc((size_t)L * G * ig->n_part * sizeof(int32_t));
-    ig->kp = calloc((size_t)L * capacity * G * ig->n_part, sizeof(float));
+    const size_t kp_count = (size_t)L * capacity * G * ig->n_part;
+    ig->kp = be ? be->ops->alloc_mem(be, kp_count * sizeof(float), RA_MEM_DEVICE) /* zeroed */
+                : calloc(kp_count, sizeof(float));
+    ig->kp_backend = ig->kp ? be : NULL;
     ig->kp_token = malloc((size_t)L * capacity * sizeof(int32_t));
     if (!ig->A || !ig->idx || !ig->kp || !ig->kp_token) {
         ra_infinigen_free(ig);
@@ -62,7 +73,10 @@ void ra_infinigen_free(struct ra_infinigen *ig)
 {
     free(ig->A);
     free(ig->idx);
-    free(ig->kp);
+    if (ig->kp_backend)
+        ig->kp_backend->ops->release_mem(ig->kp_backend, ig->kp, RA_MEM_DEVICE);
+    else
+        free(ig->kp);
     free(ig->kp_token);
     memset(ig, 0, sizeof *ig);
 }

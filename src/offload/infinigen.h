@@ -50,11 +50,20 @@ struct ra_infinigen {
     int32_t *idx;      /* [n_layers][n_kv_heads][n_part], ascending */
     float *kp;         /* [n_layers][capacity][n_kv_heads][n_part]: skewed partial keys by pool slot */
     int32_t *kp_token; /* [n_layers][capacity]: the token of each Kp row, -1 if none */
+    struct ra_backend *kp_backend; /* non-NULL: kp is its device memory (alloc_mem RA_MEM_DEVICE) */
 };
 
-/* A = identity and idx = the first n_part columns until calibrated. */
+/* d' for RATIO of HEAD_DIM columns: int(ratio·d) as the paper's code, in [1, d]. */
+int ra_infinigen_n_part(float ratio, int head_dim);
+
+/* A = identity and idx = the first n_part columns until calibrated. Kp in host memory. */
 int ra_infinigen_init(struct ra_infinigen *ig, const struct ra_config *c, const struct ra_infinigen_params *p,
                       int capacity);
+/* The same with Kp in BE's device memory (the offload engine: Kp counts in
+ * --device-kv-mem). The speculation reads Kp on the host, so BE must be a
+ * host-memory backend (the CPU backend's emulated device) for now. */
+int ra_infinigen_init_on(struct ra_infinigen *ig, const struct ra_config *c, const struct ra_infinigen_params *p,
+                         int capacity, struct ra_backend *be);
 void ra_infinigen_free(struct ra_infinigen *ig);
 
 static inline float *ra_infinigen_A(const struct ra_infinigen *ig, int layer, int kv_head)

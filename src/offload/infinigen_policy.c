@@ -16,9 +16,10 @@
  *  store   the new token's K and V into the pool (a victim's slot when full)
  *          and its partial columns into the partial key cache.
  *
- * The speculation and the partial key cache are host memory here: the
- * policy runs on the CPU backend's emulated device only (the cache's bytes
- * count as device bytes, in the engine's fixed_bytes). */
+ * The partial key cache is the backend's device memory (alloc_mem
+ * RA_MEM_DEVICE, counted in the engine's fixed_bytes), but the speculation
+ * reads it on the host: the policy runs on the CPU backend's emulated device
+ * only, whose device memory is host memory. */
 #include "infinigen.h"
 #include "offload.h"
 #include "../status.h"
@@ -85,8 +86,7 @@ int ra_infinigen_offload_sizes(const struct ra_config *c, const struct ra_offloa
     int cap, rc;
     if ((rc = ra_infinigen_params_of(cfg, &p)) != RA_OK || (rc = pool_capacity(c, cfg, max_rows, &cap)) != RA_OK)
         return rc;
-    int n_part = (int)(p.ratio * c->head_dim);
-    n_part = n_part < 1 ? 1 : n_part;
+    const int n_part = ra_infinigen_n_part(p.ratio, c->head_dim); /* as ra_infinigen_init's */
     *l0_rows = (size_t)cap + 1;
     *slot_rows = (size_t)cap_rows(&p, cap) + 1;
     *kp_bytes = (size_t)c->n_layers * cap * c->n_kv_heads * n_part * sizeof(float);
@@ -114,7 +114,7 @@ static int calibrate(struct ra_offload *o, struct ig_state *st)
                 RA_OK ||
             (rc = be->ops->synchronize(be)) != RA_OK)
             break;
-        rc = ra_infinigen_skew_layer(&st->ig, l, q, ra_offload_pool_k(o, l) + (size_t)x0 * vw->kv_dim, n);
+        rc = ra_infinigen_skew_layer(&st->ig, l, q, (const float *)ra_offload_pool_k(o, l) + (size_t)x0 * vw->kv_dim, n);
     }
     free(q);
     return rc;
@@ -153,7 +153,7 @@ static int ig_begin(struct ra_offload *o)
         return ra_error_set(RA_ENOMEM, "infinigen: out of memory");
     vw->policy_state = st;
     st->sel_layer = -1;
-    if ((rc = ra_infinigen_init(&st->ig, c, &p, cap)) != RA_OK ||
+    if ((rc = ra_infinigen_init_on(&st->ig, c, &p, cap, vw->be)) != RA_OK || /* Kp: device memory */
         (rc = ra_kvpool_init(&st->pool, c->n_layers, c->n_kv_heads, c->head_dim, vw->max_rows,
                              vw->cfg->ig_pool_mem)) != RA_OK)
         goto fail;
@@ -248,7 +248,8 @@ static int ig_store(struct ra_offload *o, int layer, int pos)
     struct ra_offload_view *vw = ra_offload_view(o);
     struct ig_state *st = vw->policy_state;
     const size_t off = (size_t)st->rows[layer] * vw->kv_dim;
-    const float *k = ra_offload_slot_k(o, layer) + off, *v = ra_offload_slot_v(o, layer) + off;
+    const float *sk = ra_offload_slot_k(o, layer), *sv = ra_offload_slot_v(o, layer); /* f32 (offload.c) */
+    const float *k = sk + off, *v = sv + off;
     int slot;
     int rc = ra_kvpool_insert(&st->pool, layer, pos, k, v, &slot, NULL);
     return rc == RA_OK ? ra_infinigen_kp_store(&st->ig, layer, slot, pos, k) : rc;

@@ -19,10 +19,12 @@ int ra_kvpr_x_rows(const struct ra_kvpr_shape *sh, int l)
     return l;
 }
 
+static int kv_elem(const struct ra_kvpr_shape *sh) { return sh->kv_elem ? sh->kv_elem : sh->elem; }
+
 void ra_kvpr_bytes(const struct ra_kvpr_shape *sh, int l, int64_t *x_bytes, int64_t *kv_bytes)
 {
     *x_bytes = (int64_t)ra_kvpr_x_rows(sh, l) * sh->dim * sh->elem;
-    *kv_bytes = 2 * (int64_t)(sh->s - l) * sh->kv_dim * sh->elem;
+    *kv_bytes = 2 * (int64_t)(sh->s - l) * sh->kv_dim * kv_elem(sh);
 }
 
 /* Messages of K (as many of V) for split l: the rows before x0 and after x0+l. */
@@ -62,7 +64,7 @@ int ra_kvpr_plan_closed(const struct ra_kvpr_profile *p, const struct ra_kvpr_sh
     const int lmax = sh->x_rows < sh->s - sh->x0 ? sh->x_rows : sh->s - sh->x0;
     if (lmax <= 0 || isinf(p->v_com))
         return 0;
-    const double a = (double)sh->dim * sh->elem / p->v_com, c = 2.0 * sh->kv_dim * sh->elem / p->v_com;
+    const double a = (double)sh->dim * sh->elem / p->v_com, c = 2.0 * sh->kv_dim * kv_elem(sh) / p->v_com;
     const double r = 4.0 * sh->dim * (double)sh->kv_dim / p->v_gpu;
     if (c <= a)
         return 0;
@@ -90,7 +92,8 @@ int ra_kvpr_recompute(struct ra_model *m, int layer, const float *x, int x0, int
 
 /* ---------------------------------------------------------------- profiler */
 
-static int time_gemm(struct ra_offload *o, int n, double *t)
+/* The recompute of n rows of layer 0 into k, v (f32, n rows). */
+static int time_gemm(struct ra_offload *o, int n, float *k, float *v, double *t)
 {
     struct ra_offload_view *vw = ra_offload_view(o);
     struct ra_backend *be = vw->be;
@@ -98,8 +101,7 @@ static int time_gemm(struct ra_offload *o, int n, double *t)
     double best = INFINITY;
     for (int rep = 0; rep < 3 && rc == RA_OK; rep++) {
         const double t0 = now();
-        rc = ra_kvpr_recompute(vw->m, 0, ra_offload_slot_x(o, 0), 0, n, ra_offload_slot_k(o, 0),
-                               ra_offload_slot_v(o, 0));
+        rc = ra_kvpr_recompute(vw->m, 0, ra_offload_slot_x(o, 0), 0, n, k, v);
         if (rc == RA_OK)
             rc = be->ops->synchronize(be);
         const double dt = now() - t0;
@@ -127,7 +129,7 @@ static int time_copy(struct ra_offload *o, size_t bytes, double *t)
     return rc;
 }
 
-int ra_kvpr_profile(struct ra_offload *o, struct ra_kvpr_profile *p)
+static int profile(struct ra_offload *o, struct ra_kvpr_profile *p, float *k, float *v)
 {
     struct ra_offload_view *vw = ra_offload_view(o);
     const struct ra_offload_config *cfg = vw->cfg;
@@ -139,7 +141,7 @@ int ra_kvpr_profile(struct ra_offload *o, struct ra_kvpr_profile *p)
         if (cfg->link_gbps > 0)
             p->v_com = cfg->link_gbps * 1e9, p->lat_s = cfg->link_latency_us * 1e-6;
     } else {
-        const size_t big = (size_t)vw->max_rows * vw->kv_dim * sizeof(float), small = big / 16 ? big / 16 : big;
+        const size_t big = (size_t)vw->max_rows * vw->row_bytes, small = big / 16 ? big / 16 : big;
         double t_small, t_big;
         if ((rc = time_copy(o, small, &t_small)) == RA_OK && (rc = time_copy(o, big, &t_big)) == RA_OK &&
             t_big > t_small && big > small) {
@@ -150,8 +152,8 @@ int ra_kvpr_profile(struct ra_offload *o, struct ra_kvpr_profile *p)
     /* the recompute GEMM, at two sizes of the shape it runs */
     const int n1 = vw->max_rows >= 4 ? vw->max_rows / 4 : 2, n2 = vw->max_rows >= 2 ? vw->max_rows : 2;
     double t1, t2;
-    if (rc == RA_OK && vw->max_rows >= 2 && (rc = time_gemm(o, n1, &t1)) == RA_OK &&
-        (rc = time_gemm(o, n2, &t2)) == RA_OK) {
+    if (rc == RA_OK && vw->max_rows >= 2 && (rc = time_gemm(o, n1, k, v, &t1)) == RA_OK &&
+        (rc = time_gemm(o, n2, k, v, &t2)) == RA_OK) {
         const double flop_row = 4.0 * vw->dim * (double)vw->kv_dim;
         const double per_row = n2 > n1 && t2 > t1 ? (t2 - t1) / (n2 - n1) : t2 / n2;
         p->v_gpu = flop_row / per_row;
@@ -160,12 +162,19 @@ int ra_kvpr_profile(struct ra_offload *o, struct ra_kvpr_profile *p)
     /* the CPU backend recomputes on the prefill span's row count (kvpr.h): a constant */
     const int span = vw->x_end - vw->x_start;
     if (rc == RA_OK && be->ops->mem_kind(be) != RA_MEM_DEVICE && span > 0)
-        rc = time_gemm(o, span, &p->fixed_s);
+        rc = time_gemm(o, span, k, v, &p->fixed_s);
     if (cfg->kvpr_v_com > 0)
         p->v_com = cfg->kvpr_v_com;
     if (cfg->kvpr_v_gpu > 0)
         p->v_gpu = cfg->kvpr_v_gpu, p->gemm_s0 = 0, p->fixed_s = 0;
     return rc;
+}
+
+int ra_kvpr_profile(struct ra_offload *o, struct ra_kvpr_profile *p)
+{
+    if (ra_offload_view(o)->kv_dtype != RA_DTYPE_F32) /* the slots cannot hold the f32 output */
+        return ra_error_set(RA_EINVAL, "kvpr: ra_kvpr_profile times the recompute into f32 slots");
+    return profile(o, p, ra_offload_slot_k(o, 0), ra_offload_slot_v(o, 0));
 }
 
 /* ---------------------------------------------------------------- runtime */
@@ -180,7 +189,8 @@ static struct ra_kvpr_shape shape_at(struct ra_offload *o, int pos)
 {
     const struct ra_offload_view *vw = ra_offload_view(o);
     return (struct ra_kvpr_shape){ .dim = vw->dim, .kv_dim = vw->kv_dim, .elem = (int)sizeof(float), .s = pos,
-                                   .x0 = vw->x_start, .x_rows = vw->x_end - vw->x_start };
+                                   .x0 = vw->x_start, .x_rows = vw->x_end - vw->x_start,
+                                   .kv_elem = (int)ra_dtype_size(vw->kv_dtype) };
 }
 
 static int kvpr_begin(struct ra_offload *o)
@@ -195,7 +205,10 @@ static int kvpr_begin(struct ra_offload *o)
     st->scratch_v = vw->be->ops->alloc_mem(vw->be, two, RA_MEM_DEVICE);
     if (!st->scratch_k || !st->scratch_v)
         return ra_error_set(RA_ENOMEM, "kvpr: cannot allocate device scratch");
-    return ra_kvpr_profile(o, &st->prof);
+    if (vw->kv_dtype != RA_DTYPE_F32 && !vw->be->ops->narrow)
+        return ra_error_set(RA_EUNSUPPORTED, "kvpr: the %s backend cannot round K, V to %s",
+                            vw->be->ops->name, ra_dtype_name(vw->kv_dtype));
+    return profile(o, &st->prof, st->scratch_k, st->scratch_v);
 }
 
 static void kvpr_end(struct ra_offload *o)
@@ -236,10 +249,10 @@ static int kvpr_fetch(struct ra_offload *o, int layer, int pos)
         c->kvpr_l_closed = ra_kvpr_plan_closed(&st->prof, &sh);
         c->kvpr_v_com = st->prof.v_com, c->kvpr_v_gpu = st->prof.v_gpu, c->kvpr_fixed_s = st->prof.fixed_s;
     }
-    const size_t row = (size_t)vw->kv_dim * sizeof(float);
+    const size_t row = vw->row_bytes;
     const int x0 = vw->x_start, x1 = x0 + st->l;
-    float *k = ra_offload_slot_k(o, layer), *v = ra_offload_slot_v(o, layer);
-    const float *pk = ra_offload_pool_k(o, layer), *pv = ra_offload_pool_v(o, layer);
+    char *k = ra_offload_slot_k(o, layer), *v = ra_offload_slot_v(o, layer);
+    const char *pk = ra_offload_pool_k(o, layer), *pv = ra_offload_pool_v(o, layer);
     /* activations first: the recompute starts as soon as they arrive */
     int rc = ra_offload_send(o, ra_offload_slot_x(o, layer), ra_offload_pool_x(o, layer) + (size_t)x0 * vw->dim,
                              (size_t)st->nx * vw->dim * sizeof(float), 1);
@@ -249,7 +262,7 @@ static int kvpr_fetch(struct ra_offload *o, int layer, int pos)
     if (rc == RA_OK)
         rc = ra_offload_send(o, v, pv, (size_t)b * row, 0);
     if (rc == RA_OK && st->l && x1 < pos) {
-        const size_t off = (size_t)x1 * vw->kv_dim, bytes = (size_t)(pos - x1) * row;
+        const size_t off = (size_t)x1 * row, bytes = (size_t)(pos - x1) * row;
         if ((rc = ra_offload_send(o, k + off, pk + off, bytes, 0)) == RA_OK)
             rc = ra_offload_send(o, v + off, pv + off, bytes, 0);
     }
@@ -267,19 +280,23 @@ static int kvpr_ready(struct ra_offload *o, int layer, int pos)
     if (rc != RA_OK)
         return rc;
     const double t0 = now();
-    const size_t off = (size_t)vw->x_start * vw->kv_dim;
-    float *k = ra_offload_slot_k(o, layer) + off, *v = ra_offload_slot_v(o, layer) + off;
+    const size_t off = (size_t)vw->x_start * vw->row_bytes, count = (size_t)st->l * vw->kv_dim;
+    char *k = (char *)ra_offload_slot_k(o, layer) + off, *v = (char *)ra_offload_slot_v(o, layer) + off;
     struct ra_backend *be = vw->be;
-    if (be->ops->mem_kind(be) == RA_MEM_DEVICE) {
-        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start, st->l, k, v);
-    } else { /* on the span's row count (kvpr.h), into scratch; rows [l, span) of X are stale and unused */
-        const size_t bytes = (size_t)st->l * vw->kv_dim * sizeof(float);
-        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start, vw->x_end - vw->x_start,
-                               st->scratch_k, st->scratch_v);
+    const int device = be->ops->mem_kind(be) == RA_MEM_DEVICE, narrow = vw->kv_dtype != RA_DTYPE_F32;
+    if (device && !narrow) {
+        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start, st->l, (float *)k,
+                               (float *)v);
+    } else { /* into the f32 scratch: the CPU backend on the span's row count (kvpr.h; rows [l, span) of
+                X are stale and unused), then rounded to the cache's dtype as the forward pass does */
+        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start,
+                               device ? st->l : vw->x_end - vw->x_start, st->scratch_k, st->scratch_v);
         if (rc == RA_OK)
-            rc = be->ops->copy_async(be, k, st->scratch_k, bytes, RA_STREAM_COMPUTE);
+            rc = narrow ? be->ops->narrow(be, k, vw->kv_dtype, st->scratch_k, count)
+                        : be->ops->copy_async(be, k, st->scratch_k, count * sizeof(float), RA_STREAM_COMPUTE);
         if (rc == RA_OK)
-            rc = be->ops->copy_async(be, v, st->scratch_v, bytes, RA_STREAM_COMPUTE);
+            rc = narrow ? be->ops->narrow(be, v, vw->kv_dtype, st->scratch_v, count)
+                        : be->ops->copy_async(be, v, st->scratch_v, count * sizeof(float), RA_STREAM_COMPUTE);
     }
     if (rc == RA_OK && be->ops->mem_kind(be) != RA_MEM_DEVICE)
         rc = be->ops->synchronize(be);

@@ -32,13 +32,15 @@ struct ra_kvpr_profile {
 /* Per-layer sizes of one step. */
 struct ra_kvpr_shape {
     int dim, kv_dim;
-    int elem;        /* bytes per element (4: f32) */
+    int elem;        /* bytes per element of X (4: f32), and of K, V unless kv_elem */
     int s;           /* rows before the new token (s') */
     int x0, x_rows;  /* rows with X in the pool: [x0, x0 + x_rows) */
+    int kv_elem;     /* bytes per K or V element (2: a bf16 cache); 0: elem */
 };
 
 /* Profiles the link (model on the emulated link; copies timed on a device
- * backend) and the recompute GEMM of layer 0 on the backend. Config overrides win. */
+ * backend) and the recompute GEMM of layer 0 on the backend (into the slots:
+ * an f32 engine). Config overrides win. */
 int ra_kvpr_profile(struct ra_offload *o, struct ra_kvpr_profile *p);
 
 /* Rows of X sent for split l (l). */
@@ -50,7 +52,7 @@ void ra_kvpr_bytes(const struct ra_kvpr_shape *sh, int l, int64_t *x_bytes, int6
 double ra_kvpr_cost(const struct ra_kvpr_profile *p, const struct ra_kvpr_shape *sh, int l);
 /* Brute force over l in [0, x_rows]. */
 int ra_kvpr_plan_scan(const struct ra_kvpr_profile *p, const struct ra_kvpr_shape *sh);
-/* Closed form (no latency): l* = c·s/(r+c), a = dim·p/v_com, c = 2·kv_dim·p/v_com,
+/* Closed form (no latency): l* = c·s/(r+c), a = dim·p/v_com, c = 2·kv_dim·p_kv/v_com,
  * r = 4·dim·kv_dim/v_gpu; 0 when c <= a (GQA 2:1 or more); floor or ceiling,
  * whichever costs less, clamped to [0, x_rows]. */
 int ra_kvpr_plan_closed(const struct ra_kvpr_profile *p, const struct ra_kvpr_shape *sh);

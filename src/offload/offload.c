@@ -18,15 +18,18 @@ struct ra_offload {
     struct ra_offload_config cfg;
     const struct ra_offload_policy *policy;
     int emulated;          /* the CPU backend: the device and its link are emulated */
-    size_t row_bytes;      /* one K (or V) row */
+    size_t row_bytes;      /* one K (or V) row of cfg.kv_dtype */
     size_t slot_bytes;     /* one slot: K and V of max_rows rows, + X rows for kvpr */
     size_t fixed_bytes;    /* device bytes besides the slots (KVPR's recompute output) */
     int n_slots;
-    float *l0_k, *l0_v;    /* infinigen: layer 0's own full slot (device, in fixed_bytes) */
-    float *slot_k[MAX_SLOTS], *slot_v[MAX_SLOTS], *slot_x[MAX_SLOTS]; /* device */
-    float **pool_k, **pool_v, **pool_x;                               /* pinned host */
+    void *l0_k, *l0_v;     /* infinigen: layer 0's own full slot (device, in fixed_bytes) */
+    void *slot_k[MAX_SLOTS], *slot_v[MAX_SLOTS]; /* device, rows of cfg.kv_dtype */
+    float *slot_x[MAX_SLOTS];                    /* device */
+    void **pool_k, **pool_v;                     /* pinned host, rows of cfg.kv_dtype */
+    float **pool_x;                              /* pinned host */
     struct ra_event *fetched[MAX_SLOTS], *x_fetched[MAX_SLOTS], *computed[MAX_SLOTS];
-    struct ra_kvcache dev;        /* the forward pass's view: k[l] = slot of layer l */
+    struct ra_kvcache dev;        /* the forward pass's view: k[l] = slot of layer l, first[l] = the
+                                     position of its row 0 */
     struct ra_kv_exchange xchg;
     struct ra_forward_tap tap;
     int pos;                      /* the step's position */
@@ -66,17 +69,17 @@ const char *ra_offload_mode_name(enum ra_offload_mode m)
 
 struct ra_offload_view *ra_offload_view(struct ra_offload *o) { return &o->view; }
 static int slot_of(const struct ra_offload *o, int layer) { return layer % o->n_slots; }
-float *ra_offload_slot_k(struct ra_offload *o, int layer)
+void *ra_offload_slot_k(struct ra_offload *o, int layer)
 {
     return layer == 0 && o->l0_k ? o->l0_k : o->slot_k[slot_of(o, layer)];
 }
-float *ra_offload_slot_v(struct ra_offload *o, int layer)
+void *ra_offload_slot_v(struct ra_offload *o, int layer)
 {
     return layer == 0 && o->l0_v ? o->l0_v : o->slot_v[slot_of(o, layer)];
 }
 float *ra_offload_slot_x(struct ra_offload *o, int layer) { return o->slot_x[slot_of(o, layer)]; }
-float *ra_offload_pool_k(struct ra_offload *o, int layer) { return o->pool_k[layer]; }
-float *ra_offload_pool_v(struct ra_offload *o, int layer) { return o->pool_v[layer]; }
+void *ra_offload_pool_k(struct ra_offload *o, int layer) { return o->pool_k[layer]; }
+void *ra_offload_pool_v(struct ra_offload *o, int layer) { return o->pool_v[layer]; }
 float *ra_offload_pool_x(struct ra_offload *o, int layer) { return o->pool_x ? o->pool_x[layer] : NULL; }
 const struct ra_offload_stats *ra_offload_stats(const struct ra_offload *o) { return &o->stats; }
 struct ra_offload_stats *ra_offload_counters(struct ra_offload *o) { return &o->stats; }
@@ -190,13 +193,12 @@ static int hook_layer_begin(void *ctx, int layer, struct ra_kvcache *kv, int sta
         rc = o->policy->ready(o, layer, o->pos);
     if (rc == RA_OK)
         rc = ra_offload_wait_link(o, 0);
-    /* The forward pass writes the new row at row pos of dev.k[layer]: a policy
-     * that wants it at slot row r gets a view pos − r rows before its slot
-     * (address arithmetic only; the pass touches no other row of the view). */
+    /* The forward pass writes the new row at position pos of dev: a policy
+     * that wants it at slot row r makes the slot's first row position pos − r. */
     const int row = rc == RA_OK && o->policy->new_row ? o->policy->new_row(o, layer, o->pos) : o->pos;
-    const uintptr_t back = (uintptr_t)(o->pos - row) * o->row_bytes;
-    o->dev.k[layer] = (void *)((uintptr_t)ra_offload_slot_k(o, layer) - back);
-    o->dev.v[layer] = (void *)((uintptr_t)ra_offload_slot_v(o, layer) - back);
+    o->dev.k[layer] = ra_offload_slot_k(o, layer);
+    o->dev.v[layer] = ra_offload_slot_v(o, layer);
+    o->dev.first[layer] = o->pos - row;
     /* two slots: the next layer's rows travel while this one computes */
     if (rc == RA_OK && o->n_slots > 1 && !o->policy->fetch_after_attend && layer + 1 < o->view.n_layers)
         rc = issue_fetch(o, layer + 1);
@@ -225,17 +227,17 @@ static int hook_layer_end(void *ctx, int layer, struct ra_kvcache *kv, int start
     struct ra_backend *be = o->view.be;
     (void)kv, (void)n;
     clock_run(o);
-    const size_t off = (size_t)start * o->view.kv_dim;
+    const size_t off = (size_t)start * o->row_bytes;
     const int s = slot_of(o, layer);
-    const float *new_k = ra_kvcache_k(&o->dev, layer, start), *new_v = ra_kvcache_v(&o->dev, layer, start);
+    const void *new_k = ra_kvcache_k(&o->dev, layer, start), *new_v = ra_kvcache_v(&o->dev, layer, start);
     int rc = be->ops->event_record(be, o->computed[s], RA_STREAM_COMPUTE);
     /* the new row into the pool (the other direction of the link: not a stall) */
     if (rc == RA_OK)
         rc = be->ops->stream_wait(be, RA_STREAM_COPY, o->computed[s]);
     if (rc == RA_OK && o->pool_k[layer]) /* NULL: the policy keeps the pool (its store hook) */
-        rc = be->ops->copy_async(be, o->pool_k[layer] + off, new_k, o->row_bytes, RA_STREAM_COPY);
+        rc = be->ops->copy_async(be, (char *)o->pool_k[layer] + off, new_k, o->row_bytes, RA_STREAM_COPY);
     if (rc == RA_OK && o->pool_v[layer])
-        rc = be->ops->copy_async(be, o->pool_v[layer] + off, new_v, o->row_bytes, RA_STREAM_COPY);
+        rc = be->ops->copy_async(be, (char *)o->pool_v[layer] + off, new_v, o->row_bytes, RA_STREAM_COPY);
     o->stats.bytes_store += 2 * (int64_t)o->row_bytes;
     if (rc == RA_OK && o->policy->store)
         rc = o->policy->store(o, layer, start);
@@ -257,6 +259,8 @@ int ra_offload_step(struct ra_offload *o, int32_t token, int pos, float *logits)
     const double c0 = o->clock;
     o->pos = pos;
     o->issued = 0;
+    for (int l = 0; l < o->view.n_layers; l++) /* the layer hooks set them; the span check sees slots from 0 */
+        o->dev.first[l] = 0;
     o->mark = now();
     int rc = ra_forward_span(o->view.m, &token, pos, 1, &o->dev, &o->xchg, logits);
     if (rc == RA_OK)
@@ -305,15 +309,22 @@ int ra_offload_begin(struct ra_offload *o, const struct ra_kvcache *prefill, int
         prefill->n_layers != o->view.n_layers || prefill->kv_dim != o->view.kv_dim)
         return ra_error_set(RA_EINVAL, "offload: a prompt of %d rows does not fit the engine (%d rows)", n_prompt,
                             o->view.max_rows);
-    if (prefill->dtype != RA_DTYPE_F32) /* the pool and the slots hold fp32 rows */
-        return ra_error_set(RA_EUNSUPPORTED, "offload: a %s KV cache (the host pool holds f32 rows)",
-                            ra_dtype_name(prefill->dtype));
+    if (prefill->dtype != o->cfg.kv_dtype) /* the pool and the slots hold rows of the engine's dtype */
+        return ra_error_set(RA_EINVAL, "offload: a %s KV cache (the host pool holds %s rows)",
+                            ra_dtype_name(prefill->dtype), ra_dtype_name(o->cfg.kv_dtype));
     int rc = RA_OK;
+    const size_t bytes = (size_t)n_prompt * o->row_bytes;
     for (int l = 0; l < o->view.n_layers && rc == RA_OK; l++) {
-        rc = be->ops->copy_async(be, o->pool_k[l], prefill->k[l], (size_t)n_prompt * o->row_bytes, RA_STREAM_COPY);
+        if (ra_kvcache_first(prefill, l) != 0) {
+            rc = ra_error_set(RA_EINVAL, "offload: the prefill's layer %d does not start at position 0", l);
+            break;
+        }
+        if (prefill->k[l] == o->pool_k[l] && prefill->v[l] == o->pool_v[l])
+            continue; /* the view: the prefill wrote into the pool */
+        rc = be->ops->copy_async(be, o->pool_k[l], prefill->k[l], bytes, RA_STREAM_COPY);
         if (rc == RA_OK)
-            rc = be->ops->copy_async(be, o->pool_v[l], prefill->v[l], (size_t)n_prompt * o->row_bytes,
-                                     RA_STREAM_COPY);
+            rc = be->ops->copy_async(be, o->pool_v[l], prefill->v[l], bytes, RA_STREAM_COPY);
+        o->stats.bytes_prefill_moved += 2 * (int64_t)bytes;
     }
     if (rc == RA_OK)
         rc = be->ops->synchronize(be);
@@ -335,6 +346,37 @@ int ra_offload_begin(struct ra_offload *o, const struct ra_kvcache *prefill, int
         }
     o->begun = rc == RA_OK;
     return rc;
+}
+
+int ra_offload_prefill_cache(struct ra_offload *o, struct ra_kvcache *kv, enum ra_dtype dtype)
+{
+    struct ra_backend *be = o->view.be;
+    const int L = o->view.n_layers;
+    memset(kv, 0, sizeof *kv);
+    if (o->begun || !o->pool_k[0])
+        return ra_error_set(RA_EINVAL, "offload: the prefill cache is made before ra_offload_begin");
+    if (dtype != o->cfg.kv_dtype)
+        return ra_error_set(RA_EINVAL, "offload: a %s KV cache (the host pool holds %s rows)", ra_dtype_name(dtype),
+                            ra_dtype_name(o->cfg.kv_dtype));
+    /* Device kernels cannot read the pinned host pool (mapped host memory
+     * would be read over the link on every access): a device cache, copied
+     * into the pool by ra_offload_begin. */
+    if (!o->emulated)
+        return ra_kvcache_init_dtype(kv, be, L, o->view.kv_dim, o->view.max_rows, dtype);
+    *kv = (struct ra_kvcache){ .backend = be, .mem = be->ops->mem_kind(be), .n_layers = L,
+                               .kv_dim = o->view.kv_dim, .capacity = o->view.max_rows, .dtype = dtype,
+                               .borrowed = 1 };
+    kv->k = calloc((size_t)L, sizeof *kv->k);
+    kv->v = calloc((size_t)L, sizeof *kv->v);
+    if (!kv->k || !kv->v) {
+        ra_kvcache_free(kv);
+        return ra_error_set(RA_ENOMEM, "offload: out of memory");
+    }
+    for (int l = 0; l < L; l++) { /* on the CPU backend every memory kind is host memory */
+        kv->k[l] = o->pool_k[l];
+        kv->v[l] = o->pool_v[l];
+    }
+    return RA_OK;
 }
 
 static void *pool_alloc(struct ra_backend *be, size_t bytes)
@@ -371,6 +413,7 @@ void ra_offload_free(struct ra_offload *o)
     free(o->pool_x);
     free(o->dev.k);
     free(o->dev.v);
+    free(o->dev.first);
     free(o);
 }
 
@@ -409,6 +452,12 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
         return ra_error_set(RA_EINVAL, "--host-link-gbps and --host-link-latency-us must be finite and >= 0");
     if (max_rows <= 0)
         return ra_error_set(RA_EINVAL, "offload: no rows to decode");
+    if (cfg->kv_dtype != RA_DTYPE_F32 && cfg->kv_dtype != RA_DTYPE_BF16)
+        return ra_error_set(RA_EUNSUPPORTED, "offload: %s KV rows are not supported (f32 or bf16)",
+                            ra_dtype_name(cfg->kv_dtype));
+    if (cfg->kv_dtype != RA_DTYPE_F32 && cfg->mode == RA_OFFLOAD_INFINIGEN) /* its pool and speculation: f32 */
+        return ra_error_set(RA_EUNSUPPORTED, "--offload infinigen needs --kv-dtype f32 (its host pool and "
+                            "partial key cache hold f32 rows)");
     const struct ra_config *c = &m->config;
     struct ra_backend *be = m->backend;
     struct ra_offload *o = calloc(1, sizeof *o);
@@ -419,7 +468,9 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
                                         .kv_dim = ra_config_kv_dim(c), .dim = c->dim, .max_rows = max_rows };
     o->policy = policy;
     o->emulated = be->ops->mem_kind(be) != RA_MEM_DEVICE;
-    o->row_bytes = (size_t)o->view.kv_dim * sizeof(float);
+    o->row_bytes = ra_kv_row_bytes(o->view.kv_dim, cfg->kv_dtype);
+    o->view.kv_dtype = cfg->kv_dtype;
+    o->view.row_bytes = o->row_bytes;
     size_t slot_rows = (size_t)max_rows, l0_rows = 0;
     if (cfg->mode == RA_OFFLOAD_INFINIGEN) {
         size_t kp_bytes;
@@ -433,7 +484,7 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
     o->slot_bytes = 2 * slot_rows * o->row_bytes;
     if (cfg->mode == RA_OFFLOAD_KVPR) { /* X rows per slot; one recompute output */
         o->slot_bytes += (size_t)max_rows * (size_t)c->dim * sizeof(float);
-        o->fixed_bytes = 2 * (size_t)max_rows * o->row_bytes;
+        o->fixed_bytes = 2 * (size_t)max_rows * o->view.kv_dim * sizeof(float); /* f32 whatever the rows */
     }
     const size_t budget = cfg->device_kv_mem ? cfg->device_kv_mem : o->fixed_bytes + 2 * o->slot_bytes;
     const size_t avail = budget > o->fixed_bytes ? budget - o->fixed_bytes : 0;
@@ -457,13 +508,14 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
     o->pool_k = calloc((size_t)L, sizeof *o->pool_k);
     o->pool_v = calloc((size_t)L, sizeof *o->pool_v);
     o->dev = (struct ra_kvcache){ .backend = be, .mem = be->ops->mem_kind(be), .n_layers = L,
-                                  .kv_dim = o->view.kv_dim, .capacity = max_rows };
+                                  .kv_dim = o->view.kv_dim, .capacity = max_rows, .dtype = cfg->kv_dtype };
     o->dev.k = calloc((size_t)L, sizeof *o->dev.k);
     o->dev.v = calloc((size_t)L, sizeof *o->dev.v);
+    o->dev.first = calloc((size_t)L, sizeof *o->dev.first);
     const int keep_x = cfg->mode == RA_OFFLOAD_KVPR || cfg->mode == RA_OFFLOAD_INFINIGEN;
     if (keep_x)
         o->pool_x = calloc((size_t)L, sizeof *o->pool_x);
-    if (!o->pool_k || !o->pool_v || !o->dev.k || !o->dev.v || (keep_x && !o->pool_x)) {
+    if (!o->pool_k || !o->pool_v || !o->dev.k || !o->dev.v || !o->dev.first || (keep_x && !o->pool_x)) {
         rc = ra_error_set(RA_ENOMEM, "offload: out of memory");
         goto fail;
     }
@@ -528,8 +580,9 @@ void ra_offload_report(const struct ra_offload *o, FILE *f)
     const double steps = s->steps > 0 ? (double)s->steps : 1;
     format_size(kv, sizeof kv, (double)s->bytes_kv / steps / o->view.n_layers);
     format_size(x, sizeof x, (double)s->bytes_x / steps / o->view.n_layers);
-    fprintf(f, "offload: %s, %d device slot%s (working set %s), per step and layer %s of KV + %s of X fetched",
-            o->policy->name, o->n_slots, o->n_slots == 1 ? "" : "s", ws, kv, x);
+    fprintf(f, "offload: %s, %d device slot%s (working set %s), per step and layer %s of KV + %s of X fetched, "
+            "%lld bytes of prompt rows moved into the pool after the prefill",
+            o->policy->name, o->n_slots, o->n_slots == 1 ? "" : "s", ws, kv, x, (long long)s->bytes_prefill_moved);
     if (o->cfg.mode == RA_OFFLOAD_KVPR)
         fprintf(f, ", last l = %lld of X rows [%d, %d) (closed form %lld; link %.3g GB/s, recompute %.3g GFLOP/s%s)",
                 (long long)s->kvpr_l, o->view.x_start, o->view.x_end, (long long)s->kvpr_l_closed,

@@ -57,6 +57,14 @@
  *                   K and V: ra_offload_pool_k/v); the hook stores anything
  *                   more the policy keeps (partial keys, counters). May be NULL.
  *
+ * THE PREFILL WRITES INTO THE POOL. The last rank's prefill cache comes from
+ * ra_offload_prefill_cache: on a host-memory backend (the CPU backend, whose
+ * host memory is also the emulated device's) a view of the pool, so the
+ * chain's received rows and the rank's own rows land in the pool as they are
+ * made, and ra_offload_begin moves nothing (stats.bytes_prefill_moved 0). On
+ * a GPU backend the prefill's kernels need device memory: there it is a device
+ * cache, and begin copies its prompt rows into the pool.
+ *
  * begin() runs once after the prefill, with the prompt's rows already in the
  * pool; end() frees the policy's state. A policy keeps its state in
  * policy_state. Byte counters go through ra_offload_send() so that every
@@ -92,6 +100,9 @@ struct ra_offload_config {
      * host pool limit in bytes of K and V over all layers (unlimited). */
     float ig_ratio, ig_alpha, ig_cap;
     size_t ig_pool_mem;
+    /* The rows of the pool and the slots: the KV cache's dtype (RA_DTYPE_F32,
+     * 0, or RA_DTYPE_BF16; InfiniGen: f32). Byte counters count these rows. */
+    enum ra_dtype kv_dtype;
 };
 
 /* Counters of one decode step (and, summed, of the run). */
@@ -108,6 +119,8 @@ struct ra_offload_stats {
     int64_t kvpr_l_closed;      /* the closed form's split for the same step (cross-check) */
     double kvpr_v_com, kvpr_v_gpu, kvpr_fixed_s; /* the profile the plan used */
     int64_t rows_attended;      /* summed over layers and steps */
+    int64_t bytes_prefill_moved; /* prompt rows ra_offload_begin copied into the pool (0: the prefill
+                                    wrote into it, ra_offload_prefill_cache's view) */
 };
 
 struct ra_offload;
@@ -150,8 +163,16 @@ void ra_offload_free(struct ra_offload *o);
  * of the prefill's span in the pool. Sets m->tap until ra_offload_begin. */
 int ra_offload_capture(struct ra_offload *o);
 
+/* Before the prefill: *KV becomes the cache of DTYPE rows the prefill writes,
+ * positions [0, max_rows). A host-memory backend: a view of the pool
+ * (kv->borrowed; ra_kvcache_free leaves the pool alone). A device-memory
+ * backend: a device cache of its own (see the header comment). Free it with
+ * ra_kvcache_free before or after the engine. */
+int ra_offload_prefill_cache(struct ra_offload *o, struct ra_kvcache *kv, enum ra_dtype dtype);
+
 /* After the prefill: rows [0, n_prompt) of every layer of PREFILL go into the
- * pool; from then on decode reads only the pool (the prefill cache is unused). */
+ * pool (nothing to move for ra_offload_prefill_cache's view); from then on
+ * decode reads only the pool (the prefill cache is unused). */
 int ra_offload_begin(struct ra_offload *o, const struct ra_kvcache *prefill, int n_prompt);
 
 /* One decode step: the token at position pos; logits (host) of it. */
@@ -171,16 +192,19 @@ struct ra_offload_view {
     struct ra_backend *be;
     const struct ra_offload_config *cfg;
     int n_layers, kv_dim, dim, max_rows;
+    enum ra_dtype kv_dtype; /* of the K, V rows in the pool and the slots (X is f32) */
+    size_t row_bytes;       /* one K (or V) row: ra_kv_row_bytes(kv_dim, kv_dtype) */
     int n_prompt;   /* rows of the prompt in the pool */
     int x_start, x_end; /* rows whose layer input X is in the pool: [x_start, x_end) */
     void *policy_state;
 };
 struct ra_offload_view *ra_offload_view(struct ra_offload *o);
-float *ra_offload_slot_k(struct ra_offload *o, int layer);  /* device, max_rows rows (infinigen: fewer) */
-float *ra_offload_slot_v(struct ra_offload *o, int layer);
+void *ra_offload_slot_k(struct ra_offload *o, int layer);   /* device, max_rows rows of kv_dtype (infinigen:
+                                                               fewer) */
+void *ra_offload_slot_v(struct ra_offload *o, int layer);
 float *ra_offload_slot_x(struct ra_offload *o, int layer);  /* device, rows of dim; NULL unless kvpr */
-float *ra_offload_pool_k(struct ra_offload *o, int layer);  /* pinned host, max_rows rows */
-float *ra_offload_pool_v(struct ra_offload *o, int layer);
+void *ra_offload_pool_k(struct ra_offload *o, int layer);   /* pinned host, max_rows rows of kv_dtype */
+void *ra_offload_pool_v(struct ra_offload *o, int layer);
 float *ra_offload_pool_x(struct ra_offload *o, int layer);  /* pinned host, rows of dim; NULL unless kvpr
                                                               or infinigen (its calibration) */
 /* One host->device message on the copy stream, counted as KV (is_x 0) or X bytes
