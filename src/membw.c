@@ -45,32 +45,34 @@ static void membw_fill(struct ra_membw *out, double *t, int reps, double bytes, 
     out->reps = reps;
 }
 
-/* The arguments both measurements take; array_bytes 0 becomes the default. */
-static int membw_check(size_t *array_bytes, int threads, int reps)
+/* Checks the arguments both measurements take and clears *out; *n: the
+ * doubles per array (array_bytes 0: the default 256 MiB). */
+static int membw_begin(struct ra_membw *out, size_t array_bytes, int threads, int reps, size_t *n)
 {
+    memset(out, 0, sizeof *out);
     if (threads < 1 || reps < 1 || reps > MAX_REPS)
         return ra_error_set(RA_EINVAL, "membw: %d threads, %d repetitions (1-%d)", threads, reps, MAX_REPS);
-    if (*array_bytes == 0)
-        *array_bytes = (size_t)256 << 20;
-    if (*array_bytes < sizeof(double))
-        return ra_error_set(RA_EINVAL, "membw: an array of %zu bytes holds no double", *array_bytes);
+    if (array_bytes == 0)
+        array_bytes = (size_t)256 << 20;
+    if (array_bytes < sizeof(double))
+        return ra_error_set(RA_EINVAL, "membw: an array of %zu bytes holds no double", array_bytes);
+    *n = array_bytes / sizeof(double);
     return RA_OK;
 }
 
 int ra_membw_triad(size_t array_bytes, int threads, int reps, struct ra_membw *out)
 {
-    memset(out, 0, sizeof *out);
-    int rc = membw_check(&array_bytes, threads, reps);
+    size_t n = 0;
+    int rc = membw_begin(out, array_bytes, threads, reps, &n);
     if (rc != RA_OK)
         return rc;
-    const size_t n = array_bytes / sizeof(double);
     double *a = NULL, *b = NULL, *c = NULL;
     if (posix_memalign((void **)&a, 4096, n * sizeof(double)) || posix_memalign((void **)&b, 4096, n * sizeof(double)) ||
         posix_memalign((void **)&c, 4096, n * sizeof(double))) {
         free(a);
         free(b);
         free(c);
-        return ra_error_set(RA_ENOMEM, "membw: cannot allocate 3 arrays of %zu bytes", array_bytes);
+        return ra_error_set(RA_ENOMEM, "membw: cannot allocate 3 arrays of %zu bytes", n * sizeof(double));
     }
     /* First touch by the threads that stream them (static schedule, as below). */
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -122,14 +124,13 @@ static double read_sum(const double *restrict a, size_t n, int threads)
 
 int ra_membw_read(size_t array_bytes, int threads, int reps, struct ra_membw *out)
 {
-    memset(out, 0, sizeof *out);
-    int rc = membw_check(&array_bytes, threads, reps);
+    size_t n = 0;
+    int rc = membw_begin(out, array_bytes, threads, reps, &n);
     if (rc != RA_OK)
         return rc;
-    const size_t n = array_bytes / sizeof(double);
     double *a = NULL;
     if (posix_memalign((void **)&a, 4096, n * sizeof(double)))
-        return ra_error_set(RA_ENOMEM, "membw: cannot allocate an array of %zu bytes", array_bytes);
+        return ra_error_set(RA_ENOMEM, "membw: cannot allocate an array of %zu bytes", n * sizeof(double));
     /* First touch in the blocks the sum's static schedule gives each thread. */
     const size_t blocks = n / READ_LANES;
 #pragma omp parallel for schedule(static) num_threads(threads)
