@@ -10,8 +10,9 @@ B="$BUILD/jobs/bench-decode-speed-bin"
 for t in 1 2; do
     for lane in f32 bf16 bf16kv; do
         # T lane ctx tok/s [min-max] MB/step read [min-max] share [min-max] triad lin% attn% oth%
-        awk -v t=$t -v l=$lane '$1 == t && $2 == l && $3 > 0 && $4 > 0 && $6 > 0 && $7 > 0 && $9 > 0 && $11 > 0 &&
-             NF == 14 { ok = 1 }
+        # (the share is a whole percent: on this tiny model, with the read in cache, it may round to 0)
+        awk -v t=$t -v l=$lane '$1 == t && $2 == l && $3 > 0 && $4 > 0 && $6 > 0 && $7 > 0 && $9 ~ /^[0-9]+$/ &&
+             $11 > 0 && NF == 14 { ok = 1 }
              END { exit !ok }' "$TMP/out" || fail "no T=$t $lane row with positive figures: $(cat "$TMP/out")"
     done
 done
