@@ -28,7 +28,8 @@ int ra_membw_triad(size_t array_bytes, int threads, int reps, struct ra_membw *o
  * the loads), first touch as above; `reps` timed repetitions after one
  * untimed. Bytes counted per repetition: the array. Each sum is checked
  * against its known value (RA_EBACKEND if it differs), so none is elided.
- * RA_ENOMEM if the array cannot be allocated. */
+ * RA_ENOMEM if the array cannot be allocated. Both: RA_EINVAL for threads
+ * < 1, reps outside 1-101, or an array smaller than one double. */
 int ra_membw_read(size_t array_bytes, int threads, int reps, struct ra_membw *out);
 
 #endif
