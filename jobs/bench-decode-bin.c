@@ -27,16 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_LIST 16
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void usage(FILE *f)
 {
@@ -178,12 +170,12 @@ static int bench_context(struct ra_model *m, int n, int steps, const struct benc
         if (o && o != kvpr && (rc = ra_offload_begin(o, &kv, n)) != RA_OK)
             break;
         memcpy(logits, logits0, (size_t)V * sizeof(float));
-        const double t0 = now();
+        const double t0 = ra_wall_s();
         for (int s = 0; s < steps && rc == RA_OK; s++) {
             got[s] = argmax(logits, V);
             rc = o ? ra_offload_step(o, got[s], n + s, logits) : ra_forward_span(m, &got[s], n + s, 1, &kv, NULL, logits);
         }
-        const double wall = (now() - t0) / steps;
+        const double wall = (ra_wall_s() - t0) / steps;
         if (rc != RA_OK)
             break;
         /* InfiniGen is approximate: its quality figures replace the token check */

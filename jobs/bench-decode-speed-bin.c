@@ -7,12 +7,17 @@
  * lane (f32: the f32 model, fp32 compute; bf16: the bf16 copy of the model
  * read in place, or the f32 model in bf16 compute with a plain bf16 copy),
  * it decodes --steps tokens greedily after a context of C positions and
- * prints decode tokens/s, the bytes a step reads, the STREAM-like triad
- * bandwidth (src/membw.h) measured in the same run with the same threads,
- * the bound that bandwidth puts on tokens/s, and the share of it reached.
+ * prints decode tokens/s, the bytes a step reads, the read-only bandwidth
+ * (src/membw.h: ra_membw_read, one array summed) measured in the same run
+ * with the same threads, the bound that bandwidth puts on tokens/s, the
+ * share of it reached, and for reference the STREAM-like triad. The bound
+ * is the read's: a step reads weights and K/V rows and writes a few
+ * activations, and the triad (one stream written for two read, its
+ * write-allocate traffic uncounted) is lower than what such a step can use.
  * Every figure is the median [min-max] of --repeat samples; within a round
- * the triad and the lanes run one after another (triad, f32, bf16, triad,
- * f32, ...), so ratios compare samples taken moments apart.
+ * the bandwidths and the lanes run one after another (read, triad, f32,
+ * bf16, read, triad, f32, ...), so ratios compare samples taken moments
+ * apart.
  *
  * The context's K/V rows are filled with synthetic values instead of a
  * prefill (a step's cost does not depend on what they hold): contexts of
@@ -23,6 +28,7 @@
  * lane (e.g. a KV offload mode) is one more entry of lane_kinds[] with its own
  * step function; the tables print one row per lane. */
 #include "args.h"
+#include "bench_util.h"
 #include "gemm_bf16.h"
 #include "half.h"
 #include "membw.h"
@@ -33,29 +39,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #define MAX_LIST 16
-#define MAX_REPEAT 101
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+const char bench_name[] = "bench-decode-speed";
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: bench-decode-speed [--model DIR] [--bf16-model DIR] [--contexts N,N,...] [--threads T,T,...]\n"
-            "                          [--lanes f32,bf16] [--steps N] [--repeat N] [--triad-mib N]\n"
+            "                          [--lanes f32,bf16] [--steps N] [--repeat N] [--membw-mib N]\n"
             "\n"
             "Single-process decode on the CPU backend: tokens/s per step after a context of N\n"
-            "positions, the bytes a step reads (weights + K/V rows), a STREAM-like triad measured\n"
-            "in the same run, and the share of the bandwidth bound (triad GB/s / bytes per token)\n"
-            "reached; medians [min-max] of --repeat samples, lanes and triad interleaved.\n"
+            "positions, the bytes a step reads (weights + K/V rows), the read-only bandwidth (one\n"
+            "array summed) measured in the same run, the share of the bound it puts on tokens/s\n"
+            "(read GB/s / bytes per step) reached, and a STREAM-like triad for reference (a step\n"
+            "reads, so the read is its bound; the triad is lower); medians [min-max] of --repeat\n"
+            "samples, lanes and bandwidths interleaved.\n"
             "\n"
             "  --model DIR       model directory or llama2.c checkpoint\n"
             "                    (default ${RA_BENCH_DIR:-$HOME/.cache/runahead}/bench-small)\n"
@@ -67,48 +67,11 @@ static void usage(FILE *f)
             "  --lanes LIST      f32, bf16, bf16kv (bf16 with a bf16 KV cache) (default all)\n"
             "  --steps N         decode steps per sample (default 16)\n"
             "  --repeat N        samples per figure (default 5)\n"
-            "  --triad-mib N     MiB per triad array (default 256)\n"
+            "  --membw-mib N     MiB per bandwidth array (default 256): the read sums one, the triad\n"
+            "                    streams three\n"
             "  --help\n"
             "\n"
             "RA_CPU_ISA forces the kernels; RA_GEMV=0 sends decode steps through the GEMM path.\n");
-}
-
-static int parse_list(const char *s, int *out, int max, const char *flag)
-{
-    int n = 0;
-    if (ra_arg_int_list(s, flag, 1, 1000000, out, max, &n) != RA_OK)
-        exit(ra_arg_usage_error("bench-decode-speed", "%s", ra_error_message()));
-    return n;
-}
-
-static void die(const char *what, int rc)
-{
-    fprintf(stderr, "bench-decode-speed: %s: %s\n", what, ra_error_message());
-    exit(rc == RA_ENOMEM ? 3 : 1);
-}
-
-/* ----------------------------------------------------------- statistics */
-
-struct samples {
-    double v[MAX_REPEAT];
-    int n;
-};
-
-static double median(const struct samples *s)
-{
-    return ra_median(s->v, s->n);
-}
-
-/* "median [min-max]" in one field */
-static const char *spread(char *buf, size_t size, const struct samples *s, const char *fmt)
-{
-    return ra_spread_format(buf, size, s->v, s->n, fmt);
-}
-
-static void add(struct samples *s, double v)
-{
-    if (s->n < MAX_REPEAT)
-        s->v[s->n++] = v;
 }
 
 /* ----------------------------------------------------------- bytes per step */
@@ -197,33 +160,33 @@ static void fill_kv(struct ra_kvcache *kv, int ctx)
 
 /* What one (threads, context, lane) cell collects, one value per sample. */
 struct cell {
-    struct samples tps, share, lin, att, other;
+    struct bench_samples tps, share, lin, att, other;
 };
 
 /* steps greedy tokens after position ctx; per-op shares from the stats. */
-static void lane_sample(struct lane *ln, int ctx, int steps, float *logits, double triad_gbs, struct cell *c)
+static void lane_sample(struct lane *ln, int ctx, int steps, float *logits, double bound_gbs, struct cell *c)
 {
     struct ra_forward_stats st;
     memset(&st, 0, sizeof st);
     ln->m->stats = &st;
     int32_t tok = 1;
-    const double t0 = now();
+    const double t0 = ra_wall_s();
     for (int s = 0; s < steps; s++) {
         int rc = ln->kind->step(ln, tok, ctx + s, logits);
         if (rc != RA_OK)
-            die("decode step", rc);
+            bench_die("decode step", rc);
         tok = ra_argmax(logits, ln->m->config.vocab_size);
     }
-    const double t = now() - t0;
+    const double t = ra_wall_s() - t0;
     ln->m->stats = NULL;
     const double tps = steps / t;
     const double bytes = ln->weight_bytes + kv_bytes(&ln->m->config, ctx, steps, ln->kind->kv_dtype);
-    add(&c->tps, tps);
-    add(&c->share, 100 * tps * bytes / (triad_gbs * 1e9));
+    bench_add(&c->tps, tps);
+    bench_add(&c->share, 100 * tps * bytes / (bound_gbs * 1e9));
     const double acc = st.t_linear + st.t_attention + st.t_other;
-    add(&c->lin, 100 * st.t_linear / acc);
-    add(&c->att, 100 * st.t_attention / acc);
-    add(&c->other, 100 * st.t_other / acc);
+    bench_add(&c->lin, 100 * st.t_linear / acc);
+    bench_add(&c->att, 100 * st.t_attention / acc);
+    bench_add(&c->other, 100 * st.t_other / acc);
 }
 
 static void free_models(struct ra_model *models)
@@ -238,7 +201,7 @@ int main(int argc, char **argv)
     int ctx_list[MAX_LIST] = { 512, 2048, 8192 }, n_ctx = 3;
     int threads_list[MAX_LIST] = { 1, 2 }, n_threads = 2;
     int want[N_LANES] = { 1, 1, 1 };
-    int steps = 16, repeat = 5, triad_mib = 256;
+    int steps = 16, repeat = 5, membw_mib = 256;
     const char *model_dir = NULL, *bf16_model = NULL;
     char model_default[4096], bf16_default[4200];
 
@@ -246,7 +209,7 @@ int main(int argc, char **argv)
         { "model", required_argument, 0, 'm' },   { "bf16-model", required_argument, 0, 'b' },
         { "contexts", required_argument, 0, 'c' }, { "threads", required_argument, 0, 't' },
         { "lanes", required_argument, 0, 'l' },   { "steps", required_argument, 0, 's' },
-        { "repeat", required_argument, 0, 'r' },  { "triad-mib", required_argument, 0, 'T' },
+        { "repeat", required_argument, 0, 'r' },  { "membw-mib", required_argument, 0, 'T' },
         { "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 },
     };
     int c;
@@ -254,8 +217,8 @@ int main(int argc, char **argv)
         switch (c) {
         case 'm': model_dir = optarg; break;
         case 'b': bf16_model = optarg; break;
-        case 'c': n_ctx = parse_list(optarg, ctx_list, MAX_LIST, "--contexts"); break;
-        case 't': n_threads = parse_list(optarg, threads_list, MAX_LIST, "--threads"); break;
+        case 'c': n_ctx = bench_parse_list(optarg, ctx_list, MAX_LIST, "--contexts"); break;
+        case 't': n_threads = bench_parse_list(optarg, threads_list, MAX_LIST, "--threads"); break;
         case 'l': {
             char *copy = strdup(optarg), *save = NULL;
             memset(want, 0, sizeof want);
@@ -278,11 +241,11 @@ int main(int argc, char **argv)
                 return ra_arg_usage_error("bench-decode-speed", "%s", ra_error_message());
             break;
         case 'r':
-            if (ra_arg_int(optarg, "--repeat", 1, MAX_REPEAT, &repeat) != RA_OK)
+            if (ra_arg_int(optarg, "--repeat", 1, BENCH_MAX_REPEAT, &repeat) != RA_OK)
                 return ra_arg_usage_error("bench-decode-speed", "%s", ra_error_message());
             break;
         case 'T':
-            if (ra_arg_int(optarg, "--triad-mib", 1, 65536, &triad_mib) != RA_OK)
+            if (ra_arg_int(optarg, "--membw-mib", 1, 65536, &membw_mib) != RA_OK)
                 return ra_arg_usage_error("bench-decode-speed", "%s", ra_error_message());
             break;
         case 'h': usage(stdout); return 0;
@@ -295,19 +258,11 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!model_dir) {
-        const char *base = getenv("RA_BENCH_DIR");
-        if (base && *base)
-            snprintf(model_default, sizeof model_default, "%s/bench-small", base);
-        else
-            snprintf(model_default, sizeof model_default, "%s/.cache/runahead/bench-small",
-                     getenv("HOME") ? getenv("HOME") : ".");
+        bench_default_model(model_default, sizeof model_default);
         model_dir = model_default;
     }
-    if (!bf16_model) {
-        snprintf(bf16_default, sizeof bf16_default, "%s-bf16", model_dir);
-        if (access(bf16_default, R_OK) == 0)
-            bf16_model = bf16_default;
-    }
+    if (!bf16_model && bench_bf16_beside(model_dir, bf16_default, sizeof bf16_default))
+        bf16_model = bf16_default;
     /* Without a bf16 file the bf16 lane makes a bf16 copy of the f32 weights:
      * plain, not oneDNN's blocked layout, which only its GEMM reads. */
     if (!bf16_model)
@@ -319,7 +274,7 @@ int main(int argc, char **argv)
     memset(lanes, 0, sizeof lanes);
     int rc;
     if ((rc = ra_model_load(&models[LANE_F32], model_dir)) != RA_OK)
-        die("loading the model", rc);
+        bench_die("loading the model", rc);
     /* Each lane its own model (the same file mapped twice when there is no
      * bf16 file: the page cache holds it once), so both stay attached. */
     const struct ra_config *cfg = &models[LANE_F32].config;
@@ -327,7 +282,7 @@ int main(int argc, char **argv)
         if (!want[li])
             continue;
         if ((rc = ra_model_load(&models[li], bf16_model ? bf16_model : model_dir)) != RA_OK)
-            die("loading the bf16 model", rc);
+            bench_die("loading the bf16 model", rc);
         if (memcmp(&models[li].config, cfg, sizeof *cfg) != 0) {
             fprintf(stderr, "bench-decode-speed: %s does not have the shape of %s\n", bf16_model, model_dir);
             free_models(models);
@@ -365,24 +320,27 @@ int main(int argc, char **argv)
     printf("# model   : %s: dim %d, %d layers, %d heads, %d KV heads, FFN %d, vocab %d, %s weights\n", model_dir,
            cfg->dim, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->hidden_dim, cfg->vocab_size,
            ra_dtype_name(models[LANE_F32].weights.layers[0].wq.dtype));
-    printf("# timing  : %d greedy steps per sample, median [min-max] of %d samples; per round: triad, then\n"
-           "#           each lane at each context, interleaved; K/V of the context synthetic (no prefill)\n",
+    printf("# timing  : %d greedy steps per sample, median [min-max] of %d samples; per round: read, triad,\n"
+           "#           then each lane at each context, interleaved; K/V of the context synthetic (no prefill)\n",
            steps, repeat);
-    printf("# triad   : a = b + s*c, 3 arrays of %d MiB, the run's thread count, best of 3 per sample\n",
-           triad_mib);
-    printf("# bound   : tok/s <= triad GB/s / bytes per step (weights as read + K/V rows of the context);\n"
-           "#           of bound = tok/s x bytes / triad bandwidth of the same round. OMP_WAIT_POLICY=%s\n",
+    printf("# read    : sum of 1 array of %d MiB, the run's thread count, best of 3 per sample (the bound)\n",
+           membw_mib);
+    printf("# triad   : a = b + s*c, 3 arrays of %d MiB, the same; for reference (writes a stream, so lower)\n",
+           membw_mib);
+    printf("# bound   : tok/s <= read GB/s / bytes per step (weights as read + K/V rows of the context);\n"
+           "#           of bound = tok/s x bytes / read bandwidth of the same round. OMP_WAIT_POLICY=%s\n",
            wait ? wait : "(unset)");
     printf("# the machine may be shared: only interleaved comparisons with large differences mean much\n#\n");
-    printf("%-3s %-6s %6s  %-22s %9s  %-22s %-22s %5s %5s %5s\n", "T", "lane", "ctx", "tok/s", "MB/step",
-           "triad GB/s", "of bound %", "lin%", "attn%", "oth%");
+    printf("%-3s %-6s %6s  %-22s %9s  %-22s %-16s %10s  %5s %5s %5s\n", "T", "lane", "ctx", "tok/s", "MB/step",
+           "read GB/s", "of bound %", "triad GB/s", "lin%", "attn%", "oth%");
     fflush(stdout);
 
     float *logits = malloc((size_t)cfg->vocab_size * sizeof *logits);
     if (!logits)
-        die("logits", RA_ENOMEM);
+        bench_die("logits", RA_ENOMEM);
     static struct cell cells[MAX_LIST][MAX_LIST][N_LANES];
-    struct samples triad[MAX_LIST];
+    struct bench_samples readbw[MAX_LIST], triad[MAX_LIST];
+    memset(readbw, 0, sizeof readbw);
     memset(triad, 0, sizeof triad);
     char f1[128], f2[128], f3[128];
 
@@ -396,13 +354,13 @@ int main(int argc, char **argv)
                 continue;
             ln->m = &models[li];
             if ((rc = ra_backend_cpu_init(&ln->be, th)) != RA_OK)
-                die("backend", rc);
+                bench_die("backend", rc);
             ln->be->compute = li == LANE_F32 ? RA_COMPUTE_F32 : bf16_model ? RA_COMPUTE_AUTO : RA_COMPUTE_BF16;
             if ((rc = ra_model_attach(ln->m, ln->be)) != RA_OK)
-                die("attach", rc);
+                bench_die("attach", rc);
             if ((rc = ra_kvcache_init_dtype(&ln->kv, ln->be, cfg->n_layers, ra_config_kv_dim(cfg), max_ctx + steps,
                                             ln->kind->kv_dtype)) != RA_OK)
-                die("KV cache", rc);
+                bench_die("KV cache", rc);
             fill_kv(&ln->kv, max_ctx);
             char unit[128];
             ra_backend_cpu_describe_linear(ln->be, unit, sizeof unit);
@@ -420,14 +378,17 @@ int main(int argc, char **argv)
             lane_sample(ln, ctx_list[0], 2, logits, 1, &scratch);
         }
         for (int r = 0; r < repeat; r++) {
-            struct ra_membw bw;
-            if ((rc = ra_membw_triad((size_t)triad_mib << 20, th, 3, &bw)) != RA_OK)
-                die("triad", rc);
-            add(&triad[ti], bw.best_gbs);
+            struct ra_membw rd, tr;
+            if ((rc = ra_membw_read((size_t)membw_mib << 20, th, 3, &rd)) != RA_OK)
+                bench_die("read bandwidth", rc);
+            if ((rc = ra_membw_triad((size_t)membw_mib << 20, th, 3, &tr)) != RA_OK)
+                bench_die("triad", rc);
+            bench_add(&readbw[ti], rd.best_gbs);
+            bench_add(&triad[ti], tr.best_gbs);
             for (int ci = 0; ci < nc; ci++)
                 for (int li = 0; li < N_LANES; li++)
                     if (lanes[li].on)
-                        lane_sample(&lanes[li], ctx_list[ci], steps, logits, bw.best_gbs, &cells[ti][ci][li]);
+                        lane_sample(&lanes[li], ctx_list[ci], steps, logits, rd.best_gbs, &cells[ti][ci][li]);
         }
         for (int ci = 0; ci < nc; ci++)
             for (int li = 0; li < N_LANES; li++) {
@@ -435,11 +396,11 @@ int main(int argc, char **argv)
                 const struct cell *cl = &cells[ti][ci][li];
                 if (!ln->on)
                     continue;
-                printf("%-3d %-6s %6d  %-22s %9.1f  %-22s %-22s %5.1f %5.1f %5.1f\n", th, ln->kind->name,
-                       ctx_list[ci], spread(f1, sizeof f1, &cl->tps, "%.1f"),
+                printf("%-3d %-6s %6d  %-22s %9.1f  %-22s %-16s %10.1f  %5.1f %5.1f %5.1f\n", th, ln->kind->name,
+                       ctx_list[ci], bench_spread(f1, sizeof f1, &cl->tps, "%.1f"),
                        (ln->weight_bytes + kv_bytes(cfg, ctx_list[ci], steps, ln->kind->kv_dtype)) * 1e-6,
-                       spread(f2, sizeof f2, &triad[ti], "%.1f"), spread(f3, sizeof f3, &cl->share, "%.0f"),
-                       median(&cl->lin), median(&cl->att), median(&cl->other));
+                       bench_spread(f2, sizeof f2, &readbw[ti], "%.1f"), bench_spread(f3, sizeof f3, &cl->share, "%.0f"),
+                       bench_median(&triad[ti]), bench_median(&cl->lin), bench_median(&cl->att), bench_median(&cl->other));
             }
         fflush(stdout);
         for (int li = 0; li < N_LANES; li++) {
@@ -465,13 +426,16 @@ int main(int argc, char **argv)
             char r[2][32] = { "-", "-" };
             for (int k = 0; k < 2; k++)
                 if (cl[LANE_F32].tps.n && cl[LANE_BF16 + k].tps.n)
-                    snprintf(r[k], sizeof r[k], "%.2fx", median(&cl[LANE_BF16 + k].tps) / median(&cl[LANE_F32].tps));
+                    snprintf(r[k], sizeof r[k], "%.2fx", bench_median(&cl[LANE_BF16 + k].tps) / bench_median(&cl[LANE_F32].tps));
             printf("%-3d %6d %12s %12s", threads_list[ti], ctx_list[ci], r[0], r[1]);
             if (ti > 0 && cl[LANE_F32].tps.n)
-                printf(" %14.2fx", median(&cl[LANE_F32].tps) / median(&cells[0][ci][LANE_F32].tps));
+                printf(" %14.2fx", bench_median(&cl[LANE_F32].tps) / bench_median(&cells[0][ci][LANE_F32].tps));
             printf("\n");
         }
-    printf("#\n# targets (issue 10): >= 80%% of the bound on 1 and 2 threads; bf16 >= 1.8x f32 tok/s\n");
+    printf("#\n# read / triad bandwidth, medians:");
+    for (int ti = 0; ti < n_threads; ti++)
+        printf(" T=%d %.2fx", threads_list[ti], bench_median(&readbw[ti]) / bench_median(&triad[ti]));
+    printf("\n# targets (issue 10): >= 80%% of the (read) bound on 1 and 2 threads; bf16 >= 1.8x f32 tok/s\n");
     free(logits);
     free_models(models);
     return 0;

@@ -28,6 +28,7 @@
  * The model is loaded through ra_model_load from a directory written by
  * runahead-synth (the jobs/bench-prefill wrapper creates it). */
 #include "args.h"
+#include "bench_util.h"
 #include "gemm_bf16.h"
 #include "half.h"
 #include "ra_core.h"
@@ -48,15 +49,9 @@ extern char *openblas_get_config(void);
 extern char *openblas_get_corename(void);
 
 #define MAX_LIST 16
-#define MAX_REPEAT 101
-#define SCALE_N 8192 /* the attention scaling check runs [0, 4096) then [4096, 8192) */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+const char bench_name[] = "bench-prefill";
+#define SCALE_N 8192 /* the attention scaling check runs [0, 4096) then [4096, 8192) */
 
 static void usage(FILE *f)
 {
@@ -85,21 +80,6 @@ static void usage(FILE *f)
             "  --help\n"
             "\n"
             "RA_CPU_ISA and RA_GEMM (auto|onednn|sbgemm|f32) force the kernels and the bf16 unit.\n");
-}
-
-/* A comma-separated list of positive integers, or exit 2 with one line. */
-static int parse_list(const char *s, int *out, int max, const char *flag)
-{
-    int n = 0;
-    if (ra_arg_int_list(s, flag, 1, 1000000, out, max, &n) != RA_OK)
-        exit(ra_arg_usage_error("bench-prefill", "%s", ra_error_message()));
-    return n;
-}
-
-static void die(const char *what, int rc)
-{
-    fprintf(stderr, "bench-prefill: %s: %s\n", what, ra_error_message());
-    exit(rc == RA_ENOMEM ? 3 : 1);
 }
 
 static void cpu_name(char *buf, size_t len)
@@ -154,14 +134,14 @@ static double prefill(struct ra_model *m, struct ra_kvcache *kv, const int32_t *
     for (int i = 0; i < spans; i++) {
         memset(&stats[i], 0, sizeof stats[i]);
         m->stats = &stats[i];
-        double t0 = now();
+        double t0 = ra_wall_s();
         int rc = ra_forward_span(m, tokens + b[i], b[i], b[i + 1] - b[i], kv, NULL, i == spans - 1 ? logits : NULL);
-        double t = now() - t0;
+        double t = ra_wall_s() - t0;
         wall[i] = t;
         total += t;
         m->stats = NULL;
         if (rc != RA_OK)
-            die("forward pass", rc);
+            bench_die("forward pass", rc);
     }
     return total;
 }
@@ -196,12 +176,12 @@ static double sgemm_forward_time(const struct ra_config *cfg, int n, int threads
     struct shape sh[7];
     const int ns = layer_shapes(cfg, sh);
     openblas_set_num_threads(threads);
-    double t0 = now();
+    double t0 = ra_wall_s();
     for (int l = 0; l < cfg->n_layers; l++)
         for (int i = 0; i < ns; i++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, sh[i].out, sh[i].k, 1.0f, g->a, sh[i].k, g->w,
                         sh[i].k, 0.0f, g->c, sh[i].out);
-    double t = now() - t0;
+    double t = ra_wall_s() - t0;
     openblas_set_num_threads(1); /* what the CPU backend expects */
     return t;
 }
@@ -214,14 +194,14 @@ static double bf16_forward_time(const struct ra_config *cfg, int n, struct ra_ge
 {
     struct shape sh[7];
     const int ns = layer_shapes(cfg, sh);
-    double t0 = now();
+    double t0 = ra_wall_s();
     for (int l = 0; l < cfg->n_layers; l++)
         for (int i = 0; i < ns; i++)
             if ((g->packed[i] && !plain ? ra_gemm_bf16_run_packed(u, g->c, sh[i].out, g->a, sh[i].k, g->packed[i], n)
                               : ra_gemm_bf16_run(u, g->c, sh[i].out, g->a, sh[i].k, g->wb, sh[i].out, sh[i].k, n)) !=
                 RA_OK)
                 return -1;
-    return now() - t0;
+    return ra_wall_s() - t0;
 }
 
 /* The weights of each shape in the layout the backend gives its bf16 copies
@@ -247,24 +227,6 @@ static void unpack_shapes(struct gemm_bufs *g)
     }
 }
 
-/* ----------------------------------------------------------- statistics */
-
-struct samples {
-    double v[MAX_REPEAT];
-    int n;
-};
-
-static double median(const struct samples *s)
-{
-    return ra_median(s->v, s->n);
-}
-
-/* "median [min-max]" in one field */
-static const char *spread(char *buf, size_t size, const struct samples *s, const char *fmt)
-{
-    return ra_spread_format(buf, size, s->v, s->n, fmt);
-}
-
 /* ----------------------------------------------------------- one dtype */
 
 /* f32: fp32 compute; bf16: the f32 weights' bf16 copy (prepacked); bf16m:
@@ -274,7 +236,7 @@ static const char *const dt_names[N_DT] = { "f32", "bf16", "bf16m" };
 
 /* What one (threads, tokens, dtype) cell collects, one value per run. */
 struct cell {
-    struct samples tps, lin, att, peak, lin_pct, att_pct, other_pct;
+    struct bench_samples tps, lin, att, peak, lin_pct, att_pct, other_pct;
 };
 
 struct lane {
@@ -309,7 +271,7 @@ static void lane_sample(struct lane *ln, int dt, const int32_t *tokens, int n, f
 /* Median [min-max] of `repeat` passes over spans b[0..spans]: wall and
  * attention time per span (the first span is a prefill from 0). */
 static void median_spans(struct ra_model *m, struct ra_kvcache *kv, const int32_t *tokens, const int *b, int spans,
-                         int repeat, struct samples *wall, struct samples *attn, float *logits)
+                         int repeat, struct bench_samples *wall, struct bench_samples *attn, float *logits)
 {
     struct ra_forward_stats st[4] = { { 0 } };
     double w[4];
@@ -318,8 +280,8 @@ static void median_spans(struct ra_model *m, struct ra_kvcache *kv, const int32_
     for (int r = 0; r < repeat; r++) {
         prefill(m, kv, tokens, b, spans, st, w, logits);
         for (int i = 0; i < spans; i++) {
-            wall[i].v[wall[i].n++] = w[i];
-            attn[i].v[attn[i].n++] = st[i].t_attention;
+            bench_add(&wall[i], w[i]);
+            bench_add(&attn[i], st[i].t_attention);
         }
     }
 }
@@ -330,9 +292,8 @@ int main(int argc, char **argv)
     int threads_list[MAX_LIST] = { 1, 2 }, n_threads = 2;
     int want_dt[N_DT] = { 1, 1, 1 };
     const char *bf16_model = NULL;
-    char *bf16_default = NULL;
     int repeat = 3, scaling = 1;
-    char model_default[4096];
+    char model_default[4096], bf16_default[4200];
     const char *model_dir = NULL;
 
     static const struct option opts[] = {
@@ -345,10 +306,10 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "m:n:t:r:d:b:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_dir = optarg; break;
-        case 'n': n_tokens = parse_list(optarg, tokens_list, MAX_LIST, "--tokens"); break;
-        case 't': n_threads = parse_list(optarg, threads_list, MAX_LIST, "--threads"); break;
+        case 'n': n_tokens = bench_parse_list(optarg, tokens_list, MAX_LIST, "--tokens"); break;
+        case 't': n_threads = bench_parse_list(optarg, threads_list, MAX_LIST, "--threads"); break;
         case 'r':
-            if (ra_arg_int(optarg, "--repeat", 1, MAX_REPEAT, &repeat) != RA_OK)
+            if (ra_arg_int(optarg, "--repeat", 1, BENCH_MAX_REPEAT, &repeat) != RA_OK)
                 return ra_arg_usage_error("bench-prefill", "%s", ra_error_message());
             break;
         case 'd': {
@@ -379,12 +340,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!model_dir) {
-        const char *base = getenv("RA_BENCH_DIR");
-        if (base && *base)
-            snprintf(model_default, sizeof model_default, "%s/bench-small", base);
-        else
-            snprintf(model_default, sizeof model_default, "%s/.cache/runahead/bench-small",
-                     getenv("HOME") ? getenv("HOME") : ".");
+        bench_default_model(model_default, sizeof model_default);
         model_dir = model_default;
     }
 
@@ -394,19 +350,14 @@ int main(int argc, char **argv)
     memset(lanes, 0, sizeof lanes);
     int rc;
     if (!bf16_model) { /* beside the f32 model: DIR-bf16, if it is there */
-        const size_t len = strlen(model_dir);
-        bf16_default = malloc(len + 6);
-        if (bf16_default) {
-            memcpy(bf16_default, model_dir, len);
-            memcpy(bf16_default + len, "-bf16", 6);
-        }
-        bf16_model = bf16_default;
-        if (!bf16_model || access(bf16_model, R_OK) != 0)
+        if (bench_bf16_beside(model_dir, bf16_default, sizeof bf16_default))
+            bf16_model = bf16_default;
+        else
             want_dt[DT_BF16M] = 0;
     }
     for (int dt = 0; dt < N_DT; dt++)
         if (want_dt[dt] && (rc = ra_model_load(&lanes[dt].m, dt == DT_BF16M ? bf16_model : model_dir)) != RA_OK)
-            die("loading the model", rc);
+            bench_die("loading the model", rc);
     if (want_dt[DT_BF16M] && want_dt[DT_F32] &&
         memcmp(&lanes[DT_BF16M].m.config, &lanes[DT_F32].m.config, sizeof lanes[DT_F32].m.config) != 0) {
         fprintf(stderr, "bench-prefill: %s does not have the shape of %s\n", bf16_model, model_dir);
@@ -490,7 +441,7 @@ int main(int argc, char **argv)
     static struct cell cells[MAX_LIST][MAX_LIST][N_DT];
     struct {
         int threads;
-        struct samples t8k_attn, first_attn, second_attn, tps4k;
+        struct bench_samples t8k_attn, first_attn, second_attn, tps4k;
     } sc[MAX_LIST];
     memset(sc, 0, sizeof sc);
     char f1[128], f2[128], f3[128], f4[128];
@@ -503,7 +454,7 @@ int main(int argc, char **argv)
         const int th = threads_list[ti];
         struct ra_gemm_bf16 *u = NULL;
         if ((rc = ra_gemm_bf16_create(&u, th)) != RA_OK)
-            die("bf16 unit", rc);
+            bench_die("bf16 unit", rc);
         if (u)
             pack_shapes(cfg, u, &g);
         for (int dt = 0; dt < N_DT; dt++) {
@@ -516,12 +467,12 @@ int main(int argc, char **argv)
             if (!ln->on)
                 continue;
             if ((rc = ra_backend_cpu_init(&ln->be, th)) != RA_OK)
-                die("backend", rc);
+                bench_die("backend", rc);
             ln->be->compute = dt == DT_F32 ? RA_COMPUTE_F32 : dt == DT_BF16 ? RA_COMPUTE_BF16 : RA_COMPUTE_AUTO;
             if ((rc = ra_model_attach(&ln->m, ln->be)) != RA_OK)
-                die("attach", rc);
+                bench_die("attach", rc);
             if ((rc = ra_kvcache_init(&ln->kv, ln->be, cfg->n_layers, ra_config_kv_dim(cfg), max_n)) != RA_OK)
-                die("KV cache", rc);
+                bench_die("KV cache", rc);
             /* Warm-up: faults in the weights, sizes the workspace, builds plans. */
             int b[2] = { 0, max_n < 256 ? max_n : 256 };
             struct ra_forward_stats st = { 0 };
@@ -555,11 +506,11 @@ int main(int argc, char **argv)
                 if (!lanes[dt].on)
                     continue;
                 char peak[128];
-                snprintf(peak, sizeof peak, "%s", spread(f3, sizeof f3, &cl->peak, "%.1f"));
+                snprintf(peak, sizeof peak, "%s", bench_spread(f3, sizeof f3, &cl->peak, "%.1f"));
                 printf("%-3d %-5s %6d  %-26s %-26s %-26s %6.0f%% %-26s %5.1f %5.1f %5.1f\n", th, dt_names[dt], n,
-                       spread(f1, sizeof f1, &cl->tps, "%.1f"), spread(f2, sizeof f2, &cl->lin, "%.1f"), peak,
-                       100 * median(&cl->lin) / median(&cl->peak), spread(f4, sizeof f4, &cl->att, "%.1f"),
-                       median(&cl->lin_pct), median(&cl->att_pct), median(&cl->other_pct));
+                       bench_spread(f1, sizeof f1, &cl->tps, "%.1f"), bench_spread(f2, sizeof f2, &cl->lin, "%.1f"), peak,
+                       100 * bench_median(&cl->lin) / bench_median(&cl->peak), bench_spread(f4, sizeof f4, &cl->att, "%.1f"),
+                       bench_median(&cl->lin_pct), bench_median(&cl->att_pct), bench_median(&cl->other_pct));
             }
             fflush(stdout);
         }
@@ -568,7 +519,7 @@ int main(int argc, char **argv)
             /* On the first dtype: [0, 4096) then [4096, 8192); and 8192 whole. */
             struct lane *ln = &lanes[dt0];
             int b[3] = { 0, SCALE_N / 2, SCALE_N };
-            struct samples w[2], a[2];
+            struct bench_samples w[2], a[2];
             median_spans(&ln->m, &ln->kv, tokens, b, 2, repeat, w, a, logits);
             sc[ti].first_attn = a[0];
             sc[ti].second_attn = a[1];
@@ -607,14 +558,14 @@ int main(int argc, char **argv)
             const int hf = cl[DT_F32].tps.n > 0;
             for (int dt = DT_BF16; dt < N_DT && hf; dt++)
                 if (cl[dt].tps.n > 0)
-                    snprintf(r[dt - 1], 16, "%.2fx", median(&cl[dt].tps) / median(&cl[DT_F32].tps));
+                    snprintf(r[dt - 1], 16, "%.2fx", bench_median(&cl[dt].tps) / bench_median(&cl[DT_F32].tps));
             if (hf && cl[DT_BF16].tps.n > 0) {
-                snprintf(r[2], 16, "%.2fx", median(&cl[DT_BF16].lin) / median(&cl[DT_F32].lin));
-                snprintf(r[6], 16, "%.2fx", median(&cl[DT_BF16].peak) / median(&cl[DT_F32].peak));
+                snprintf(r[2], 16, "%.2fx", bench_median(&cl[DT_BF16].lin) / bench_median(&cl[DT_F32].lin));
+                snprintf(r[6], 16, "%.2fx", bench_median(&cl[DT_BF16].peak) / bench_median(&cl[DT_F32].peak));
             }
             for (int dt = 0; dt < N_DT; dt++)
                 if (cl[dt].tps.n > 0)
-                    snprintf(r[3 + dt], 16, "%.0f%%", 100 * median(&cl[dt].lin) / median(&cl[dt].peak));
+                    snprintf(r[3 + dt], 16, "%.0f%%", 100 * bench_median(&cl[dt].lin) / bench_median(&cl[dt].peak));
             printf("%-3d %6d %10s %10s %10s %12s %12s %12s %12s\n", threads_list[ti], tokens_list[ni], r[0], r[1], r[2],
                    r[3], r[4], r[5], r[6]);
         }
@@ -626,8 +577,8 @@ int main(int argc, char **argv)
         printf("#\n# causal attention scaling (%s, attention time only, medians of %d)\n", dt_names[dt0], repeat);
         printf("%-3s %-34s %9s %9s %9s %9s\n", "T", "comparison", "time(s)", "vs(s)", "measured", "expected");
         for (int ti = 0; ti < n_threads; ti++) {
-            const double t8 = median(&sc[ti].t8k_attn), t1 = median(&sc[ti].first_attn),
-                         t2 = median(&sc[ti].second_attn);
+            const double t8 = bench_median(&sc[ti].t8k_attn), t1 = bench_median(&sc[ti].first_attn),
+                         t2 = bench_median(&sc[ti].second_attn);
             printf("%-3d %-34s %9.3f %9.3f %9.2f %9.2f\n", sc[ti].threads, "prefill 8192 vs prefill 4096", t8, t1,
                    t8 / t1, pairs8k / pairs4k);
             printf("%-3d %-34s %9.3f %9.3f %9.2f %9.2f  (full square: %.2f)\n", sc[ti].threads,
@@ -636,7 +587,7 @@ int main(int argc, char **argv)
         printf("#\n# prefill of 4096 tokens (%s, the first span above; no logits)\n", dt_names[dt0]);
         printf("%-3s %6s  %-26s\n", "T", "tokens", "tok/s");
         for (int ti = 0; ti < n_threads; ti++)
-            printf("%-3d %6d  %-26s\n", sc[ti].threads, 4096, spread(f1, sizeof f1, &sc[ti].tps4k, "%.1f"));
+            printf("%-3d %6d  %-26s\n", sc[ti].threads, 4096, bench_spread(f1, sizeof f1, &sc[ti].tps4k, "%.1f"));
     }
     printf("#\n# targets (notes/performance-targets.md): linear >= 85%% of the same-run peak of the unit used;\n"
            "# bf16 tok/s >= 3x f32 tok/s; ahead of llama.cpp's best CPU configuration measured beside it\n");
@@ -647,7 +598,6 @@ int main(int argc, char **argv)
     free(g.w);
     free(g.c);
     free(g.wb);
-    free(bf16_default);
     for (int dt = 0; dt < N_DT; dt++)
         if (want_dt[dt])
             ra_model_free(&lanes[dt].m);

@@ -1,5 +1,8 @@
-/* Memory bandwidth as a STREAM-like triad, for benchmarks that report a rate
- * against what the memory can deliver (decode is memory bound). */
+/* Memory bandwidth, for benchmarks that report a rate against what the
+ * memory can deliver (decode is memory bound): a STREAM-like triad and a
+ * read-only stream. A decode step reads weights and K/V rows and writes
+ * almost nothing, so its bound is the read; the triad (two streams read,
+ * one written, plus the write-allocate reads it does not count) is lower. */
 #ifndef RA_MEMBW_H
 #define RA_MEMBW_H
 
@@ -19,5 +22,14 @@ struct ra_membw {
  * as STREAM counts them (2 read, 1 written; write-allocate traffic not
  * counted). RA_ENOMEM if the arrays cannot be allocated. */
 int ra_membw_triad(size_t array_bytes, int threads, int reps, struct ra_membw *out);
+
+/* The sum of one array of array_bytes (0: 256 MiB), on `threads` OpenMP
+ * threads with several accumulators each (a vectorised reduction, bound by
+ * the loads), first touch as above; `reps` timed repetitions after one
+ * untimed. Bytes counted per repetition: the array. Each sum is checked
+ * against its known value (RA_EBACKEND if it differs), so none is elided.
+ * RA_ENOMEM if the array cannot be allocated. Both: RA_EINVAL for threads
+ * < 1, reps outside 1-101, or an array smaller than one double. */
+int ra_membw_read(size_t array_bytes, int threads, int reps, struct ra_membw *out);
 
 #endif

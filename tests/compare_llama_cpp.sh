@@ -9,7 +9,8 @@
 #   q/k rows are in the interleaved RoPE order GGUF's LLaMA graph expects: the converter's
 #   q/k permutation and tensor mapping are checked against runahead's own;
 # - with llama-bench and llama-quantize built: a tiny end-to-end run prints both tables with
-#   a figure in every cell it ran.
+#   a figure in every cell it ran, and runahead's bf16 lane ran on the bf16 copy of the model
+#   (MODEL-bf16, written for it), its f32 lane on the model itself.
 . "$(dirname "$0")/lib.sh"
 JOB=$SRC/jobs/compare-llama-cpp
 export RA_BUILD_DIR="$BUILD"
@@ -41,6 +42,8 @@ fi
     fail "runahead-synth failed"
 python3 "$SRC/jobs/gguf-from-hf.py" --gguf-py "$lcpp/gguf-py" "$TMP/m" "$TMP/m.gguf" 2>"$TMP/err" ||
     fail "gguf-from-hf.py failed: $(cat "$TMP/err")"
+expect_error "--bf16-model: $TMP/absent is not a Hugging Face directory" \
+    "$JOB" --llama-cpp "$TMP/fake" --model "$TMP/m" --bf16-model "$TMP/absent"
 python3 - "$lcpp/gguf-py" "$TMP/m.gguf" "$TMP/m.bin" >"$TMP/cmp" 2>&1 <<'PY' || fail "GGUF weights differ from the llama2.c export: $(cat "$TMP/cmp")"
 import struct, sys
 import numpy as np
@@ -93,4 +96,12 @@ for title in 'prefill, prompt tokens/s' 'decode, tokens/s after a one-token prom
         fail "$title: row is not 11 figures: '$row'"
 done
 [ "$(wc -l <"$TMP/res/raw.tsv")" -eq $((1 + 2 * (6 + 2))) ] || fail "raw.tsv should hold 16 results: $(cat "$TMP/res/raw.tsv")"
+grep -q '"torch_dtype": "bfloat16"' "$TMP/m-bf16/config.json" 2>/dev/null || fail "no bf16 copy written to $TMP/m-bf16"
+# Each runahead run's report names the model it loaded: the lane's own.
+for j in "$TMP"/res/ra-*.json; do
+    case $j in *-bf16-*) want=$TMP/m-bf16 ;; *) want=$TMP/m ;; esac
+    python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["model"] != sys.argv[2])' "$j" "$want" ||
+        fail "$j: runahead did not run on $want"
+done
+[ -e "$TMP/res/ra-tg-t1-n4-bf16-r1-0.json" ] || fail "no bf16 decode report: $(ls "$TMP/res")"
 finish

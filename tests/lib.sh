@@ -62,3 +62,18 @@ skip_no_device() {
     [ "$failures" -eq 0 ] || finish
     exit 77
 }
+
+# chain_models: sets $models, what the chain tests (chain.sh, chain_bf16.sh) run test_chain on: the
+# trained stories260K checkpoint (GQA; a partial skip without it) and a synthetic tiny MHA model
+# written to $TMP/tiny. If runahead-synth fails, the test fails and finishes here.
+chain_models() {
+    models=""
+    if [ -r "$MODELS/stories260K.bin" ]; then
+        models="$MODELS/stories260K.bin"
+    else
+        skip_part "fixture $MODELS/stories260K.bin not found: the trained GQA model is unchecked"
+    fi
+    "$BUILD/runahead-synth" --preset tiny --seed 3 --out "$TMP/tiny" >/dev/null 2>"$TMP/synth.err" \
+        || { cat "$TMP/synth.err" >&2; fail "runahead-synth --preset tiny failed"; finish; }
+    models="$models $TMP/tiny"
+}
