@@ -691,6 +691,13 @@ static inline vf vload_bf16(const uint16_t *p)
 }
 #endif
 
+static inline const float *dec_widen(float *dst, const uint16_t *src, int hd)
+{
+    for (int d = 0; d < hd; d++)
+        dst[d] = ra_bf16_to_f32(src[d]);
+    return dst;
+}
+
 /* a · b over hd elements; a is the (aligned) query, b a head's slice of a
  * cache row in the cache's dtype, widened in registers. */
 static inline float dec_dot(const float *a, const void *bv, enum ra_dtype dt, int hd)
@@ -721,18 +728,14 @@ static inline float dec_dot(const float *a, const void *bv, enum ra_dtype dt, in
         return _mm_cvtss_f32(h);
     }
 #endif
+    /* Scalar code: bf16 rows widened first, so that both dtypes run the
+     * one loop (the compiler's order of the sums is then the same). */
+    float wide[dt == RA_DTYPE_F32 ? 1 : hd];
+    const float *b = dt == RA_DTYPE_F32 ? bv : dec_widen(wide, bv, hd);
     float s = 0;
-    if (dt == RA_DTYPE_F32) {
-        const float *b = bv;
 #pragma omp simd reduction(+ : s)
-        for (int d = 0; d < hd; d++)
-            s += a[d] * b[d];
-    } else {
-        const uint16_t *b = bv;
-#pragma omp simd reduction(+ : s)
-        for (int d = 0; d < hd; d++)
-            s += a[d] * ra_bf16_to_f32(b[d]);
-    }
+    for (int d = 0; d < hd; d++)
+        s += a[d] * b[d];
     return s;
 }
 
@@ -762,17 +765,11 @@ static inline void dec_axpy(float *o, float p, const void *vv, enum ra_dtype dt,
         return;
     }
 #endif
-    if (dt == RA_DTYPE_F32) {
-        const float *v = vv;
+    float wide[dt == RA_DTYPE_F32 ? 1 : hd];
+    const float *v = dt == RA_DTYPE_F32 ? vv : dec_widen(wide, vv, hd);
 #pragma omp simd
-        for (int d = 0; d < hd; d++)
-            o[d] += p * v[d];
-    } else {
-        const uint16_t *v = vv;
-#pragma omp simd
-        for (int d = 0; d < hd; d++)
-            o[d] += p * ra_bf16_to_f32(v[d]);
-    }
+    for (int d = 0; d < hd; d++)
+        o[d] += p * v[d];
 }
 
 /* st[0, nk) = 2^(st - mx) in place; returns their sum. */
