@@ -269,23 +269,35 @@ static int gemv_threads(const struct ra_backend *be, int64_t rows, int64_t k, en
     return bytes < GEMV_PARALLEL_BYTES || rows < 32 ? 1 : be->n_threads;
 }
 
-static void matmul_gemv(const struct cpu_backend *cb, float *y, int ldy, const float *x, int ldx, const void *w,
-                        enum ra_dtype dt, int64_t rows, int64_t k, int n)
+/* Rows [r0, r0 + nr) of a GEMV: x fp32 (ldx apart) with kt->gemv, or, where
+ * xb is given, bf16 (packed) with kt->gemv_bf16 and bf16 weights. */
+static void gemv_part(const struct ra_cpu_kernels *kt, float *y, int ldy, const float *x, int ldx,
+                      const uint16_t *xb, const void *w, enum ra_dtype dt, int64_t r0, int64_t nr, int64_t k, int n)
+{
+    const size_t esz = dt == RA_DTYPE_F32 ? 4 : 2;
+    const void *wr = (const char *)w + (size_t)r0 * (size_t)k * esz;
+    if (xb)
+        kt->gemv_bf16(y + r0, ldy, xb, n, wr, nr, k);
+    else
+        kt->gemv(y + r0, ldy, x, ldx, n, wr, dt, nr, k);
+}
+
+static void matmul_gemv(const struct cpu_backend *cb, float *y, int ldy, const float *x, int ldx,
+                        const uint16_t *xb, const void *w, enum ra_dtype dt, int64_t rows, int64_t k, int n)
 {
     const struct ra_cpu_kernels *kt = cb->k;
     const int nt = gemv_threads(&cb->base, rows, k, dt);
     if (nt == 1) {
-        kt->gemv(y, ldy, x, ldx, n, w, dt, rows, k);
+        gemv_part(kt, y, ldy, x, ldx, xb, w, dt, 0, rows, k, n);
         return;
     }
-    const size_t esz = dt == RA_DTYPE_F32 ? 4 : 2;
     int64_t chunk = (rows + (int64_t)nt * GEMV_CHUNKS_PER_THREAD - 1) / ((int64_t)nt * GEMV_CHUNKS_PER_THREAD);
     chunk = (chunk + 15) / 16 * 16;
     const int64_t nchunks = (rows + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t c = 0; c < nchunks; c++) {
         const int64_t r0 = c * chunk, nr = rows - r0 < chunk ? rows - r0 : chunk;
-        kt->gemv(y + r0, ldy, x, ldx, n, (const char *)w + (size_t)r0 * (size_t)k * esz, dt, nr, k);
+        gemv_part(kt, y, ldy, x, ldx, xb, w, dt, r0, nr, k, n);
     }
 }
 
@@ -316,11 +328,13 @@ static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, 
             }
             for (int t = 0; t < n; t++) {
                 ra_narrow_bf16(cb->gemv_xb + t * kk, x + (size_t)t * ldx, kk);
-                cb->k->widen_bf16(cb->gemv_xr + t * kk, cb->gemv_xb + t * kk, kk);
+                if (!cb->k->gemv_bf16)
+                    cb->k->widen_bf16(cb->gemv_xr + t * kk, cb->gemv_xb + t * kk, kk);
             }
-            matmul_gemv(cb, y, ldy, cb->gemv_xr, (int)kk, wb, RA_DTYPE_BF16, w->rows, w->cols, n);
+            matmul_gemv(cb, y, ldy, cb->gemv_xr, (int)kk, cb->k->gemv_bf16 ? cb->gemv_xb : NULL, wb, RA_DTYPE_BF16,
+                        w->rows, w->cols, n);
         } else
-            matmul_gemv(cb, y, ldy, x, ldx, w->data, w->dtype, w->rows, w->cols, n);
+            matmul_gemv(cb, y, ldy, x, ldx, NULL, w->data, w->dtype, w->rows, w->cols, n);
         return RA_OK;
     }
     if (wb || pw) {

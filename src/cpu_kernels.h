@@ -48,6 +48,11 @@ struct ra_cpu_kernels {
      * elements once per call, in a per-thread buffer that grows once). */
     void (*gemv)(float *y, int ldy, const float *x, int ldx, int n, const void *w, enum ra_dtype wdtype,
                  int64_t rows, int64_t k);
+    /* The same for bf16 activations x (n rows of k, packed) and bf16 weights,
+     * both read as pairs by vdpbf16ps: the products are exact, as in the
+     * widening kernel, and sums run in pairs. NULL in the builds without
+     * AVX512-BF16 (the caller widens x and uses gemv). */
+    void (*gemv_bf16)(float *y, int ldy, const uint16_t *x, int n, const uint16_t *w, int64_t rows, int64_t k);
 };
 
 /* One table per instruction set; the x86 ones exist where configure found

@@ -1281,6 +1281,37 @@ static void gemv(float *y, int ldy, const float *x, int ldx, int n, const void *
     }
 }
 
+#if defined(RA_KERNELS_BF16DP)
+/* bf16 x bf16 GEMV by vdpbf16ps: a lane takes the pair (2i, 2i+1) of a weight
+ * row and of x, as they lie in memory, so neither is rearranged; one
+ * instruction per 32 weights, against the widening kernel's shift, mask and
+ * two FMAs, which leaves one core's load pipes to the stream. Rows one at a
+ * time in memory order, as in gemv_rows; k's tail (k % 32) in scalar code. */
+static void gemv_bf16(float *y, int ldy, const uint16_t *x, int n, const uint16_t *w, int64_t rows, int64_t k)
+{
+    const int64_t k64 = k - k % 64, k32 = k - k % 32;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *wr = w + (size_t)r * (size_t)k;
+        for (int t = 0; t < n; t++) {
+            const uint16_t *xt = x + (size_t)t * (size_t)k;
+            __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+            int64_t j = 0;
+            for (; j < k64; j += 64) {
+                a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(wr + j), (__m512bh)_mm512_loadu_si512(xt + j));
+                a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(wr + j + 32),
+                                      (__m512bh)_mm512_loadu_si512(xt + j + 32));
+            }
+            for (; j < k32; j += 32)
+                a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(wr + j), (__m512bh)_mm512_loadu_si512(xt + j));
+            float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+            for (; j < k; j++)
+                s += ra_bf16_to_f32(wr[j]) * ra_bf16_to_f32(xt[j]);
+            y[(size_t)t * ldy + (size_t)r] = s;
+        }
+    }
+}
+#endif
+
 const struct ra_cpu_kernels KERNELS_TABLE = {
     .isa = KERNELS_ISA,
     .attention = attention,
@@ -1293,4 +1324,7 @@ const struct ra_cpu_kernels KERNELS_TABLE = {
     .widen_f16 = widen_f16,
     .narrow_bf16 = narrow_bf16,
     .gemv = gemv,
+#if defined(RA_KERNELS_BF16DP)
+    .gemv_bf16 = gemv_bf16,
+#endif
 };

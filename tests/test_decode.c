@@ -6,6 +6,8 @@
  *   the rows, against a double-precision oracle of the same widened weights
  *   and against OpenBLAS sgemm (the prefill path): within 1e-5 of the sum of
  *   |products| per output.
+ * - The bf16 x bf16 GEMV (gemv_bf16, AVX512-BF16 builds) against the oracle
+ *   and the widening GEMV on the same bf16 values, same bound.
  * - The backend's matmul with 1 token (GEMV) against the same rows of an
  *   8-token matmul (the GEMM path), f32 weights in fp32, bf16 weights in bf16
  *   compute (activations rounded to bf16 on both paths, products exact in
@@ -89,6 +91,52 @@ static void check_gemv(const struct ra_cpu_kernels *kt, enum ra_dtype dt, int ro
     free(x);
     free(y);
     free(ys);
+}
+
+/* The bf16 x bf16 GEMV (AVX512-BF16 builds): bf16 activations, packed,
+ * against the oracle on the same values and against the widening GEMV. */
+static void check_gemv_bf16(const struct ra_cpu_kernels *kt, int rows, int k, int n)
+{
+    const int ldy = rows + 5;
+    void *w;
+    float *wf;
+    make_weights(RA_DTYPE_BF16, rows, k, &w, &wf);
+    uint16_t *xb = malloc((size_t)n * k * sizeof(uint16_t));
+    float *xf = malloc((size_t)n * k * sizeof(float));
+    float *y = malloc((size_t)n * ldy * sizeof(float)), *yw = malloc((size_t)n * ldy * sizeof(float));
+    for (int i = 0; i < n * k; i++) {
+        xb[i] = ra_f32_to_bf16(frand());
+        xf[i] = ra_bf16_to_f32(xb[i]);
+    }
+    for (int i = 0; i < n * ldy; i++)
+        y[i] = yw[i] = 12345.0f;
+    kt->gemv_bf16(y, ldy, xb, n, w, rows, k);
+    kt->gemv(yw, ldy, xf, k, n, w, RA_DTYPE_BF16, rows, k);
+    double worst = 0, worst_w = 0;
+    int gaps_ok = 1;
+    for (int t = 0; t < n; t++) {
+        for (int r = 0; r < rows; r++) {
+            double ref = 0, mag = 1e-30;
+            for (int j = 0; j < k; j++) {
+                ref += (double)wf[(size_t)r * k + j] * xf[(size_t)t * k + j];
+                mag += fabs((double)wf[(size_t)r * k + j] * xf[(size_t)t * k + j]);
+            }
+            worst = fmax(worst, fabs(y[(size_t)t * ldy + r] - ref) / mag);
+            worst_w = fmax(worst_w, fabs(y[(size_t)t * ldy + r] - yw[(size_t)t * ldy + r]) / mag);
+        }
+        for (int r = rows; r < ldy; r++)
+            gaps_ok &= y[(size_t)t * ldy + r] == 12345.0f;
+    }
+    if (worst > 1e-5 || worst_w > 1e-5 || !gaps_ok)
+        fprintf(stderr, "gemv_bf16 %s %dx%d n=%d: %.3g vs oracle, %.3g vs the widening gemv, gaps %s\n",
+                ra_cpu_isa_name(kt->isa), rows, k, n, worst, worst_w, gaps_ok ? "kept" : "written");
+    CHECK(worst <= 1e-5 && worst_w <= 1e-5 && gaps_ok);
+    free(w);
+    free(wf);
+    free(xb);
+    free(xf);
+    free(y);
+    free(yw);
 }
 
 static void check_attention_kv(const struct ra_cpu_kernels *kt, int n_heads, int n_kv_heads, int hd, int ctx, int n,
@@ -199,6 +247,10 @@ int main(void)
             for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
                 for (int n = 1; n <= 4; n++)
                     check_gemv(kt, dts[d], sizes[i][0], sizes[i][1], n);
+        if (kt->gemv_bf16)
+            for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+                for (int n = 1; n <= 4; n++)
+                    check_gemv_bf16(kt, sizes[i][0], sizes[i][1], n);
         const int ctxs[] = { 0, 1, 63, 64, 511, 1000, 2100, 5000 };
         for (size_t c = 0; c < sizeof ctxs / sizeof ctxs[0]; c++) {
             check_attention(kt, 4, 4, 64, ctxs[c], 1);
