@@ -805,10 +805,24 @@ struct dec_chunk {
  * AVX512-BF16 build, see attention()). */
 struct dec_rows {
     const float *qs;
+    const uint16_t *qb; /* with round_p: the same queries in bf16, for vdpbf16ps */
     const int *koff, *pos;
     int rows, round_p;
     size_t ldo;
 };
+
+#if defined(RA_KERNELS_BF16DP)
+/* q · k for a bf16 query and a bf16 row (hd a multiple of 32): vdpbf16ps
+ * takes 32 of each per instruction, with the products dec_dot forms from the
+ * same values (exact in fp32), summed in pairs. */
+static inline float dec_dot_dp(const uint16_t *q, const uint16_t *k, int hd)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d += 32)
+        acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(k + d), (__m512bh)_mm512_load_si512(q + d));
+    return _mm512_reduce_add_ps(acc);
+}
+#endif
 
 /* Keys [k0, k1) (whole blocks from k0) for every row, from a fresh state.
  * Each K and V row is read once, whole and in order; its elements are
@@ -829,6 +843,14 @@ static void dec_run_chunk(const struct dec_chunk *c, const struct dec_rows *q, c
         const int nkb = k1 - kb < BK ? k1 - kb : BK;
         for (int j = 0; j < nkb; j++) { /* S: row by row of K, every head */
             const char *krow = kc + (size_t)(kb + j) * row_bytes;
+#if defined(RA_KERNELS_BF16DP)
+            if (q->qb) {
+                for (int r = 0; r < rows; r++)
+                    if (kb + j <= q->pos[r])
+                        c->st[r * BK + j] = dec_dot_dp(q->qb + r * ldo, (const uint16_t *)krow + q->koff[r], hd);
+                continue;
+            }
+#endif
             for (int r = 0; r < rows; r++)
                 if (kb + j <= q->pos[r])
                     c->st[r * BK + j] = dec_dot(q->qs + r * ldo, krow + (size_t)q->koff[r] * esize, dt, hd);
@@ -876,7 +898,8 @@ static int attention_decode(float *out, const float *q, const void *k_cache, con
     nc = (keys + per - 1) / per;
     const size_t ml = ((size_t)rows + 15) / 16 * 16; /* m and l, each rounded to 64 bytes */
     const size_t chunk_floats = (size_t)rows * (ldo + BK) + 2 * ml;
-    const size_t need = (size_t)rows * ldo + (size_t)nc * chunk_floats + 16;
+    const size_t q_floats = (size_t)rows * ldo + ((size_t)rows * ldo / 2 + 15) / 16 * 16; /* qs, qb: 64-byte multiples */
+    const size_t need = q_floats + (size_t)nc * chunk_floats + 16;
     if (need > dec_floats) {
         free(dec_buf);
         dec_floats = 0;
@@ -887,6 +910,7 @@ static int attention_decode(float *out, const float *q, const void *k_cache, con
         dec_floats = need;
     }
     float *qs = dec_buf;
+    uint16_t *qb = (uint16_t *)(dec_buf + (size_t)rows * ldo); /* 64-byte aligned: ldo is a multiple of 16 */
     const float scale = 1.4426950408889634f / sqrtf((float)hd); /* scores in log2 units */
     int koff[RA_ATTN_MAX_HEADS_DEC], pos[RA_ATTN_MAX_HEADS_DEC];
     for (int r = 0; r < rows; r++) {
@@ -895,13 +919,15 @@ static int attention_decode(float *out, const float *q, const void *k_cache, con
         pos[r] = start + t;
         for (int d = 0; d < hd; d++) {
             const float x = q[(size_t)t * s->q_stride + (size_t)h * hd + d] * scale;
-            qs[r * ldo + d] = round_qp ? ra_bf16_to_f32(ra_f32_to_bf16(x)) : x;
+            qb[r * ldo + d] = ra_f32_to_bf16(x);
+            qs[r * ldo + d] = round_qp ? ra_bf16_to_f32(qb[r * ldo + d]) : x;
         }
     }
-    const struct dec_rows dr = { .qs = qs, .koff = koff, .pos = pos, .rows = rows, .round_p = round_qp, .ldo = ldo };
+    const struct dec_rows dr = { .qs = qs, .qb = round_qp && hd % 32 == 0 ? qb : NULL, .koff = koff, .pos = pos,
+                                 .rows = rows, .round_p = round_qp, .ldo = ldo };
     struct dec_chunk ch[DEC_CHUNKS];
     for (int c = 0; c < nc; c++) {
-        float *base = dec_buf + (size_t)rows * ldo + (size_t)c * chunk_floats;
+        float *base = dec_buf + q_floats + (size_t)c * chunk_floats;
         ch[c] = (struct dec_chunk){ base, base + (size_t)rows * ldo, base + (size_t)rows * ldo + ml,
                                     base + (size_t)rows * ldo + 2 * ml };
     }
