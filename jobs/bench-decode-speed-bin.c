@@ -71,7 +71,8 @@ static void usage(FILE *f)
             "                    streams three\n"
             "  --help\n"
             "\n"
-            "RA_CPU_ISA forces the kernels; RA_GEMV=0 sends decode steps through the GEMM path.\n");
+            "RA_CPU_ISA forces the kernels; RA_GEMV=0 sends decode steps through the GEMM path;\n"
+            "RA_MMAP=0 reads the weights into huge pages instead of mapping them (runahead --no-mmap).\n");
 }
 
 /* ----------------------------------------------------------- bytes per step */
@@ -317,13 +318,14 @@ int main(int argc, char **argv)
     const char *wait = getenv("OMP_WAIT_POLICY");
     printf("# runahead bench-decode-speed: single-process decode, CPU backend\n");
     printf("# kernels : %s (RA_CPU_ISA forces one); bf16 units: %s\n", kernels, units);
-    printf("# model   : %s: dim %d, %d layers, %d heads, %d KV heads, FFN %d, vocab %d, %s weights\n", model_dir,
-           cfg->dim, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->hidden_dim, cfg->vocab_size,
-           ra_dtype_name(models[LANE_F32].weights.layers[0].wq.dtype));
+    printf("# model   : %s: dim %d, %d layers, %d heads, %d KV heads, FFN %d, vocab %d, %s weights, %s\n",
+           model_dir, cfg->dim, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->hidden_dim, cfg->vocab_size,
+           ra_dtype_name(models[LANE_F32].weights.layers[0].wq.dtype),
+           ra_mapped_file_copy == 1 ? "read into huge pages (RA_MMAP=0)" : "mapped (4 KiB page-cache pages)");
     printf("# timing  : %d greedy steps per sample, median [min-max] of %d samples; per round: read, triad,\n"
            "#           then each lane at each context, interleaved; K/V of the context synthetic (no prefill)\n",
            steps, repeat);
-    printf("# read    : sum of 1 array of %d MiB, the run's thread count, best of 3 per sample (the bound)\n",
+    printf("# read    : sum of 1 array of %d MiB in huge pages, the run's thread count, best of 3 per sample (the bound)\n",
            membw_mib);
     printf("# triad   : a = b + s*c, 3 arrays of %d MiB, the same; for reference (writes a stream, so lower)\n",
            membw_mib);

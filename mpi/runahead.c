@@ -129,6 +129,9 @@ static void usage(FILE *f)
 "                            weights too: a bf16 copy made at load, half their size)\n"
 "      --kv-dtype T          KV cache rows: f32 (default) or bf16 (half the memory and\n"
 "                            the bytes kvr/tsp move; attention still sums in fp32)\n"
+"      --no-mmap             read weight files into private memory in huge pages instead\n"
+"                            of mapping them (RA_MMAP=0 too): decode streams them faster,\n"
+"                            but ranks on a node no longer share one page-cache copy\n"
 "      --expect-ranks N      fail at once unless the launcher started N ranks as one job\n"
 "                            (catches N separate one-rank copies, e.g. srun without PMIx)\n"
 "      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
@@ -194,7 +197,7 @@ static int parse_options(int argc, char **argv, struct options *o)
            OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_TRANSPORT, OPT_BACKEND, OPT_DEVICE,
            OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_KV_DTYPE, OPT_OFFLOAD, OPT_DEVICE_KV_MEM,
            OPT_HOST_LINK_GBPS, OPT_HOST_LINK_LATENCY, OPT_KVPR_L,
-           OPT_IG_RATIO, OPT_IG_ALPHA, OPT_IG_CAP, OPT_IG_POOL_MEM };
+           OPT_IG_RATIO, OPT_IG_ALPHA, OPT_IG_CAP, OPT_IG_POOL_MEM, OPT_NO_MMAP };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -219,6 +222,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "threads", required_argument, NULL, 'T' },
         { "compute-dtype", required_argument, NULL, OPT_COMPUTE_DTYPE },
         { "kv-dtype", required_argument, NULL, OPT_KV_DTYPE },
+        { "no-mmap", no_argument, NULL, OPT_NO_MMAP },
         { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
         { "watchdog", required_argument, NULL, OPT_WATCHDOG },
         { "backend", required_argument, NULL, OPT_BACKEND },
@@ -276,6 +280,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
         case OPT_COMPUTE_DTYPE: rc = ra_compute_parse(optarg, &o->compute); break;
         case OPT_KV_DTYPE: rc = ra_kv_dtype_parse(optarg, "--kv-dtype", &o->kv_dtype); break;
+        case OPT_NO_MMAP: ra_mapped_file_copy = 1; break;
         case OPT_EXPECT_RANKS: rc = ra_arg_int(optarg, "--expect-ranks", 1, RA_MAX_RANKS, &o->expect_ranks); break;
         case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
         case OPT_BACKEND:

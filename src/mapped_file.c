@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -50,22 +51,77 @@ out:
     return rc;
 }
 
+int ra_mapped_file_copy = -1;
+
+/* Files below this size are always mapped (tokenizers, configs). */
+#define MAPPED_COPY_MIN ((size_t)2 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* The file read into anonymous memory in transparent huge pages, then made
+ * read-only: a decode step streams every weight, and the page cache's 4 KiB
+ * pages stop the prefetchers at every page and cost a TLB walk each. The
+ * mapping is over-allocated by one huge page and its start rounded up, so
+ * that the whole file lies in aligned 2 MiB pages. */
+static int copy_to_huge_pages(int fd, const char *path, size_t size, void **out)
+{
+    const size_t len = size + HUGE_PAGE;
+    unsigned char *raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return ra_error_set(RA_ENOMEM, "%s: cannot allocate %zu bytes to read it into: %s", path, size,
+                            strerror(errno));
+    unsigned char *p = raw + (HUGE_PAGE - (uintptr_t)raw % HUGE_PAGE) % HUGE_PAGE;
+    if (p > raw)
+        munmap(raw, (size_t)(p - raw));
+    const size_t tail = len - (size_t)(p - raw) - size;
+    if (tail)
+        munmap(p + size, tail);
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, size, MADV_HUGEPAGE);
+#endif
+    for (size_t done = 0; done < size;) {
+        const ssize_t got = pread(fd, p + done, size - done > ((size_t)1 << 30) ? (size_t)1 << 30 : size - done,
+                                  (off_t)done);
+        if (got <= 0) {
+            munmap(p, size);
+            return ra_error_set(RA_EIO, "%s: read failed at byte %zu of %zu: %s", path, done, size,
+                                got < 0 ? strerror(errno) : "unexpected end of file");
+        }
+        done += (size_t)got;
+    }
+    if (mprotect(p, size, PROT_READ) != 0) {
+        munmap(p, size);
+        return ra_error_set(RA_EIO, "%s: mprotect failed: %s", path, strerror(errno));
+    }
+    *out = p;
+    return RA_OK;
+}
+
 int ra_mapped_file_open(struct ra_mapped_file *f, const char *path)
 {
     size_t size = 0;
     int fd = -1, rc;
 
     memset(f, 0, sizeof *f);
+    if (ra_mapped_file_copy < 0) {
+        const char *e = getenv("RA_MMAP");
+        ra_mapped_file_copy = e && strcmp(e, "0") == 0;
+    }
     if ((rc = ra_file_open_regular(path, &fd, &size)) != RA_OK)
         goto out;
     if (size == 0) {
         rc = ra_error_set(RA_EFORMAT, "%s: file is empty", path);
         goto out;
     }
-    void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-        rc = ra_error_set(RA_EIO, "%s: mmap failed: %s", path, strerror(errno));
-        goto out;
+    void *p = NULL;
+    if (ra_mapped_file_copy && size >= MAPPED_COPY_MIN) {
+        if ((rc = copy_to_huge_pages(fd, path, size, &p)) != RA_OK)
+            goto out;
+    } else {
+        p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            rc = ra_error_set(RA_EIO, "%s: mmap failed: %s", path, strerror(errno));
+            goto out;
+        }
     }
     f->data = p;
     f->size = size;

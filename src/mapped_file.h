@@ -11,6 +11,12 @@ struct ra_mapped_file {
     char *path; /* owned copy, for error messages */
 };
 
+/* 1: files of 2 MiB and more are read into anonymous memory in transparent
+ * huge pages instead of mapped (--no-mmap): faster to stream (decode), but
+ * private to the process, where a mapping shares the page cache with every
+ * rank on the node. -1 (default): RA_MMAP=0 in the environment means 1. */
+extern int ra_mapped_file_copy;
+
 /* Maps PATH (opened with ra_file_open_regular): a non-empty regular file. */
 int ra_mapped_file_open(struct ra_mapped_file *f, const char *path);
 void ra_mapped_file_close(struct ra_mapped_file *f);

@@ -1,11 +1,14 @@
 /* Status codes, error messages and their escaping, option numbers, prompt id
- * parsing, the sampler (tiny temperatures, non-finite logits) and the kernels
- * on non-finite input. */
+ * parsing, the sampler (tiny temperatures, non-finite logits), the kernels
+ * on non-finite input, and files read whole into huge pages (--no-mmap). */
 #include "args.h"
 #include "cpu_kernels.h"
 #include "ra_core.h"
 #include "sysinfo.h"
 #include "test.h"
+
+#include <stdint.h>
+#include <unistd.h>
 
 static void test_status(void)
 {
@@ -271,6 +274,40 @@ static void test_sysinfo(void)
     CHECK(p.mem.pss == -1 || (p.mem.pss > 0 && p.mem.pss <= p.mem.rss));
 }
 
+/* --no-mmap: a file of 2 MiB and more is read into 2 MiB-aligned private
+ * memory, byte for byte what the mapping shows, read-only like it; a smaller
+ * one is still mapped. */
+static void test_mapped_copy(void)
+{
+    char path[] = "/tmp/ra_test_mapped_XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    const size_t size = ((size_t)3 << 20) + 123;
+    unsigned char *buf = malloc(size);
+    for (size_t i = 0; i < size; i++)
+        buf[i] = (unsigned char)(i * 2654435761u >> 13);
+    CHECK(write(fd, buf, size) == (ssize_t)size);
+    close(fd);
+    struct ra_mapped_file mapped, copied;
+    const int saved = ra_mapped_file_copy;
+    ra_mapped_file_copy = 0;
+    CHECK_OK(ra_mapped_file_open(&mapped, path));
+    ra_mapped_file_copy = 1;
+    CHECK_OK(ra_mapped_file_open(&copied, path));
+    CHECK(copied.size == size && mapped.size == size);
+    CHECK(memcmp(copied.data, buf, size) == 0 && memcmp(mapped.data, buf, size) == 0);
+    CHECK((uintptr_t)copied.data % ((size_t)2 << 20) == 0 && copied.data != mapped.data);
+    ra_mapped_file_close(&copied);
+    ra_mapped_file_close(&mapped);
+    CHECK(truncate(path, 1000) == 0); /* small: mapped whatever the setting */
+    CHECK_OK(ra_mapped_file_open(&copied, path));
+    CHECK(copied.size == 1000 && memcmp(copied.data, buf, 1000) == 0 && (uintptr_t)copied.data % 4096 == 0);
+    ra_mapped_file_close(&copied);
+    ra_mapped_file_copy = saved;
+    unlink(path);
+    free(buf);
+}
+
 int main(void)
 {
     test_status();
@@ -283,5 +320,6 @@ int main(void)
     test_kernels_nonfinite();
     test_timing();
     test_sysinfo();
+    test_mapped_copy();
     return test_result("test_util");
 }
