@@ -34,6 +34,7 @@
 #include "backend.h"
 #include "cpu_kernels.h"
 #include "gemm_bf16.h"
+#include "hugepage.h"
 #include "model.h"
 #include "status.h"
 #include "sysinfo.h"
@@ -43,7 +44,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -93,23 +93,12 @@ static void cpu_destroy(struct ra_backend *be)
     free(cb);
 }
 
-/* Buffers of 2 MiB and more (KV caches, weight copies) are asked for in
- * transparent huge pages: a decode step streams its whole KV cache, and with
- * 4 KiB pages the hardware prefetchers stop at every page boundary and every
- * page costs a TLB walk. A hint: where THP is off the pages stay small. */
-#define RA_HUGE_PAGE ((size_t)2 << 20)
-
+/* KV caches and weight copies: in huge pages from 2 MiB (hugepage.h). */
 static void *cpu_alloc(struct ra_backend *be, size_t bytes)
 {
-    void *p = NULL;
-    const int huge = bytes >= RA_HUGE_PAGE;
-    if (posix_memalign(&p, huge ? RA_HUGE_PAGE : 64, bytes ? bytes : 1) != 0)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    if (huge)
-        (void)madvise(p, bytes / RA_HUGE_PAGE * RA_HUGE_PAGE, MADV_HUGEPAGE);
-#endif
-    memset(p, 0, bytes); /* after the hint, so that first touch takes huge pages */
+    void *p = ra_huge_alloc(bytes);
+    if (p)
+        memset(p, 0, bytes); /* after the hint, so that first touch takes huge pages */
     return p;
 }
 

@@ -919,7 +919,8 @@ static int attention_decode(float *out, const float *q, const void *k_cache, con
         pos[r] = start + t;
         for (int d = 0; d < hd; d++) {
             const float x = q[(size_t)t * s->q_stride + (size_t)h * hd + d] * scale;
-            qb[r * ldo + d] = ra_f32_to_bf16(x);
+            if (round_qp)
+                qb[r * ldo + d] = ra_f32_to_bf16(x);
             qs[r * ldo + d] = round_qp ? ra_bf16_to_f32(qb[r * ldo + d]) : x;
         }
     }

@@ -1,4 +1,5 @@
 #include "mapped_file.h"
+#include "hugepage.h"
 #include "status.h"
 
 #include <errno.h>
@@ -54,8 +55,7 @@ out:
 int ra_mapped_file_copy = -1;
 
 /* Files below this size are always mapped (tokenizers, configs). */
-#define MAPPED_COPY_MIN ((size_t)2 << 20)
-#define HUGE_PAGE ((size_t)2 << 20)
+#define MAPPED_COPY_MIN RA_HUGE_PAGE
 
 /* The file read into anonymous memory in transparent huge pages, then made
  * read-only: a decode step streams every weight, and the page cache's 4 KiB
@@ -64,20 +64,18 @@ int ra_mapped_file_copy = -1;
  * that the whole file lies in aligned 2 MiB pages. */
 static int copy_to_huge_pages(int fd, const char *path, size_t size, void **out)
 {
-    const size_t len = size + HUGE_PAGE;
+    const size_t len = size + RA_HUGE_PAGE;
     unsigned char *raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED)
         return ra_error_set(RA_ENOMEM, "%s: cannot allocate %zu bytes to read it into: %s", path, size,
                             strerror(errno));
-    unsigned char *p = raw + (HUGE_PAGE - (uintptr_t)raw % HUGE_PAGE) % HUGE_PAGE;
+    unsigned char *p = raw + (RA_HUGE_PAGE - (uintptr_t)raw % RA_HUGE_PAGE) % RA_HUGE_PAGE;
     if (p > raw)
         munmap(raw, (size_t)(p - raw));
     const size_t tail = len - (size_t)(p - raw) - size;
     if (tail)
         munmap(p + size, tail);
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, size, MADV_HUGEPAGE);
-#endif
+    ra_huge_advise(p, size);
     for (size_t done = 0; done < size;) {
         const ssize_t got = pread(fd, p + done, size - done > ((size_t)1 << 30) ? (size_t)1 << 30 : size - done,
                                   (off_t)done);

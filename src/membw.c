@@ -2,11 +2,11 @@
  * the compiler vectorises; the loops are bound by memory, not by their
  * instructions. */
 #include "membw.h"
+#include "hugepage.h"
 #include "status.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -35,23 +35,10 @@ static void triad(double *restrict a, const double *restrict b, const double *re
         a[i] = b[i] + s * c[i];
 }
 
-/* An array of n doubles for a measurement, asked for in transparent huge
- * pages (2 MiB aligned, madvise): the runtime's KV caches and --no-mmap
- * weights are, and with 4 KiB pages one core's stream is up to a third
- * slower here (the prefetchers stop at every page), which would understate
- * the bound. */
-static double *membw_array(size_t n)
-{
-    const size_t huge = (size_t)2 << 20, bytes = n * sizeof(double);
-    double *p = NULL;
-    if (posix_memalign((void **)&p, bytes >= huge ? huge : 4096, bytes))
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    if (bytes >= huge)
-        (void)madvise(p, bytes / huge * huge, MADV_HUGEPAGE);
-#endif
-    return p;
-}
+/* An array of n doubles for a measurement, in huge pages as the runtime's KV
+ * caches and --no-mmap weights are (hugepage.h): on 4 KiB pages one core's
+ * stream is up to a third slower here, which would understate the bound. */
+static double *membw_array(size_t n) { return ra_huge_alloc(n * sizeof(double)); }
 
 /* Best and median of the sorted times t[0..reps) for `bytes` per repetition. */
 static void membw_fill(struct ra_membw *out, double *t, int reps, double bytes, size_t array_bytes, int threads)
