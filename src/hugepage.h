@@ -19,4 +19,13 @@ void ra_huge_advise(void *p, size_t bytes);
  * NULL when out of memory. */
 void *ra_huge_alloc(size_t bytes);
 
+/* The share of [p, p + bytes) that the kernel holds in 2 MiB pages, from the
+ * AnonHugePages and FilePmdMapped lines of /proc/self/smaps for the mappings
+ * over that range (an mmap'd file or a ra_huge_alloc buffer); -1 where that
+ * cannot be read. A mapped file gets 2 MiB pages only where the page cache
+ * holds it in 2 MiB folios (Linux 6.x on ext4, xfs: a file read cold, or
+ * written in 2 MiB pieces); one written in small pieces and still cached
+ * stays in 4 KiB pages. */
+double ra_huge_share(const void *p, size_t bytes);
+
 #endif

@@ -120,6 +120,7 @@ int ra_mapped_file_open(struct ra_mapped_file *f, const char *path)
             rc = ra_error_set(RA_EIO, "%s: mmap failed: %s", path, strerror(errno));
             goto out;
         }
+        ra_huge_advise(p, size); /* 2 MiB pages where the page cache has 2 MiB folios, see hugepage.h */
     }
     f->data = p;
     f->size = size;

@@ -1,6 +1,7 @@
 /* Output files: target checks, mkstemp temporaries, commit by rename, clean-up on signals.
  * See outfile.h for the rules and why. */
 #include "outfile.h"
+#include "hugepage.h"
 #include "status.h"
 
 #include <errno.h>
@@ -189,6 +190,11 @@ int ra_outfile_open(struct ra_outfile *of, const char *path, FILE **fp)
         ra_outfile_abort(of);
         return rc;
     }
+    of->buf = malloc(RA_HUGE_PAGE);
+    if (of->buf && setvbuf(of->fp, of->buf, _IOFBF, RA_HUGE_PAGE) != 0) {
+        free(of->buf); /* stdio's own buffer then; only the page size of a later mapping differs */
+        of->buf = NULL;
+    }
     *fp = of->fp;
     return RA_OK;
 }
@@ -225,6 +231,8 @@ static int finish_tmp(struct ra_outfile *of)
     } else if (fd >= 0) {
         close(fd);
     }
+    free(of->buf);
+    of->buf = NULL;
     of->fp = NULL;
     of->fd = -1;
     errno = e;
@@ -264,6 +272,8 @@ void ra_outfile_abort(struct ra_outfile *of)
         fclose(of->fp);
     else if (of->fd >= 0)
         close(of->fd);
+    free(of->buf);
+    of->buf = NULL;
     of->fp = NULL;
     of->fd = -1;
     if (of->tmp[0])

@@ -1,4 +1,5 @@
 #include "safetensors.h"
+#include "outfile.h"
 #include "status.h"
 
 #include <errno.h>
@@ -318,8 +319,9 @@ const char *ra_safetensors_meta(const struct ra_safetensors *st, const char *key
 /* ------------------------------------------------------------------ writing */
 
 struct ra_safetensors_writer {
-    FILE *fp;
-    char *path, *tmp;
+    struct ra_outfile out; /* the temporary file, renamed over the target on close */
+    FILE *fp;              /* its stream, owned by out */
+    const char *path;      /* out.path */
     uint64_t total, written;
 };
 
@@ -382,33 +384,10 @@ out:
     return rc;
 }
 
-static int writer_create(struct ra_safetensors_writer *w, const char *path)
-{
-    size_t n = strlen(path) + 16;
-    w->path = strdup(path);
-    w->tmp = malloc(n);
-    if (!w->path || !w->tmp)
-        return ra_error_set(RA_ENOMEM, "%s: out of memory", path);
-    snprintf(w->tmp, n, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(w->tmp);
-    if (fd < 0) {
-        free(w->tmp);
-        w->tmp = NULL;
-        return ra_error_set(RA_EIO, "%s: cannot create: %s", path, strerror(errno));
-    }
-    fchmod(fd, 0644); /* mkstemp makes 0600; weights are meant to be shared */
-    w->fp = fdopen(fd, "wb");
-    if (!w->fp) {
-        close(fd);
-        return ra_error_set(RA_EIO, "%s: cannot create: %s", path, strerror(errno));
-    }
-    return RA_OK;
-}
-
 int ra_safetensors_writer_open(struct ra_safetensors_writer **wp, const char *path,
                                const struct ra_st_write_entry *entries, int n, const char *const *meta)
 {
-    struct ra_safetensors_writer *w = calloc(1, sizeof *w);
+    struct ra_safetensors_writer *w = malloc(sizeof *w);
     unsigned char lenbuf[8];
     char *header = NULL;
     size_t hlen = 0;
@@ -417,10 +396,12 @@ int ra_safetensors_writer_open(struct ra_safetensors_writer **wp, const char *pa
     *wp = NULL;
     if (!w)
         return ra_error_set(RA_ENOMEM, "%s: out of memory", path);
+    *w = (struct ra_safetensors_writer){ .out = RA_OUTFILE_INIT, .path = path };
     if ((rc = build_header(path, entries, n, meta, &header, &hlen, &w->total)) != RA_OK)
         goto fail;
-    if ((rc = writer_create(w, path)) != RA_OK)
+    if ((rc = ra_outfile_open(&w->out, path, &w->fp)) != RA_OK)
         goto fail;
+    w->path = w->out.path;
     write_le64(lenbuf, hlen);
     if (fwrite(lenbuf, 1, 8, w->fp) != 8 || fwrite(header, 1, hlen, w->fp) != hlen) {
         rc = ra_error_set(RA_EIO, "%s: write failed: %s", path, strerror(errno));
@@ -454,19 +435,7 @@ int ra_safetensors_writer_close(struct ra_safetensors_writer *w)
                           (unsigned long long)w->written, (unsigned long long)w->total);
         goto out;
     }
-    FILE *fp = w->fp;
-    w->fp = NULL;
-    if (fflush(fp) != 0 || fsync(fileno(fp)) != 0) {
-        rc = ra_error_set(RA_EIO, "%s: write failed: %s", w->path, strerror(errno));
-        fclose(fp);
-        goto out;
-    }
-    if (fclose(fp) != 0 || rename(w->tmp, w->path) != 0) {
-        rc = ra_error_set(RA_EIO, "%s: cannot write: %s", w->path, strerror(errno));
-        goto out;
-    }
-    free(w->tmp);
-    w->tmp = NULL; /* renamed: nothing left to remove */
+    rc = ra_outfile_commit(&w->out);
 out:
     ra_safetensors_writer_abort(w);
     return rc;
@@ -476,12 +445,7 @@ void ra_safetensors_writer_abort(struct ra_safetensors_writer *w)
 {
     if (!w)
         return;
-    if (w->fp)
-        fclose(w->fp);
-    if (w->tmp)
-        unlink(w->tmp);
-    free(w->tmp);
-    free(w->path);
+    ra_outfile_abort(&w->out);
     free(w);
 }
 

@@ -3,11 +3,14 @@
  * on non-finite input, and files read whole into huge pages (--no-mmap). */
 #include "args.h"
 #include "cpu_kernels.h"
+#include "hugepage.h"
+#include "outfile.h"
 #include "ra_core.h"
 #include "sysinfo.h"
 #include "test.h"
 
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 static void test_status(void)
@@ -308,6 +311,45 @@ static void test_mapped_copy(void)
     free(buf);
 }
 
+/* The share of a range in 2 MiB pages: found for a buffer of ours and a
+ * mapped file (whether the kernel gave huge pages depends on it: only the
+ * range is checked), -1 for an address that no mapping holds. Files written
+ * through ra_outfile_open go out in 2 MiB pieces (its own stream buffer). */
+static void test_huge_share(void)
+{
+    const size_t size = (size_t)4 << 20;
+    unsigned char *p = ra_huge_alloc(size);
+    CHECK(p != NULL);
+    memset(p, 1, size);
+    const double share = ra_huge_share(p, size);
+    CHECK(share >= 0 && share <= 1);
+    CHECK(ra_huge_share((const void *)4096, 4096) == -1);
+    free(p);
+
+    char path[] = "/tmp/ra_test_huge_XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    struct ra_outfile of = RA_OUTFILE_INIT;
+    FILE *f;
+    CHECK_OK(ra_outfile_open(&of, path, &f));
+    CHECK(of.buf != NULL);
+    unsigned char *data = calloc(1, size + 77);
+    for (size_t i = 0; i < size + 77; i++)
+        data[i] = (unsigned char)(i * 2654435761u >> 11);
+    CHECK(fwrite(data, 1, 5, f) == 5 && fwrite(data + 5, 1, size + 72, f) == size + 72);
+    CHECK_OK(ra_outfile_commit(&of));
+    ra_outfile_abort(&of);
+    struct ra_mapped_file m;
+    CHECK_OK(ra_mapped_file_open(&m, path));
+    CHECK(m.size == size + 77 && memcmp(m.data, data, m.size) == 0);
+    const double file_share = ra_huge_share(m.data, m.size);
+    CHECK(file_share >= 0 && file_share <= 1);
+    ra_mapped_file_close(&m);
+    unlink(path);
+    free(data);
+}
+
 int main(void)
 {
     test_status();
@@ -321,5 +363,6 @@ int main(void)
     test_timing();
     test_sysinfo();
     test_mapped_copy();
+    test_huge_share();
     return test_result("test_util");
 }
