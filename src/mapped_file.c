@@ -58,8 +58,9 @@ int ra_mapped_file_copy = -1;
 #define MAPPED_COPY_MIN RA_HUGE_PAGE
 
 /* The file read into anonymous memory in transparent huge pages, then made
- * read-only: a decode step streams every weight, and the page cache's 4 KiB
- * pages stop the prefetchers at every page and cost a TLB walk each. The
+ * read-only: a decode step streams every weight, and a mapping has 4 KiB
+ * pages wherever the page cache holds the file in small folios (hugepage.h),
+ * which stop the prefetchers at every page and cost a TLB walk each. The
  * mapping is over-allocated by one huge page and its start rounded up, so
  * that the whole file lies in aligned 2 MiB pages. */
 static int copy_to_huge_pages(int fd, const char *path, size_t size, void **out)

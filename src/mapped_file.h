@@ -12,7 +12,8 @@ struct ra_mapped_file {
 };
 
 /* 1: files of 2 MiB and more are read into anonymous memory in transparent
- * huge pages instead of mapped (--no-mmap): faster to stream (decode), but
+ * huge pages instead of mapped (--no-mmap): faster to stream (decode) where
+ * the page cache holds the file in small folios (hugepage.h), but
  * private to the process, where a mapping shares the page cache with every
  * rank on the node. -1 (default): RA_MMAP=0 in the environment means 1. */
 extern int ra_mapped_file_copy;
