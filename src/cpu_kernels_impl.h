@@ -810,21 +810,16 @@ static inline void dec_scale(float *o, float a, int hd)
         o[d] *= a;
 }
 
-/* st[0, nk) rounded to bf16 values in place: ra_f32_to_bf16's rounding (to
- * nearest even, NaN kept quiet), in 512-bit integer lanes where the build has them. */
+/* st[0, nk) rounded to bf16 values in place, to nearest even: by vcvtneps2bf16
+ * as the prefill's pack_pairs rounds P (P = 2^x >= 2^-126 is never subnormal,
+ * so its flush to zero never applies and the result is ra_f32_to_bf16's). */
 static inline void dec_round_bf16(float *st, int nk)
 {
     int j = 0;
-#if ATTN_SIMD == 512
-    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
-    const __m512i high = _mm512_set1_epi32((int)0xffff0000u), quiet = _mm512_set1_epi32(0x400000);
-    for (; j + VL <= nk; j += VL) {
-        const vf x = vload(st + j);
-        const __m512i u = _mm512_castps_si512(x);
-        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-        r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), u, quiet);
-        vstore(st + j, _mm512_castsi512_ps(_mm512_and_si512(r, high)));
-    }
+#if defined(RA_KERNELS_BF16DP)
+    for (; j + VL <= nk; j += VL)
+        vstore(st + j, _mm512_castsi512_ps(_mm512_slli_epi32(
+                           _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(vload(st + j))), 16)));
 #endif
     for (; j < nk; j++)
         st[j] = ra_bf16_to_f32(ra_f32_to_bf16(st[j]));
