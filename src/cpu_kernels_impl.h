@@ -881,11 +881,11 @@ static inline float dec_dot_dp(const uint16_t *q, const uint16_t *k, int hd)
 /* O += P·V for a group of rows over the keys [kb, kb+nkb) of a block, with
  * their outputs in 24 registers (nvec = head_dim/16 vectors a row, 24/nvec
  * rows): each V row is still read whole and in order, but the outputs are
- * loaded and stored once a block instead of once a key. Through memory this
- * was 0.86-0.89x the time of dec_axpy's key by key (bf16 rows at 8192
- * positions, 12 heads of 64, one thread); reading the rows of a block head
- * by head instead, to keep one head's output in registers, loses the
- * hardware prefetch here. The same fma(p, v, o) in the same key order as
+ * loaded and stored once a block instead of once a key. bf16 rows in cache
+ * went from 44-47 to 57-66 GB/s (12 heads of 64, one thread), and decode at
+ * 8192 positions with an f32 cache from 23 to 27-29 tokens/s; reading a
+ * block head by head instead, to keep one head's output in registers, loses
+ * the hardware prefetch here. The same fma(p, v, o) in the same key order as
  * dec_axpy, so the results are the same bit for bit. */
 #define DEC_PV_REGS 24
 static inline __attribute__((always_inline)) vf dec_pv_load(const int bf16, const char *row, int e)
@@ -952,11 +952,14 @@ static int dec_pv_blocks(const struct dec_chunk *c, const struct dec_rows *q, co
 #endif
 
 /* Asks for rows [0, n) of row_bytes each into the cache hierarchy ahead of
- * use. One thread's decode attention from memory ran at about 60% of the read
- * bandwidth: the hardware prefetchers stop running ahead while a block is
- * computed. Asking for the block's V rows during its K pass, and for the next
- * block's K rows before its P·V, took bf16 rows at 8192 positions from 12.1-12.4
- * to 9.9-10.0 ms for twelve layers (the hint T2: T0 was 10.2-10.9). */
+ * use. One thread's decode attention over bf16 rows ran at about 60% of the
+ * read bandwidth from memory: the hardware prefetchers stop running ahead
+ * while a block is computed. Asking for the block's V rows during its K pass,
+ * and for the next block's K rows before its P·V, took bf16 rows at 8192
+ * positions from 12.1-12.4 to 9.9-10.3 ms for twelve layers (the hint T2: T0
+ * was 10.2-10.9). Only there: f32 rows were level or a little slower with it,
+ * and the AVX2 build, which has more arithmetic per row, slower (13.5-13.9 ms
+ * to 14.3-14.5). */
 static inline void dec_prefetch(const char *rows, int n, size_t row_bytes)
 {
     for (size_t b = 0; b < (size_t)n * row_bytes; b += 64)
@@ -973,6 +976,7 @@ static void dec_run_chunk(const struct dec_chunk *c, const struct dec_rows *q, c
     const enum ra_dtype dt = s->kv_dtype;
     const size_t row_bytes = (size_t)s->kv_stride * ra_dtype_size(dt), esize = ra_dtype_size(dt), ldo = q->ldo;
     const char *kc = k_cache, *vc = v_cache;
+    const int ahead = ATTN_SIMD == 512 && dt == RA_DTYPE_BF16; /* see dec_prefetch */
     for (int r = 0; r < rows; r++) {
         c->m[r] = -FLT_MAX;
         c->l[r] = 0;
@@ -982,7 +986,8 @@ static void dec_run_chunk(const struct dec_chunk *c, const struct dec_rows *q, c
         const int nkb = k1 - kb < BK ? k1 - kb : BK;
         for (int j = 0; j < nkb; j++) { /* S: row by row of K, every head */
             const char *krow = kc + (size_t)(kb + j) * row_bytes;
-            dec_prefetch(vc + (size_t)(kb + j) * row_bytes, 1, row_bytes);
+            if (ahead)
+                dec_prefetch(vc + (size_t)(kb + j) * row_bytes, 1, row_bytes);
 #if defined(RA_KERNELS_BF16DP)
             if (q->qb) {
                 for (int r = 0; r < rows; r++)
@@ -1009,7 +1014,7 @@ static void dec_run_chunk(const struct dec_chunk *c, const struct dec_rows *q, c
             if (q->round_p)
                 dec_round_bf16(st, nk[r]);
         }
-        if (kb + BK < k1)
+        if (ahead && kb + BK < k1)
             dec_prefetch(kc + (size_t)(kb + BK) * row_bytes, k1 - kb - BK < BK ? k1 - kb - BK : BK, row_bytes);
         int r0 = 0; /* rows whose P·V is done */
 #if ATTN_SIMD == 512
