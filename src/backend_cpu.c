@@ -309,8 +309,13 @@ static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, 
             if (need > cb->gemv_floats) {
                 free(cb->gemv_xb);
                 free(cb->gemv_xr);
-                cb->gemv_xb = malloc(need * sizeof(uint16_t));
-                cb->gemv_xr = malloc(need * sizeof(float));
+                /* 64-byte aligned: the GEMV loads 64 bytes of x per weight
+                 * load, and malloc's 16-byte alignment split every one of them
+                 * over two cache lines (bench-small bf16: 18% slower). */
+                if (posix_memalign((void **)&cb->gemv_xb, 64, need * sizeof(uint16_t)) != 0)
+                    cb->gemv_xb = NULL;
+                if (posix_memalign((void **)&cb->gemv_xr, 64, need * sizeof(float)) != 0)
+                    cb->gemv_xr = NULL;
                 cb->gemv_floats = cb->gemv_xb && cb->gemv_xr ? need : 0;
                 if (!cb->gemv_floats)
                     return ra_error_set(RA_ENOMEM, "cpu backend: out of memory for %zu activations", need);
