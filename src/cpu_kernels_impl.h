@@ -1456,11 +1456,6 @@ static void gemv(float *y, int ldy, const float *x, int ldx, int n, const void *
 }
 
 #if defined(RA_KERNELS_BF16DP)
-/* bf16 x bf16 GEMV by vdpbf16ps: a lane takes the pair (2i, 2i+1) of a weight
- * row and of x, as they lie in memory, so neither is rearranged; one
- * instruction per 32 weights, against the widening kernel's shift, mask and
- * two FMAs, which leaves one core's load pipes to the stream. Rows one at a
- * time in memory order, as in gemv_rows; k's tail (k % 32) in scalar code. */
 /* gemv_bf16 for one token and k a multiple of 64: the same sums in a loop
  * with nothing else in it. The general loop below, with its token loop and
  * tails, ran bench-small's bf16 decode GEMVs 1.2-1.3x slower (8.0-8.6 ms
@@ -1479,6 +1474,11 @@ static void gemv_bf16_1(float *y, const uint16_t *x, const uint16_t *w, int64_t 
     }
 }
 
+/* bf16 x bf16 GEMV by vdpbf16ps: a lane takes the pair (2i, 2i+1) of a weight
+ * row and of x, as they lie in memory, so neither is rearranged; one
+ * instruction per 32 weights, against the widening kernel's shift, mask and
+ * two FMAs, which leaves one core's load pipes to the stream. Rows one at a
+ * time in memory order, as in gemv_rows; k's tail (k % 32) in scalar code. */
 static void gemv_bf16(float *y, int ldy, const uint16_t *x, int n, const uint16_t *w, int64_t rows, int64_t k)
 {
     if (n == 1 && k % 64 == 0) {
