@@ -257,6 +257,7 @@ int main(void)
             check_attention(kt, 8, 2, 8, ctxs[c], 1); /* stories260K's head_dim, GQA */
         }
         check_attention(kt, 6, 3, 128, 1300, 3);
+        check_attention(kt, 12, 4, 64, 2100, 1); /* bench-small's heads, GQA: two register groups of P·V */
         check_attention(kt, 2, 1, 24, 700, 4);
     }
     for (int th = 1; th <= 2; th++) {
