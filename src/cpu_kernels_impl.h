@@ -1459,7 +1459,8 @@ static void gemv(float *y, int ldy, const float *x, int ldx, int n, const void *
 /* gemv_bf16 for one token and k a multiple of 64: the same sums in a loop
  * with nothing else in it. The general loop below, with its token loop and
  * tails, ran bench-small's bf16 decode GEMVs 1.2-1.3x slower (8.0-8.6 ms
- * against 6.6-7.2 for the 85 matrices, one thread). */
+ * against 6.6-7.2 for the 85 matrices, one thread); one inline row helper
+ * with the tails, shared by both, was slower still (9.7-10.1 ms). */
 static void gemv_bf16_1(float *y, const uint16_t *x, const uint16_t *w, int64_t rows, int64_t k)
 {
     for (int64_t r = 0; r < rows; r++) {
