@@ -1,4 +1,7 @@
-/* Causal attention, flash-style: each block takes ATT_ROWS consecutive
+/* The reference causal attention, and the choice among the three kernels
+ * (attention.cuh).
+ *
+ * Flash-style: each block takes ATT_ROWS consecutive
  * queries of one head (one warp per query) and walks the keys in tiles of
  * ATT_TILE rows staged in shared memory, keeping a running max and sum per
  * query (online softmax), so no score matrix is ever stored. The block stops
@@ -12,10 +15,15 @@
  * K rows in shared memory are padded by one float so that the 32 lanes,
  * reading 32 different rows at the same column, hit 32 different banks.
  *
- * Plain fp32 on the CUDA cores: simple and obviously correct rather than the
- * fastest; the tensor-core version is future work (see README). */
+ * Plain fp32 on the CUDA cores (bf16 cache rows widened as they are staged):
+ * simple and obviously correct rather than fast; attention_tc.cu and
+ * attention_split.cu are tested against it. */
 #include "attention.cuh"
 #include "common.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define ATT_ROWS 8             /* queries (warps) per block */
 #define ATT_TILE RA_WARP       /* keys per tile: one per lane */
@@ -26,8 +34,9 @@ static size_t shared_bytes(int hd)
     return sizeof(float) * ((size_t)ATT_TILE * (hd + 1) + (size_t)ATT_TILE * hd + (size_t)ATT_ROWS * hd);
 }
 
+template <typename T>
 __global__ static void __launch_bounds__(ATT_ROWS * RA_WARP)
-attention_kernel(float *out, const float *q, const float *k, const float *v, int start, int n, int group, int hd,
+attention_kernel(float *out, const float *q, const T *k, const T *v, int start, int n, int group, int hd,
                  int q_stride, int kv_stride, float scale)
 {
     extern __shared__ float sm[];
@@ -58,8 +67,8 @@ attention_kernel(float *out, const float *q, const float *k, const float *v, int
             float kk = 0.0f, vv = 0.0f;
             if (key < kv_end) {
                 const size_t off = (size_t)key * kv_stride + (size_t)g * hd + d;
-                kk = k[off];
-                vv = v[off];
+                kk = ra_widen(k[off]);
+                vv = ra_widen(v[off]);
             }
             ks[j * (hd + 1) + d] = kk;
             vs[j * hd + d] = vv;
@@ -109,22 +118,83 @@ attention_kernel(float *out, const float *q, const float *k, const float *v, int
     }
 }
 
-extern "C" int ra_cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache, int start,
-                                 int n, const struct ra_attention_shape *s, cudaStream_t stream)
+static int check_shape(const struct ra_attention_shape *s, int max_hd, const char *kernel)
 {
     const int hd = s->head_dim;
-    if (hd <= 0 || hd > RA_CUDA_ATTN_MAX_HEAD_DIM || s->n_kv_heads <= 0 || s->n_heads % s->n_kv_heads != 0)
-        return ra_error_set(RA_EUNSUPPORTED, "cuda attention: head dimension %d (at most %d) or heads %d/%d that "
-                            "do not group", hd, RA_CUDA_ATTN_MAX_HEAD_DIM, s->n_heads, s->n_kv_heads);
-    if (n <= 0)
-        return RA_OK;
+    if (hd <= 0 || hd > max_hd || s->n_kv_heads <= 0 || s->n_heads % s->n_kv_heads != 0)
+        return ra_error_set(RA_EUNSUPPORTED, "cuda attention (%s): head dimension %d (at most %d) or heads %d/%d "
+                            "that do not group", kernel, hd, max_hd, s->n_heads, s->n_kv_heads);
+    if (s->kv_dtype != RA_DTYPE_F32 && s->kv_dtype != RA_DTYPE_BF16)
+        return ra_error_set(RA_EUNSUPPORTED, "cuda attention (%s): a %s KV cache (f32 and bf16 are built)", kernel,
+                            ra_dtype_name(s->kv_dtype));
+    return RA_OK;
+}
+
+template <typename T>
+static int launch_ref(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
+                      const struct ra_attention_shape *s, cudaStream_t stream)
+{
+    const int hd = s->head_dim;
     const size_t smem = shared_bytes(hd);
     if (smem > 48 * 1024) /* above the default limit a kernel must opt in */
-        CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid((unsigned)((n + ATT_ROWS - 1) / ATT_ROWS), (unsigned)s->n_heads);
-    attention_kernel<<<grid, ATT_ROWS * RA_WARP, smem, stream>>>(out, q, k_cache, v_cache, start, n,
-                                                                s->n_heads / s->n_kv_heads, hd, s->q_stride,
-                                                                s->kv_stride, 1.0f / sqrtf((float)hd));
+    attention_kernel<T><<<grid, ATT_ROWS * RA_WARP, smem, stream>>>(out, q, (const T *)k_cache, (const T *)v_cache,
+                                                                   start, n, s->n_heads / s->n_kv_heads, hd,
+                                                                   s->q_stride, s->kv_stride,
+                                                                   1.0f / sqrtf((float)hd));
     CUDA_CHECK_LAUNCH();
     return RA_OK;
+}
+
+extern "C" int ra_cuda_attention_ref(float *out, const float *q, const void *k_cache, const void *v_cache, int start,
+                                     int n, const struct ra_attention_shape *s, cudaStream_t stream)
+{
+    int rc = check_shape(s, RA_CUDA_ATTN_MAX_HEAD_DIM, "ref");
+    if (rc != RA_OK || n <= 0)
+        return rc;
+    return s->kv_dtype == RA_DTYPE_BF16
+               ? launch_ref<__nv_bfloat16>(out, q, k_cache, v_cache, start, n, s, stream)
+               : launch_ref<float>(out, q, k_cache, v_cache, start, n, s, stream);
+}
+
+enum kernel { K_AUTO = 0, K_REF, K_TC, K_SPLIT };
+
+/* RA_CUDA_ATTN, read once: the kernel every call takes. */
+static enum kernel forced_kernel(void)
+{
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("RA_CUDA_ATTN");
+        forced = !e || !*e ? K_AUTO : !strcmp(e, "ref") ? K_REF : !strcmp(e, "tc") ? K_TC
+                 : !strcmp(e, "split") ? K_SPLIT : K_AUTO;
+        if (e && *e && forced == K_AUTO)
+            fprintf(stderr, "runahead: RA_CUDA_ATTN='%s' is not ref, tc or split: ignored\n", e);
+    }
+    return (enum kernel)forced;
+}
+
+/* split for decode-sized spans, tc for longer ones where it takes the shape, ref otherwise. */
+static enum kernel choose(const void *k_cache, const void *v_cache, int n, const struct ra_attention_shape *s)
+{
+    const enum kernel f = forced_kernel();
+    if (f != K_AUTO)
+        return f;
+    if (n <= RA_CUDA_ATTN_SPLIT_MAX_Q && s->head_dim <= RA_CUDA_ATTN_MAX_HEAD_DIM)
+        return K_SPLIT;
+    return ra_cuda_attention_tc_takes(k_cache, v_cache, s) ? K_TC : K_REF;
+}
+
+extern "C" int ra_cuda_attention(float *out, const float *q, const void *k_cache, const void *v_cache, int start,
+                                 int n, const struct ra_attention_shape *s, void *work, size_t work_bytes,
+                                 cudaStream_t stream)
+{
+    switch (choose(k_cache, v_cache, n, s)) {
+    case K_SPLIT:
+        return ra_cuda_attention_split(out, q, k_cache, v_cache, start, n, s, work, work_bytes, stream);
+    case K_TC:
+        return ra_cuda_attention_tc(out, q, k_cache, v_cache, start, n, s, stream);
+    default:
+        return ra_cuda_attention_ref(out, q, k_cache, v_cache, start, n, s, stream);
+    }
 }

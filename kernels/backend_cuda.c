@@ -12,13 +12,15 @@
  * and comm, ordered against each other with events (copy_async,
  * event_record, stream_wait). The other ops are asynchronous on the compute
  * stream; synchronize() and download() wait for it. */
-#include "backend_cuda.h"
 #include "cuda_check.h"
+#include "module.h"
 #include "ops.cuh"
 #include "status.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +38,8 @@ struct cuda_backend {
     size_t narrow_bytes;
     int32_t *tokens;              /* embed()'s ids on the device */
     int tokens_cap;
+    void *att_work;               /* attention's scratch (partial results of decode's split kernel) */
+    size_t att_work_bytes;
 };
 
 static struct cuda_backend *cb_of(struct ra_backend *be) { return (struct cuda_backend *)be; }
@@ -76,7 +80,11 @@ static void *cuda_alloc_mem(struct ra_backend *be, size_t bytes, enum ra_mem whe
     }
     if (cudaMalloc(&p, n) != cudaSuccess)
         return NULL;
-    if (cudaMemset(p, 0, n) != cudaSuccess) {
+    /* Zeroed on the compute stream, and waited for: a plain cudaMemset runs on
+     * the legacy stream, which the non-blocking streams do not wait for, so it
+     * could land after the first copy into the buffer (weights read as zeros). */
+    cudaStream_t s = cb_of(be)->stream[RA_STREAM_COMPUTE];
+    if (cudaMemsetAsync(p, 0, n, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess) {
         cudaFree(p);
         return NULL;
     }
@@ -330,13 +338,23 @@ static int cuda_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads
     return ra_cuda_rope(x, ld, n, n_heads, head_dim, pos0, theta, (int)style, cb->stream[RA_STREAM_COMPUTE]);
 }
 
+/* The kernel is chosen per call (attention.cuh); decode's needs scratch for its partial results. */
 static int cuda_attention(struct ra_backend *be, float *out, const float *q, const void *k_cache,
                           const void *v_cache, int start, int n, const struct ra_attention_shape *s)
 {
-    if (s->kv_dtype != RA_DTYPE_F32)
-        return ra_error_set(RA_EUNSUPPORTED, "cuda device %d: attention over a %s KV cache is not built yet "
-                            "(use --kv-dtype f32)", cb_of(be)->device, ra_dtype_name(s->kv_dtype));
-    return ra_cuda_attention(out, q, k_cache, v_cache, start, n, s, cb_of(be)->stream[RA_STREAM_COMPUTE]);
+    struct cuda_backend *cb = cb_of(be);
+    const size_t need = ra_cuda_attention_work_bytes(start, n, s);
+    if (need > cb->att_work_bytes) {
+        /* the compute stream may still read the old scratch */
+        CUDA_CHECK(cudaStreamSynchronize(cb->stream[RA_STREAM_COMPUTE]));
+        cudaFree(cb->att_work);
+        cb->att_work = NULL;
+        cb->att_work_bytes = 0;
+        CUDA_CHECK(cudaMalloc(&cb->att_work, need));
+        cb->att_work_bytes = need;
+    }
+    return ra_cuda_attention(out, q, k_cache, v_cache, start, n, s, cb->att_work, cb->att_work_bytes,
+                             cb->stream[RA_STREAM_COMPUTE]);
 }
 
 /* K and V rows into a reduced-precision cache (round to nearest even). */
@@ -368,6 +386,7 @@ static void cuda_destroy(struct ra_backend *be)
         cublasDestroy(cb->blas);
     cudaFree(cb->narrow);
     cudaFree(cb->tokens);
+    cudaFree(cb->att_work);
     for (int i = 0; i < RA_N_STREAMS; i++)
         if (cb->stream[i])
             cudaStreamDestroy(cb->stream[i]);
@@ -404,9 +423,7 @@ static const struct ra_backend_ops cuda_ops = {
     .weight_release = cuda_weight_release,
 };
 
-int ra_cuda_built(void) { return 1; }
-
-int ra_cuda_device_count(void)
+int ra_cuda_devices(void)
 {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) { /* no driver or no device: not an error here */
@@ -414,6 +431,20 @@ int ra_cuda_device_count(void)
         return 0;
     }
     return n;
+}
+
+void ra_cuda_versions(char *buf, size_t size)
+{
+    int runtime = 0, driver = 0, nccl = 0, blas[3] = { 0 };
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    cublasGetProperty(MAJOR_VERSION, &blas[0]);
+    cublasGetProperty(MINOR_VERSION, &blas[1]);
+    cublasGetProperty(PATCH_LEVEL, &blas[2]);
+    ncclGetVersion(&nccl);
+    snprintf(buf, size, "CUDA runtime %d.%d, driver %d.%d, cuBLAS %d.%d.%d, NCCL %d.%d.%d", runtime / 1000,
+             runtime % 1000 / 10, driver / 1000, driver % 1000 / 10, blas[0], blas[1], blas[2], nccl / 10000,
+             nccl % 10000 / 100, nccl % 100);
 }
 
 static int cuda_setup(struct cuda_backend *cb)
@@ -428,10 +459,10 @@ static int cuda_setup(struct cuda_backend *cb)
     return RA_OK;
 }
 
-int ra_backend_cuda_init(struct ra_backend **out, int device)
+int ra_cuda_backend_open(struct ra_backend **out, int device)
 {
     *out = NULL;
-    const int count = ra_cuda_device_count();
+    const int count = ra_cuda_devices();
     if (device < 0 || device >= count)
         return ra_error_set(RA_EINVAL, "cuda backend: no device %d (%d visible)", device, count);
     struct cuda_backend *cb = calloc(1, sizeof *cb);
@@ -450,11 +481,10 @@ int ra_backend_cuda_init(struct ra_backend **out, int device)
     return RA_OK;
 }
 
-int ra_backend_cuda_set_dtype(struct ra_backend *be, enum ra_dtype dtype)
+int ra_cuda_backend_dtype(struct ra_backend *be, enum ra_dtype dtype)
 {
     if (dtype != RA_DTYPE_BF16 && dtype != RA_DTYPE_F16 && dtype != RA_DTYPE_F32)
         return ra_error_set(RA_EINVAL, "cuda backend: unknown weight dtype %d", (int)dtype);
     cb_of(be)->dtype = dtype;
     return RA_OK;
 }
-

@@ -40,6 +40,10 @@ __device__ __forceinline__ void ra_store(void *p, int dt, size_t i, float v)
         ((float *)p)[i] = v;
 }
 
+/* A cache element as float (templates over the KV dtype). */
+__device__ __forceinline__ float ra_widen(float x) { return x; }
+__device__ __forceinline__ float ra_widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+
 __device__ __forceinline__ float ra_warp_sum(float v)
 {
     for (int o = RA_WARP / 2; o > 0; o /= 2)

@@ -678,6 +678,8 @@ static int open_backend(const struct options *o, int threads, int local_rank, st
     if (!ra_cuda_built())
         return ra_error_set(RA_EUNSUPPORTED, "--backend cuda: this runahead was built without CUDA (configure "
                             "--with-cuda)");
+    if (ra_cuda_load() != RA_OK) /* the module or a CUDA library it needs is missing on this node */
+        return ra_error_set(RA_EUNSUPPORTED, "--backend cuda: %s", ra_error_message());
     if (gpus == 0)
         return ra_error_set(RA_EINVAL, "--backend cuda: rank %d sees no CUDA device (check the driver and "
                             "CUDA_VISIBLE_DEVICES)", rank);

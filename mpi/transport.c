@@ -3,6 +3,8 @@
 #include "transport.h"
 #include "ra_mpi.h"
 
+#include "backend_cuda.h"
+
 #include <string.h>
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h> /* Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support */
@@ -32,19 +34,6 @@ int ra_transport_mpi_cuda_supported(void)
 #endif
 }
 
-static int nccl_init(struct ra_transport **out, MPI_Comm comm, struct ra_backend *be, size_t row_bytes,
-                     int max_recv, int max_send, int quiet, int rank)
-{
-#ifdef HAVE_CUDA
-    return ra_transport_nccl_init(out, comm, be, row_bytes, max_recv, max_send, quiet);
-#else
-    if (quiet)
-        return RA_EUNSUPPORTED;
-    return ra_error_set(RA_EUNSUPPORTED, "rank %d: --transport nccl: this runahead was built without CUDA and NCCL "
-                        "(configure --with-cuda)", rank);
-#endif
-}
-
 int ra_transport_init(struct ra_transport **out, enum ra_transport_kind kind, MPI_Comm comm, struct ra_backend *be,
                       enum ra_mem mem, size_t row_bytes, int max_recv, int max_send)
 {
@@ -57,7 +46,7 @@ int ra_transport_init(struct ra_transport **out, enum ra_transport_kind kind, MP
         if (!device)
             return ra_transport_mpi_init(out, comm, be, mem, row_bytes, max_recv, max_send, 0);
         /* Every rank reaches the same verdict (the check inside is collective). */
-        rc = nccl_init(out, comm, be, row_bytes, max_recv, max_send, 1, rank);
+        rc = ra_transport_nccl_init(out, comm, be, row_bytes, max_recv, max_send, 1);
         if (rc != RA_EUNSUPPORTED)
             return rc;
         return ra_transport_mpi_init(out, comm, be, mem, row_bytes, max_recv, max_send,
@@ -73,13 +62,13 @@ int ra_transport_init(struct ra_transport **out, enum ra_transport_kind kind, MP
                                 "device memory (MPIX_Query_cuda_support); use --transport auto, mpi or nccl", rank);
         return ra_transport_mpi_init(out, comm, be, mem, row_bytes, max_recv, max_send, 1);
     case RA_TRANSPORT_NCCL:
-#ifndef HAVE_CUDA
-        return nccl_init(out, comm, be, row_bytes, max_recv, max_send, 0, rank); /* says it was not built */
-#endif
+        if (!ra_cuda_built())
+            return ra_error_set(RA_EUNSUPPORTED, "rank %d: --transport nccl: this runahead was built without CUDA "
+                                "and NCCL (configure --with-cuda)", rank);
         if (!device)
             return ra_error_set(RA_EINVAL, "rank %d: --transport nccl moves device memory, but the %s backend keeps "
                                 "the KV cache in host memory: use --transport mpi (or auto)", rank, be->ops->name);
-        return nccl_init(out, comm, be, row_bytes, max_recv, max_send, 0, rank);
+        return ra_transport_nccl_init(out, comm, be, row_bytes, max_recv, max_send, 0);
     }
     return ra_error_set(RA_EINVAL, "rank %d: unknown transport %d", rank, (int)kind);
 out:

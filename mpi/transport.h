@@ -11,7 +11,7 @@
  *   mpi-cuda    CUDA-aware MPI straight on device pointers, when the library
  *               says so at run time (MPIX_Query_cuda_support)
  *   nccl        NCCL on the backend's communication stream, ordered against
- *               compute by events (transport_nccl.c, built with --with-cuda)
+ *               compute by events (transport_nccl.c; NCCL is the CUDA module's)
  *
  * Requests live in the transport: receives in a set that the caller opens per
  * layer (ra_transport_recvs_reset) and completes with ra_transport_wait; sends

@@ -1,4 +1,6 @@
-/* The NCCL transport: KV rows between GPUs, one GPU per rank (built with --with-cuda).
+/* The NCCL transport: KV rows between GPUs, one GPU per rank. NCCL is the
+ * CUDA module's (kernels/cuda_module.h: struct ra_cuda_nccl), so this file
+ * builds without CUDA and, where the module is not there, says so.
  *
  * The communicator comes from the MPI world: rank 0 makes the unique id and
  * MPI_Bcast hands it to the others. Every operation is queued on the
@@ -19,36 +21,37 @@
 #include "transport.h"
 #include "ra_mpi.h"
 
-#include <cuda_runtime.h>
-#include <nccl.h>
+#include "backend_cuda.h"
+#include "cuda_module.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Records "file:line: rank R: call failed: NCCL's error string (its last message)". */
-static int nccl_error(ncclResult_t r, const char *call, const char *file, int line)
+/* NCCL's ops, set by ra_transport_nccl_init before anything else here runs. */
+static const struct ra_cuda_nccl *nccl;
+
+/* Prefixes the module's line ("ncclSend: unhandled cuda error (...)") with where and which rank. */
+static int nccl_error(int rc, const char *file, int line)
 {
     int rank = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    const char *last = ncclGetLastError(NULL);
-    return ra_error_set(RA_ECOMM, "%s:%d: rank %d: %s failed: %s%s%s%s", file, line, rank, call, ncclGetErrorString(r),
-                        last && *last ? " (" : "", last && *last ? last : "", last && *last ? ")" : "");
+    return ra_error_set(rc, "%s:%d: rank %d: %s", file, line, rank, ra_error_message());
 }
 
 /* In a function with `int rc` and an `out:` cleanup label. */
 #define NCCL_CHECK(call)                                                         \
     do {                                                                         \
-        ncclResult_t nccl_rc_ = (call);                                          \
-        if (nccl_rc_ != ncclSuccess) {                                           \
-            rc = nccl_error(nccl_rc_, #call, __FILE__, __LINE__);                \
+        if ((rc = (call)) != RA_OK) {                                            \
+            rc = nccl_error(rc, __FILE__, __LINE__);                             \
             goto out;                                                            \
         }                                                                        \
     } while (0)
 
 struct nccl_transport {
     struct ra_transport base;
-    ncclComm_t comm;
-    cudaStream_t stream;     /* the backend's RA_STREAM_COMM */
+    void *comm;              /* ncclComm_t */
+    void *stream;            /* the backend's RA_STREAM_COMM (a cudaStream_t) */
     struct ra_event *ev;
     int in_group, fenced;    /* inside a group; its sends already wait for compute */
     int *recv_rows;          /* [max_recv] rows of each receive, counted when it completes */
@@ -68,10 +71,8 @@ static int fence(struct nccl_transport *n, enum ra_stream s, enum ra_stream wait
 /* An operation that failed on a peer or in the network shows up here, not at its call. */
 static int check_async(struct nccl_transport *n)
 {
-    ncclResult_t state = ncclSuccess;
     int rc = RA_OK;
-    NCCL_CHECK(ncclCommGetAsyncError(n->comm, &state));
-    NCCL_CHECK(state);
+    NCCL_CHECK(nccl->async_error(n->comm));
 out:
     return rc;
 }
@@ -89,7 +90,7 @@ static int nccl_group_begin(struct ra_transport *t)
 {
     struct nccl_transport *n = nccl_of(t);
     int rc = RA_OK;
-    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(nccl->group_start());
     n->in_group = 1;
     n->fenced = 0;
 out:
@@ -101,7 +102,7 @@ static int nccl_group_end(struct ra_transport *t)
     struct nccl_transport *n = nccl_of(t);
     int rc = RA_OK;
     n->in_group = 0;
-    NCCL_CHECK(ncclGroupEnd());
+    NCCL_CHECK(nccl->group_end());
 out:
     return rc;
 }
@@ -117,7 +118,7 @@ static int nccl_post_send(struct ra_transport *t, const void *buf, int rows, int
     if ((!n->in_group || !n->fenced) && (rc = fence(n, RA_STREAM_COMPUTE, RA_STREAM_COMM)) != RA_OK)
         return rc;
     n->fenced = 1;
-    NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, dest, n->comm, n->stream));
+    NCCL_CHECK(nccl->send(buf, bytes, dest, n->comm, n->stream));
     t->n_send++;
     t->counts.bytes_sent += (long long)bytes;
     t->counts.msgs_sent++;
@@ -133,7 +134,7 @@ static int nccl_post_recv(struct ra_transport *t, void *buf, int rows, int sourc
         return ra_error_set(RA_ECOMM, "rank %d: too many pending receives", t->rank);
     if (n->reported > t->n_recv) /* a new set */
         n->reported = t->n_recv;
-    NCCL_CHECK(ncclRecv(buf, (size_t)rows * t->row_bytes, ncclUint8, source, n->comm, n->stream));
+    NCCL_CHECK(nccl->recv(buf, (size_t)rows * t->row_bytes, source, n->comm, n->stream));
     n->recv_rows[t->n_recv++] = rows;
 out:
     return rc;
@@ -187,15 +188,14 @@ static int nccl_allgather(struct ra_transport *t, void *buf, const int *counts, 
     if ((rc = fence(n, RA_STREAM_COMPUTE, RA_STREAM_COMM)) != RA_OK)
         return rc;
     if (equal) { /* in place: our block already sits at rank * count */
-        NCCL_CHECK(ncclAllGather(b + (size_t)displs[t->rank] * rb, b, (size_t)counts[0] * rb, ncclUint8, n->comm,
-                                 n->stream));
+        NCCL_CHECK(nccl->allgather(b + (size_t)displs[t->rank] * rb, b, (size_t)counts[0] * rb, n->comm, n->stream));
     } else {
-        NCCL_CHECK(ncclGroupStart());
+        NCCL_CHECK(nccl->group_start());
         for (int r = 0; r < t->size; r++) {
             char *block = b + (size_t)displs[r] * rb;
-            NCCL_CHECK(ncclBroadcast(block, block, (size_t)counts[r] * rb, ncclUint8, r, n->comm, n->stream));
+            NCCL_CHECK(nccl->broadcast(block, block, (size_t)counts[r] * rb, r, n->comm, n->stream));
         }
-        NCCL_CHECK(ncclGroupEnd());
+        NCCL_CHECK(nccl->group_end());
     }
     if ((rc = fence(n, RA_STREAM_COMM, RA_STREAM_COMPUTE)) != RA_OK)
         goto out;
@@ -214,7 +214,7 @@ static void nccl_destroy(struct ra_transport *t)
 {
     struct nccl_transport *n = nccl_of(t);
     if (n->comm)
-        ncclCommDestroy(n->comm);
+        nccl->comm_destroy(n->comm);
     if (n->ev)
         t->be->ops->event_destroy(t->be, n->ev);
     free(n->recv_rows);
@@ -241,9 +241,8 @@ static const struct ra_transport_ops nccl_ops = {
 static int check_one_gpu_per_rank(MPI_Comm comm, int rank, int size, int quiet)
 {
     char mine[GPU_KEY] = { 0 }, host[MPI_MAX_PROCESSOR_NAME] = { 0 }, bus[32] = { 0 }, *all = NULL;
-    int dev = -1, len = 0, rc = RA_OK;
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetPCIBusId(bus, sizeof bus, dev) == cudaSuccess &&
-        MPI_Get_processor_name(host, &len) == MPI_SUCCESS)
+    int len = 0, rc = RA_OK;
+    if (nccl->device_bus_id(bus, (int)sizeof bus) == RA_OK && MPI_Get_processor_name(host, &len) == MPI_SUCCESS)
         snprintf(mine, sizeof mine, "%s %s", host, bus);
     if (!(all = calloc((size_t)size, GPU_KEY)))
         return ra_error_set(RA_ENOMEM, "rank %d: out of memory", rank);
@@ -297,10 +296,13 @@ static int nccl_new(struct nccl_transport **out, MPI_Comm comm, int rank, int si
     t->row_bytes = row_bytes;
     t->max_recv = max_recv;
     t->max_send = max_send;
-    n->stream = (cudaStream_t)stream;
+    n->stream = stream;
     *out = n;
     return be->ops->event_create(be, &n->ev);
 }
+
+/* NCCL's unique id is 128 bytes (NCCL_UNIQUE_ID_BYTES); the module says so too. */
+#define NCCL_ID_BYTES 128
 
 int ra_transport_nccl_init(struct ra_transport **out, MPI_Comm comm, struct ra_backend *be, size_t row_bytes,
                            int max_recv, int max_send, int quiet)
@@ -308,7 +310,7 @@ int ra_transport_nccl_init(struct ra_transport **out, MPI_Comm comm, struct ra_b
     struct nccl_transport *n = NULL;
     struct {
         int status;
-        ncclUniqueId id;
+        char id[NCCL_ID_BYTES];
     } hello = { RA_OK };
     int rank = -1, size = 0, rc = RA_OK;
     *out = NULL;
@@ -320,13 +322,14 @@ int ra_transport_nccl_init(struct ra_transport **out, MPI_Comm comm, struct ra_b
         return quiet ? RA_EUNSUPPORTED
                      : ra_error_set(RA_EUNSUPPORTED, "rank %d: --transport nccl: the %s backend has no device stream",
                                     rank, be->ops->name);
+    /* A device stream means the CUDA module is loaded, on every rank. */
+    if (!(nccl = ra_cuda_nccl()) || nccl->id_bytes != NCCL_ID_BYTES)
+        return quiet ? RA_EUNSUPPORTED : ra_error_set(RA_EUNSUPPORTED, "rank %d: --transport nccl: %s", rank,
+                            nccl ? "the CUDA module's NCCL id is not 128 bytes" : ra_error_message());
     if ((rc = check_one_gpu_per_rank(comm, rank, size, quiet)) != RA_OK)
         return rc;
-    if (rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(&hello.id);
-        if (r != ncclSuccess)
-            hello.status = nccl_error(r, "ncclGetUniqueId(&hello.id)", __FILE__, __LINE__);
-    }
+    if (rank == 0 && (hello.status = nccl->get_unique_id(hello.id)) != RA_OK)
+        hello.status = nccl_error(hello.status, __FILE__, __LINE__);
     /* Rank 0's verdict travels with the id, so nobody waits for a communicator that will not come. */
     MPI_CHECK(MPI_Bcast(&hello, (int)sizeof hello, MPI_BYTE, 0, comm));
     if (hello.status != RA_OK)
@@ -336,7 +339,7 @@ int ra_transport_nccl_init(struct ra_transport **out, MPI_Comm comm, struct ra_b
     /* ncclCommInitRank blocks until every rank has called it: all enter or none. */
     if ((rc = agree(rc, comm, rank)) != RA_OK)
         goto fail;
-    NCCL_CHECK(ncclCommInitRank(&n->comm, size, hello.id, rank));
+    NCCL_CHECK(nccl->comm_init(&n->comm, size, hello.id, rank));
 out:
     if ((rc = agree(rc, comm, rank)) != RA_OK)
         goto fail;

@@ -8,21 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-size_t ra_dtype_size(enum ra_dtype t)
-{
-    return t == RA_DTYPE_F32 ? 4 : 2;
-}
-
-const char *ra_dtype_name(enum ra_dtype t)
-{
-    switch (t) {
-    case RA_DTYPE_F32: return "f32";
-    case RA_DTYPE_F16: return "f16";
-    case RA_DTYPE_BF16: return "bf16";
-    }
-    return "?";
-}
-
 const char *ra_rope_style_name(enum ra_rope_style s)
 {
     switch (s) {

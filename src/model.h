@@ -28,8 +28,18 @@ enum ra_rope_style {
 
 const char *ra_rope_style_name(enum ra_rope_style s);
 
-size_t ra_dtype_size(enum ra_dtype t);
-const char *ra_dtype_name(enum ra_dtype t);
+/* Inline, so that the CUDA module (which links no core object) has them too. */
+static inline size_t ra_dtype_size(enum ra_dtype t) { return t == RA_DTYPE_F32 ? 4 : 2; }
+
+static inline const char *ra_dtype_name(enum ra_dtype t)
+{
+    switch (t) {
+    case RA_DTYPE_F32: return "f32";
+    case RA_DTYPE_F16: return "f16";
+    case RA_DTYPE_BF16: return "bf16";
+    }
+    return "?";
+}
 
 /* A weight matrix [rows][cols] (row-major; a vector has rows == 1). */
 struct ra_tensor {

@@ -3,7 +3,7 @@
 # the GPU gives the CPU's greedy tokens (fp32 weights on the device), and KVR
 # and TSP on 2 ranks sharing the GPU give the one-rank tokens, on stories260K
 # (llama2.c and converted to Hugging Face by runahead-synth --from) and a
-# synthetic GQA model. Exits 77 without a GPU.
+# synthetic GQA model; then heads of 64 and bf16 KV caches. Exits 77 without a GPU.
 . "$(dirname "$0")/lib.sh"
 devices=$("$BUILD/tests/cuda_devices") || { fail "tests/cuda_devices failed"; finish; }
 [ "$devices" -gt 0 ] || skip_no_device "cuda_chain: no CUDA device (the CUDA build compiled and linked)"
@@ -42,6 +42,22 @@ for m in $models; do
     done
     bf16=$(gen "$m" 1 --backend cuda) || fail "$m: cuda (bf16) failed"
     [ "$(echo "$bf16" | wc -w)" -eq 16 ] || fail "$m: cuda (bf16) gave '$bf16', not 16 ids"
+done
+# Heads of 64 (spans on the tensor-core attention, decode on the split kernel)
+# and bf16 KV caches (attention over bf16 rows, which the transports move as
+# bytes): KVR and TSP on 2 ranks give one rank's tokens.
+"$BUILD/runahead-synth" --preset tiny-gqa --dim 256 --hidden-dim 512 --heads 4 --kv-heads 2 --layers 2 --seed 5 \
+    --out "$TMP/wide" >/dev/null 2>"$TMP/synth.err" || { cat "$TMP/synth.err" >&2; fail "runahead-synth (heads of 64) failed"; }
+for m in "$TMP/wide" "$TMP/gqa"; do
+    for kv in f32 bf16; do
+        one=$(gen "$m" 1 --backend cuda --device-dtype f32 --kv-dtype "$kv") || { fail "$m: --kv-dtype $kv on cuda failed"; continue; }
+        [ "$(echo "$one" | wc -w)" -eq 16 ] || fail "$m: --kv-dtype $kv gave '$one', not 16 ids"
+        for method in kvr tsp; do
+            two=$(gen "$m" 2 --backend cuda --device-dtype f32 --kv-dtype "$kv" --method "$method") \
+                || { fail "$m: $method --kv-dtype $kv on 2 ranks failed"; continue; }
+            [ "$two" = "$one" ] || fail "$m: $method --kv-dtype $kv on 2 ranks gave '$two', one rank '$one'"
+        done
+    done
 done
 # A device that is not there: one error line naming the rank.
 expect_error "rank 0.*--device 99: rank 0 sees only" \

@@ -14,12 +14,29 @@
 
 #define N_GEN 24
 
+/* Tolerances on the normwise relative error ||gpu - cpu|| / ||cpu|| of a row of
+ * logits. fp32: GEMMs summed in another order (cuBLAS vs OpenBLAS), a few
+ * layers deep; bf16/f16: weights and GEMM inputs rounded to 8/11 mantissa
+ * bits in every layer. The trained stories260K amplifies rounding most: an
+ * H200 measured 0.0999 (bf16), 0.0159 (f16) and 5.0e-6 (f32) there, against
+ * 0.0042, 0.0005 and 2.9e-7 on the random GQA model (2026-11-26). A wrong
+ * mask, position or head moves the whole row: an error of order 1. */
 static double tol_of(enum ra_dtype dt)
 {
-    /* fp32: GEMMs summed in another order (cuBLAS vs OpenBLAS), a few layers deep;
-     * bf16/f16: weights and GEMM inputs rounded to 8/11 mantissa bits. A wrong
-     * mask, position or head gives differences of order 1. */
-    return dt == RA_DTYPE_BF16 ? 0.15 : dt == RA_DTYPE_F16 ? 0.03 : 2e-3;
+    return dt == RA_DTYPE_BF16 ? 0.15 : dt == RA_DTYPE_F16 ? 0.025 : 1e-4;
+}
+
+/* ||a - b|| / ||b|| over n floats (NaN anywhere: infinite). */
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+    }
+    const double r = sqrt(num / (den > 0 ? den : 1));
+    return r == r ? r : INFINITY;
 }
 
 /* Runs TOKENS[0, n) (in two spans when split > 0) and N_GEN decode steps fed
@@ -52,6 +69,14 @@ out:
     return rc;
 }
 
+static double rms(const float *x, int n)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += (double)x[i] * (double)x[i];
+    return sqrt(s / n);
+}
+
 /* How far apart the two largest of x[n] are. */
 static float margin(const float *x, int n)
 {
@@ -63,7 +88,12 @@ static float margin(const float *x, int n)
     return x[top] - second;
 }
 
-static void compare(const char *name, struct ra_model *m, struct ra_backend *cpu, struct ra_backend *gpu, int n)
+/* ATT_TOL: the logits' error the attention kernels add (the tensor-core kernel
+ * rounds Q, K, V and P to bf16; 0 where fp32 kernels run), on top of the
+ * weights' dtype's. With it, fp32 weights are not held to the CPU's greedy
+ * continuation, which one near-tie can turn. */
+static void compare(const char *name, struct ra_model *m, struct ra_backend *cpu, struct ra_backend *gpu, int n,
+                    double att_tol)
 {
     const int V = m->config.vocab_size;
     const size_t rows = (size_t)(N_GEN + 1) * V;
@@ -78,7 +108,7 @@ static void compare(const char *name, struct ra_model *m, struct ra_backend *cpu
     const enum ra_dtype dts[] = { RA_DTYPE_F32, RA_DTYPE_BF16, RA_DTYPE_F16 };
     for (int di = 0; di < 3; di++) {
         const enum ra_dtype dt = dts[di];
-        const double tol = tol_of(dt);
+        const double tol = tol_of(dt) + att_tol;
         CHECK_OK(ra_backend_cuda_set_dtype(gpu, dt));
         for (int split = 0; split <= n / 3; split += n / 3) {
             CHECK_OK(run(m, gpu, tokens, n, split, ref_ids, NULL, got));
@@ -86,17 +116,18 @@ static void compare(const char *name, struct ra_model *m, struct ra_backend *cpu
             int disagree = 0;
             for (int i = 0; i <= N_GEN; i++) {
                 const float *r = ref + (size_t)i * V, *g = got + (size_t)i * V;
-                worst = fmax(worst, test_max_rel_diff(g, r, (size_t)V));
-                const float top = r[ra_argmax(r, V)];
-                if (margin(r, V) > 2.0 * tol * (1.0 + fabsf(top)) && ra_argmax(g, V) != ra_argmax(r, V))
+                worst = fmax(worst, rel_l2(g, r, (size_t)V));
+                /* clear: the top two further apart than twice the error a logit may have
+                 * (the tolerance spread evenly: tol times the row's rms), each way */
+                if (margin(r, V) > 4.0 * tol * rms(r, V) && ra_argmax(g, V) != ra_argmax(r, V))
                     disagree++;
             }
             if (worst > tol || disagree)
-                fprintf(stderr, "%s, %s weights, %s: logits differ by %.3g (tolerance %.3g), %d clear greedy "
+                fprintf(stderr, "%s, %s weights, %s: logits' relative error %.3g (tolerance %.3g), %d clear greedy "
                         "token(s) differ\n", name, ra_dtype_name(dt), split ? "two spans" : "one span", worst, tol,
                         disagree);
             else
-                printf("%s, %s weights, %s: logits within %.3g\n", name, ra_dtype_name(dt),
+                printf("%s, %s weights, %s: logits' relative error %.3g\n", name, ra_dtype_name(dt),
                        split ? "two spans" : "one span", worst);
             CHECK(worst <= tol);
             CHECK(disagree == 0);
@@ -105,7 +136,7 @@ static void compare(const char *name, struct ra_model *m, struct ra_backend *cpu
     /* fp32 weights: the free-running greedy continuation is the CPU's */
     CHECK_OK(ra_backend_cuda_set_dtype(gpu, RA_DTYPE_F32));
     CHECK_OK(run(m, gpu, tokens, n, 0, NULL, gpu_ids, got));
-    CHECK(memcmp(gpu_ids, ref_ids, sizeof ref_ids) == 0);
+    CHECK(att_tol > 0 || memcmp(gpu_ids, ref_ids, sizeof ref_ids) == 0);
     ra_model_detach(m);
     free(tokens);
     free(ref);
@@ -131,15 +162,24 @@ int main(void)
                                    .norm_eps = 1e-5f };
     struct ra_model synth = { 0 };
     test_random_model(&synth, &gqa, RA_DTYPE_F32, 2.0f);
-    compare("synthetic GQA", &synth, cpu, gpu, 200);
+    compare("synthetic GQA", &synth, cpu, gpu, 200, 0);
     ra_model_free(&synth);
+
+    /* heads of 64: spans on the tensor-core kernel, decode steps on the split one */
+    const struct ra_config wide = { .dim = 256, .hidden_dim = 512, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                                    .vocab_size = 300, .seq_len = 512, .head_dim = 64, .rope_theta = 10000.0f,
+                                    .norm_eps = 1e-5f };
+    struct ra_model synth64 = { 0 };
+    test_random_model(&synth64, &wide, RA_DTYPE_F32, 2.0f);
+    compare("synthetic GQA, heads of 64", &synth64, cpu, gpu, 200, 1e-2);
+    ra_model_free(&synth64);
 
     const char *path = test_fixture("stories260K.bin");
     if (path) {
         struct ra_model m = { 0 };
         CHECK_OK(ra_model_load(&m, path));
         if (m.config.dim)
-            compare("stories260K", &m, cpu, gpu, 150);
+            compare("stories260K", &m, cpu, gpu, 150, 0);
         ra_model_free(&m);
     }
     ra_backend_free(gpu);

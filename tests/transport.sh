@@ -36,7 +36,8 @@ bad() {
 }
 bad "rank 0: --transport mpi-cuda moves device memory, but the cpu backend keeps the KV cache in host memory" \
     2 $MPIEXEC_FLAGS $RA --transport mpi-cuda
-bad "rank 0: --transport nccl: (this runahead was built without CUDA|.*host memory)" 2 $MPIEXEC_FLAGS $RA --transport nccl
+bad "rank 0: --transport nccl(: this runahead was built without CUDA| moves device memory, but the cpu backend)" \
+    2 $MPIEXEC_FLAGS $RA --transport nccl
 bad "rank 0: --transport nccl" 1 $RA --transport nccl
 bad "--transport: 'ucx' is not auto, mpi, mpi-cuda or nccl" 2 $MPIEXEC_FLAGS $RA --transport ucx
 finish
