@@ -152,8 +152,11 @@ static int read_name(struct parser *p, const char *what, char **out)
         return fail(p, RA_EFORMAT, "%s is empty", what);
     if (memchr(p->base + at, 0, len))
         return fail(p, RA_EFORMAT, "%s holds a NUL byte", what);
-    if (!(*out = strndup((const char *)p->base + at, len)))
+    /* (not strndup: the name's bytes may end the file, with no NUL after them) */
+    if (!(*out = malloc(len + 1)))
         return fail(p, RA_ENOMEM, "out of memory");
+    memcpy(*out, p->base + at, len);
+    (*out)[len] = '\0';
     return RA_OK;
 }
 

@@ -555,7 +555,7 @@ static void test_tensor_lies(void)
     header(&b, 3, 2, 0), tensor_info(&b, "a", 1, d4, RA_GGML_F32, 0), tensor_info(&b, "a", 1, d4, RA_GGML_F32, 32);
     pad(&b, 32), put(&b, zeros, 64);
     expect_refused(&b, RA_EFORMAT, "tensor name a appears twice", NULL);
-    header(&b, 3, 1, 0), put_str(&b, "a\0", 2), put_le(&b, 0, 16);
+    header(&b, 3, 1, 0), put_str(&b, "a\0", 2), put(&b, zeros, 16);
     expect_refused(&b, RA_EFORMAT, "tensor 0: the name holds a NUL byte", NULL);
     /* the padding before the data section cut off */
     header(&b, 3, 1, 0), tensor_info(&b, "a", 1, d4, RA_GGML_F32, 0);
