@@ -1,4 +1,5 @@
 #include "status.h"
+#include "utf8.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -50,26 +51,6 @@ void ra_error_clear(void)
 
 /* ------------------------------------------------------------------ escaping */
 
-/* The UTF-8 sequence at s: its length and code point, or 0 if it is not valid
- * (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF). */
-static size_t utf8_decode(const unsigned char *s, uint32_t *cp)
-{
-    static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-    if (s[0] < 0xc2 || s[0] > 0xf4)
-        return 0;
-    const size_t n = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : 2;
-    uint32_t v = s[0] & (0x7fu >> n);
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80) /* also stops at the terminating NUL */
-            return 0;
-        v = v << 6 | (s[i] & 0x3fu);
-    }
-    if (v < least[n] || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    *cp = v;
-    return n;
-}
-
 /* Code points that print nothing yet change how a line reads: C1 controls, zero
  * widths, line and paragraph separators, bidirectional overrides and isolates. */
 static int invisible(uint32_t cp)
@@ -94,7 +75,7 @@ static size_t escape_one(const unsigned char *p, char piece[12], int backslashes
         snprintf(piece, 12, "\\%c", *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r');
         return 1;
     }
-    if (*p < 0x80 || !(n = utf8_decode(p, &cp))) {
+    if (*p < 0x80 || !(n = ra_utf8_decode(p, 4, &cp))) { /* (a NUL ends a sequence early) */
         snprintf(piece, 12, "\\x%02x", *p);
         return 1;
     }

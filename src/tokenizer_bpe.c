@@ -5,6 +5,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer_bpe.h"
 #include "status.h"
+#include "utf8.h"
 
 #include <limits.h>
 #include <pcre2.h>
@@ -156,27 +157,11 @@ static size_t put_cp(char *out, unsigned cp)
  * in *cp, or UINT32_MAX where the byte starts no valid sequence (length 1). */
 static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
 {
-    static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    const size_t len = ra_utf8_decode(s, n, cp);
+    if (len)
+        return len;
     *cp = UINT32_MAX;
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    if (s[0] < 0xc2 || s[0] > 0xf4)
-        return 1;
-    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : 2;
-    if (len > n)
-        return 1;
-    uint32_t v = s[0] & (0x7fu >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 1;
-        v = v << 6 | (s[i] & 0x3fu);
-    }
-    if (v < least[len] || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-        return 1;
-    *cp = v;
-    return len;
+    return 1;
 }
 
 /* Unicode White_Space (Rust's char::is_whitespace, what HF's lstrip/rstrip skip). */
