@@ -148,7 +148,16 @@ int main(int argc, char **argv)
         case 'k': bench_parse_list(optarg, one, 1, "--kv-heads"); sh.kv_heads = one[0]; break;
         case 't': n_tokens = bench_parse_list(optarg, tokens, 16, "--tokens"); break;
         case 'r': bench_parse_list(optarg, one, 1, "--repeat"); repeat = one[0]; break;
-        case 'D': device = atoi(optarg); break;
+        case 'D': {
+            char *end;
+            const long d = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || d < 0 || d > 1024) {
+                fprintf(stderr, "%s: --device: '%s' is not a device number\n", bench_name, optarg);
+                return 2;
+            }
+            device = (int)d;
+            break;
+        }
         case 'K':
             if (strcmp(optarg, "f32") && strcmp(optarg, "bf16")) {
                 fprintf(stderr, "%s: --kv-dtype: '%s' is not f32 or bf16\n", bench_name, optarg);
