@@ -16,6 +16,8 @@
 #include "ra_mpi.h"
 #include "report.h"
 #include "ra_core.h"
+#include "chat.h"
+#include "vocab.h"
 #include "sysinfo.h"
 #include "table.h"
 #include "watchdog.h"
@@ -34,6 +36,7 @@ enum output_kind { OUTPUT_AUTO, OUTPUT_TEXT, OUTPUT_IDS, OUTPUT_JSON };
 struct options {
     const char *model, *tokenizer;
     const char *prompt, *prompt_file, *prompt_ids, *prompt_ids_file;
+    const char *system, *user, *messages; /* a chat, rendered with the model's template */
     int generate, threads, tokenize_only, ignore_eos, no_check_weights;
     float temperature, top_p;
     unsigned long long seed;
@@ -84,13 +87,21 @@ static void usage(FILE *f)
 "Processes a prompt and generates tokens with a Llama-family model.\n"
 "\n"
 "Model:\n"
-"  -m, --model PATH          llama2.c checkpoint (.bin) or Hugging Face directory\n"
-"                            (config.json + model.safetensors, or sharded)\n"
-"  -z, --tokenizer PATH      llama2.c tokenizer.bin (default: tokenizer.bin next to the model)\n"
+"  -m, --model PATH          llama2.c checkpoint (.bin), Hugging Face directory\n"
+"                            (config.json + model.safetensors, or sharded) or GGUF file\n"
+"  -z, --tokenizer PATH      llama2.c tokenizer.bin, Hugging Face tokenizer.json or a GGUF\n"
+"                            file's vocabulary (default: the GGUF model's own, else\n"
+"                            tokenizer.bin or tokenizer.json in or next to the model)\n"
 "      --no-check-weights    skip the scan for NaN/Inf weights at load (for files known to be good)\n"
 "Prompt (exactly one):\n"
-"  -p, --prompt TEXT         text, encoded with BOS\n"
+"  -p, --prompt TEXT         text, encoded with BOS where the vocabulary adds it; special\n"
+"                            tokens written in it (<|im_start|>) become their ids (not with\n"
+"                            a tokenizer.bin)\n"
 "  -f, --prompt-file FILE    text read from FILE\n"
+"      --user TEXT           a chat: one user message (after --system TEXT, if given),\n"
+"                            rendered with the model's chat template (ChatML, Llama 2 or\n"
+"                            Llama 3) and the assistant's turn appended\n"
+"      --messages FILE.json  a chat: [{\"role\": \"user\", \"content\": \"...\"}, ...]\n"
 "  -i, --prompt-ids \"1 2 3\"  token ids, space or comma separated\n"
 "  -I, --prompt-ids-file F   token ids read from F\n"
 "Generation:\n"
@@ -98,7 +109,8 @@ static void usage(FILE *f)
 "  -t, --temperature T       0 = greedy (default 0)\n"
 "      --top-p P             nucleus sampling threshold in (0,1] (default 0.9)\n"
 "  -s, --seed S              sampling seed (default 1)\n"
-"      --ignore-eos          do not stop at the end-of-sequence token\n"
+"      --ignore-eos          do not stop at the end of generation (EOS, or a token such\n"
+"                            as <|im_end|> or <|eot_id|>)\n"
 "Execution:\n"
 "      --method M            single (one rank), kvr (KV-Runahead) or tsp (all-gather\n"
 "                            baseline); default: single on one rank, kvr on several\n"
@@ -197,7 +209,8 @@ static int parse_options(int argc, char **argv, struct options *o)
            OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_TRANSPORT, OPT_BACKEND, OPT_DEVICE,
            OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_KV_DTYPE, OPT_OFFLOAD, OPT_DEVICE_KV_MEM,
            OPT_HOST_LINK_GBPS, OPT_HOST_LINK_LATENCY, OPT_KVPR_L,
-           OPT_IG_RATIO, OPT_IG_ALPHA, OPT_IG_CAP, OPT_IG_POOL_MEM, OPT_NO_MMAP };
+           OPT_IG_RATIO, OPT_IG_ALPHA, OPT_IG_CAP, OPT_IG_POOL_MEM, OPT_NO_MMAP, OPT_SYSTEM, OPT_USER,
+           OPT_MESSAGES };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -206,6 +219,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "prompt-file", required_argument, NULL, 'f' },
         { "prompt-ids", required_argument, NULL, 'i' },
         { "prompt-ids-file", required_argument, NULL, 'I' },
+        { "system", required_argument, NULL, OPT_SYSTEM },
+        { "user", required_argument, NULL, OPT_USER },
+        { "messages", required_argument, NULL, OPT_MESSAGES },
         { "generate", required_argument, NULL, 'n' },
         { "temperature", required_argument, NULL, 't' },
         { "top-p", required_argument, NULL, OPT_TOP_P },
@@ -264,6 +280,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         case 'f': o->prompt_file = optarg; break;
         case 'i': o->prompt_ids = optarg; break;
         case 'I': o->prompt_ids_file = optarg; break;
+        case OPT_SYSTEM: o->system = optarg; break;
+        case OPT_USER: o->user = optarg; break;
+        case OPT_MESSAGES: o->messages = optarg; break;
         case 'n': rc = ra_arg_int(optarg, "--generate", 0, 1 << 24, &o->generate); break;
         case 't': rc = ra_arg_float(optarg, "--temperature", &o->temperature); break;
         case OPT_TOP_P: rc = ra_arg_float(optarg, "--top-p", &o->top_p); break;
@@ -331,9 +350,12 @@ static int parse_options(int argc, char **argv, struct options *o)
     }
     if (optind < argc)
         return ra_error_set(RA_EINVAL, "unexpected argument '%s' (see --help)", argv[optind]);
-    int sources = !!o->prompt + !!o->prompt_file + !!o->prompt_ids + !!o->prompt_ids_file;
+    int sources = !!o->prompt + !!o->prompt_file + !!o->prompt_ids + !!o->prompt_ids_file + !!o->user + !!o->messages;
     if (sources != 1)
-        return ra_error_set(RA_EINVAL, "give exactly one of --prompt, --prompt-file, --prompt-ids, --prompt-ids-file (got %d)", sources);
+        return ra_error_set(RA_EINVAL, "give exactly one of --prompt, --prompt-file, --prompt-ids, --prompt-ids-file, "
+                            "--user, --messages (got %d)", sources);
+    if (o->system && !o->user)
+        return ra_error_set(RA_EINVAL, "--system needs --user (with --messages, put it in the file)");
     if (!o->tokenize_only && !o->model)
         return ra_error_set(RA_EINVAL, "no model given (use --model PATH)");
     if (world > 1 && o->method == RA_METHOD_SINGLE)
@@ -362,58 +384,92 @@ static int parse_options(int argc, char **argv, struct options *o)
     return ra_netem_config_check(&o->netem);
 }
 
-/* The tokenizer path: --tokenizer, or tokenizer.bin beside (or inside) the model. */
+/* The vocabulary: --tokenizer, or the model's own (src/vocab.h, ra_vocab_find). */
 static int find_tokenizer(const struct options *o, char *path, size_t len)
 {
     if (o->tokenizer) {
         snprintf(path, len, "%s", o->tokenizer);
         return 1;
     }
-    if (!o->model)
-        return 0;
-    char *copy = strdup(o->model);
-    if (!copy)
-        return 0;
-    snprintf(path, len, "%s/tokenizer.bin", o->model);
-    if (access(path, R_OK) != 0)
-        snprintf(path, len, "%s/tokenizer.bin", dirname(copy));
-    free(copy);
-    return access(path, R_OK) == 0;
+    return o->model && ra_vocab_find(o->model, path, len);
 }
 
 static int need_text(const struct options *o)
 {
-    return o->prompt || o->prompt_file || o->tokenize_only || o->output == OUTPUT_TEXT;
+    return o->prompt || o->prompt_file || o->user || o->messages || o->tokenize_only || o->output == OUTPUT_TEXT;
 }
 
-static int read_prompt(const struct options *o, const struct ra_tokenizer *tok, int32_t **ids, int *n)
+/* --user/--messages: the chat rendered with the vocabulary's template, its
+ * special tokens parsed and nothing added (the template writes any BOS). */
+static int chat_prompt(const struct options *o, const struct ra_vocab *v, int32_t **ids, int *n)
+{
+    struct ra_chat chat = { 0 };
+    char bos[256] = "", eos[256] = "", *text = NULL;
+    int rc = RA_OK;
+    if (!v->chat_template)
+        return ra_error_set(RA_EINVAL, "%s: the vocabulary has no chat template: use --prompt with the chat "
+                            "written out", v->path);
+    if (o->messages)
+        rc = ra_chat_load_json(&chat, o->messages);
+    else if (o->system)
+        rc = ra_chat_add(&chat, "system", o->system);
+    if (rc == RA_OK && o->user)
+        rc = ra_chat_add(&chat, "user", o->user);
+    if (rc == RA_OK && v->bos_id >= 0)
+        rc = ra_vocab_token_text(v, v->bos_id, bos, sizeof bos);
+    if (rc == RA_OK && v->eos_id >= 0)
+        rc = ra_vocab_token_text(v, v->eos_id, eos, sizeof eos);
+    if (rc == RA_OK)
+        rc = ra_chat_render(v->chat_template, v->path, &chat, bos, eos, &text);
+    if (rc == RA_OK)
+        rc = ra_vocab_encode(v, text, strlen(text), RA_VOCAB_PARSE_SPECIAL, ids, n);
+    free(text);
+    ra_chat_free(&chat);
+    return rc;
+}
+
+static int read_prompt(const struct options *o, const struct ra_vocab *v, int32_t **ids, int *n)
 {
     char *text = NULL;
+    size_t len = 0;
     int rc;
     if (o->prompt_ids)
         return ra_prompt_parse_ids(o->prompt_ids, "--prompt-ids", ids, n);
+    if (o->user || o->messages)
+        return chat_prompt(o, v, ids, n);
     const char *file = o->prompt_ids_file ? o->prompt_ids_file : o->prompt_file;
-    if (file && (rc = ra_read_file(file, &text, NULL)) != RA_OK)
+    if (file && (rc = ra_read_file(file, &text, &len)) != RA_OK)
         return rc;
     if (o->prompt_ids_file)
         rc = ra_prompt_parse_ids(text, file, ids, n);
     else
-        rc = ra_tokenizer_encode(tok, text ? text : o->prompt, 1, ids, n);
+        rc = ra_vocab_encode(v, text ? text : o->prompt, text ? len : strlen(o->prompt),
+                             RA_VOCAB_ADD_SPECIAL | RA_VOCAB_PARSE_SPECIAL, ids, n);
     free(text);
     return rc;
 }
 
-static int print_piece(void *ctx, int token)
+/* Streams each token's bytes as it comes (a byte-level token may end inside a
+ * UTF-8 character: the terminal joins them); the token that ends generation
+ * is not printed. Returns 1 to stop there. */
+struct stream {
+    const struct ra_vocab *v;
+    int print, stop_at_eog, prev;
+};
+
+static int on_token(void *ctx, int token)
 {
-    const struct ra_tokenizer *tok = ctx;
-    static int prev = 1;
+    struct stream *st = ctx;
+    const int stop = st->stop_at_eog && ra_vocab_is_eog(st->v, token);
     char byte[2];
-    const char *piece = ra_tokenizer_piece(tok, prev, token, byte);
-    if (piece)
-        fputs(piece, stdout);
-    fflush(stdout);
-    prev = token;
-    return 0;
+    size_t len;
+    if (st->print && !stop) {
+        const char *piece = ra_vocab_token_bytes(st->v, st->prev, token, byte, &len);
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+    }
+    st->prev = token;
+    return stop;
 }
 
 /* "runahead: rank R: message", naming the rank once where the message already does (mpi/ errors). */
@@ -436,7 +492,7 @@ static int agree(int rc)
 
 
 /* Rank 0 reads and tokenizes the prompt; every rank gets the ids. */
-static int share_prompt(const struct options *o, const struct ra_tokenizer *tok, struct result *r)
+static int share_prompt(const struct options *o, const struct ra_vocab *tok, struct result *r)
 {
     int rc = RA_OK;
     if (rank == 0)
@@ -523,13 +579,13 @@ static int partition_auto(const struct options *o, const struct ra_config *c, in
     return RA_OK;
 }
 
-static int check_fit(const struct options *o, const struct ra_model *m, const struct ra_tokenizer *tok,
+static int check_fit(const struct options *o, const struct ra_model *m, const struct ra_vocab *tok,
                      const char *tok_path, const struct result *r, int *bounds)
 {
     const struct ra_config *c = &m->config;
-    if (tok && tok->vocab_size != c->vocab_size)
+    if (tok && tok->n_tokens != c->vocab_size)
         return ra_error_set(RA_EINVAL, "%s: tokenizer has %d tokens but the model %s has %d", tok_path,
-                            tok->vocab_size, o->model, c->vocab_size);
+                            tok->n_tokens, o->model, c->vocab_size);
     if (r->n_prompt > c->seq_len)
         return ra_error_set(RA_ERANGE, "the prompt has %d tokens, more than the model's context of %d tokens",
                             r->n_prompt, c->seq_len);
@@ -547,7 +603,7 @@ static int check_fit(const struct options *o, const struct ra_model *m, const st
     return ra_partition_parse(o->method == RA_METHOD_TSP ? "even" : o->partition, r->n_prompt, world, bounds);
 }
 
-static int print_output(const struct options *o, const struct ra_tokenizer *tok, const struct result *r)
+static int print_output(const struct options *o, const struct ra_vocab *tok, const struct result *r)
 {
     if (o->output == OUTPUT_IDS) {
         for (int i = 0; i < r->n_generated; i++)
@@ -563,7 +619,10 @@ static int print_output(const struct options *o, const struct ra_tokenizer *tok,
         json_object_set_new(root, "prompt_tokens", json_integer(r->n_prompt));
         json_object_set_new(root, "prompt_ids", prompt);
         json_object_set_new(root, "generated_ids", gen);
-        if (tok && ra_tokenizer_decode(tok, r->generated, r->n_generated, &text) == RA_OK)
+        int n_text = r->n_generated; /* the text leaves out the token that ended generation */
+        if (tok && n_text > 0 && !o->ignore_eos && ra_vocab_is_eog(tok, r->generated[n_text - 1]))
+            n_text--;
+        if (tok && ra_vocab_decode(tok, r->generated, n_text, &text, NULL) == RA_OK)
             json_object_set_new(root, "text", json_string(text));
         json_object_set_new(root, "ttft_s", json_real(ra_median(r->ttft, o->repeat)));
         json_object_set_new(root, "decode_s", json_real(r->t_decode));
@@ -580,17 +639,18 @@ static int print_output(const struct options *o, const struct ra_tokenizer *tok,
 
 /* The last rank: sample the first token from the prompt's logits, then decode. */
 static int decode(const struct options *o, struct ra_model *m, struct ra_kvcache *kv,
-                  const struct ra_tokenizer *tok, float *logits, struct result *r, int slice_start,
+                  const struct ra_vocab *tok, float *logits, struct result *r, int slice_start,
                   struct ra_offload *off)
 {
     struct ra_sampler sampler = { 0 };
     int rc = ra_sampler_init(&sampler, m->config.vocab_size, o->temperature, o->top_p, o->seed);
     const int text = o->output == OUTPUT_TEXT;
+    struct stream st = { .v = tok, .print = text && tok, .stop_at_eog = tok && !o->ignore_eos, .prev = -1 };
     const struct ra_generate g = {
         .max_tokens = o->generate,
-        .eos_id = o->ignore_eos || !tok ? -1 : tok->eos_id,
-        .on_token = text ? print_piece : NULL,
-        .ctx = (void *)tok,
+        .eos_id = -1, /* the vocabulary's end-of-generation tokens: on_token */
+        .on_token = tok ? on_token : NULL,
+        .ctx = &st,
         .prompt = r->prompt,
         .prompt_start = slice_start,
         .offload = off,
@@ -698,7 +758,7 @@ static int open_backend(const struct options *o, int threads, int local_rank, st
 static int run(int argc, char **argv)
 {
     struct options o;
-    struct ra_tokenizer tok_storage, *tok = NULL;
+    struct ra_vocab tok_storage, *tok = NULL;
     struct ra_model m = { 0 };
     struct ra_backend *be = NULL;
     struct ra_exchange x = { 0 };
@@ -727,7 +787,7 @@ static int run(int argc, char **argv)
     if (world > RA_MAX_RANKS)
         rc = ra_error_set(RA_EINVAL, "%d ranks exceed the limit of %d", world, RA_MAX_RANKS);
     else if (find_tokenizer(&o, tok_path, sizeof tok_path)) {
-        if ((rc = ra_tokenizer_load(&tok_storage, tok_path, 0)) == RA_OK)
+        if ((rc = ra_vocab_load(&tok_storage, tok_path)) == RA_OK)
             tok = &tok_storage;
     } else if (need_text(&o)) {
         rc = ra_error_set(RA_EINVAL, "no tokenizer: give --tokenizer PATH (none found next to the model)");
@@ -812,7 +872,7 @@ out:
     ra_model_free(&m);
     ra_backend_free(be);
     if (tok)
-        ra_tokenizer_free(tok);
+        ra_vocab_free(tok);
     return rc;
 }
 

@@ -144,7 +144,7 @@ static void fill_pieces(struct ra_tokenizer *t, const struct ra_mapped_file *f)
 /* Byte tokens and the merge index. SentencePiece merges only into normal
  * pieces, so control, unknown and byte tokens stay out of the index. A piece
  * listed twice resolves to its lowest id (the sort is by bytes, then id). */
-static void build_index(struct ra_tokenizer *t)
+static void build_index(struct ra_tokenizer *t, const int *types)
 {
     for (int b = 0; b < 256; b++)
         t->byte_tokens[b] = -1;
@@ -153,7 +153,8 @@ static void build_index(struct ra_tokenizer *t)
         int b = byte_piece_value(t->pieces[i], t->piece_lens[i]);
         if (b >= 0 && t->byte_tokens[b] < 0)
             t->byte_tokens[b] = i;
-        if (b >= 0 || i == t->unk_id || i == t->bos_id || i == t->eos_id || t->piece_lens[i] == 0)
+        if (b >= 0 || i == t->unk_id || i == t->bos_id || i == t->eos_id || t->piece_lens[i] == 0 ||
+            (types && types[i] != RA_TOKEN_NORMAL))
             continue;
         t->sorted[t->n_sorted++] = (struct ra_token_index){t->pieces[i], t->piece_lens[i], i};
     }
@@ -199,12 +200,84 @@ int ra_tokenizer_load(struct ra_tokenizer *t, const char *path, int vocab_size)
         goto out;
     }
     fill_pieces(t, &f);
-    build_index(t);
+    build_index(t, NULL);
 out:
     if (rc)
         ra_tokenizer_free(t);
     ra_mapped_file_close(&f);
     return rc;
+}
+
+/* Copies SRC into DST with each U+2581 as ' '; returns the length written. */
+static int copy_piece(const char *src, char *dst)
+{
+    int n = 0;
+    for (size_t i = 0; src[i]; i++) {
+        if (strncmp(src + i, "\xe2\x96\x81", 3) == 0) { /* strncmp: stops at the NUL */
+            dst[n++] = ' ';
+            i += 2;
+        } else {
+            dst[n++] = src[i];
+        }
+    }
+    dst[n] = '\0';
+    return n;
+}
+
+/* Checks the arrays of ra_tokenizer_init and counts the bytes of their pieces. */
+static int check_arrays(const char *source, const char *const *pieces, const float *scores, int n, int unk_id,
+                        int bos_id, int eos_id, size_t *n_bytes)
+{
+    if (n < 1 || n > (1 << 24))
+        return ra_error_set(RA_EFORMAT, "%s: %d tokens (1..%d)", source, n, 1 << 24);
+    if (unk_id < 0 || unk_id >= n || bos_id < -1 || bos_id >= n || eos_id < -1 || eos_id >= n)
+        return ra_error_set(RA_EFORMAT, "%s: unknown/BOS/EOS ids %d/%d/%d outside the %d tokens", source, unk_id,
+                            bos_id, eos_id, n);
+    *n_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = pieces[i] ? strlen(pieces[i]) : 0;
+        if (!pieces[i] || len > RA_TOKEN_MAX_LEN)
+            return ra_error_set(RA_EFORMAT, "%s: token %d is %s", source, i, pieces[i] ? "too long" : "missing");
+        if (!isfinite(scores[i]))
+            return ra_error_set(RA_EFORMAT, "%s: token %d has a non-finite score", source, i);
+        *n_bytes += len + 1;
+    }
+    return RA_OK;
+}
+
+int ra_tokenizer_init(struct ra_tokenizer *t, const char *source, const char *const *pieces, const float *scores,
+                      const int *types, int n, int unk_id, int bos_id, int eos_id)
+{
+    size_t n_bytes = 0;
+    int rc;
+    if (!t || !pieces || !scores)
+        return ra_error_set(RA_EINVAL, "ra_tokenizer_init: bad argument");
+    memset(t, 0, sizeof *t);
+    source = source ? source : "SentencePiece vocabulary";
+    if ((rc = check_arrays(source, pieces, scores, n, unk_id, bos_id, eos_id, &n_bytes)) != RA_OK)
+        return rc;
+    t->vocab_size = n;
+    t->unk_id = unk_id, t->bos_id = bos_id, t->eos_id = eos_id;
+    t->pieces = malloc((size_t)n * sizeof *t->pieces);
+    t->piece_lens = malloc((size_t)n * sizeof *t->piece_lens);
+    t->scores = malloc((size_t)n * sizeof *t->scores);
+    t->sorted = malloc((size_t)n * sizeof *t->sorted);
+    t->piece_data = malloc(n_bytes);
+    if (!t->pieces || !t->piece_lens || !t->scores || !t->sorted || !t->piece_data) {
+        ra_tokenizer_free(t);
+        return ra_error_set(RA_ENOMEM, "%s: out of memory for %d tokens", source, n);
+    }
+    char *dst = t->piece_data;
+    for (int i = 0; i < n; i++) {
+        t->pieces[i] = dst;
+        t->piece_lens[i] = copy_piece(pieces[i], dst);
+        t->scores[i] = scores[i];
+        if ((unsigned)t->piece_lens[i] > t->max_token_length)
+            t->max_token_length = (unsigned)t->piece_lens[i];
+        dst += t->piece_lens[i] + 1;
+    }
+    build_index(t, types);
+    return RA_OK;
 }
 
 void ra_tokenizer_free(struct ra_tokenizer *t)
@@ -271,13 +344,14 @@ static int utf8_char_len(const unsigned char *s, size_t avail)
 /* SentencePiece's normalization for Llama 2 (identity rules): a leading space
  * (the dummy prefix) when the text is non-empty, and U+2581, SentencePiece's
  * own space symbol, read as a space. Returns the length written to out. */
-static size_t normalize(const char *text, size_t len, char *out)
+static size_t normalize(const char *text, size_t len, int prefix, char *out)
 {
     size_t n = 0;
 
     if (len == 0)
         return 0;
-    out[n++] = ' ';
+    if (prefix)
+        out[n++] = ' ';
     for (size_t i = 0; i < len; i++) {
         if (len - i >= 3 && memcmp(text + i, "\xe2\x96\x81", 3) == 0) {
             out[n++] = ' ';
@@ -439,7 +513,7 @@ int ra_tokenizer_encode(const struct ra_tokenizer *t, const char *text, int add_
         rc = ra_error_set(RA_ENOMEM, "ra_tokenizer_encode: out of memory for %zu bytes", len);
         goto out;
     }
-    size_t nlen = normalize(text, len, norm);
+    size_t nlen = normalize(text, len, !t->no_dummy_prefix, norm);
     int n_sym = split_chars(norm, nlen, sym);
     merge_all(t, norm, sym, n_sym, &q);
     int n = 0;
@@ -480,7 +554,7 @@ static const char *piece_bytes(const struct ra_tokenizer *t, int prev, int id, c
         return byte_buf;
     }
     /* The dummy prefix SentencePiece added before the first piece. */
-    if ((prev < 0 || prev == t->bos_id) && n > 0 && p[0] == ' ')
+    if (!t->no_dummy_prefix && (prev < 0 || prev == t->bos_id) && n > 0 && p[0] == ' ')
         p++, n--;
     *len = n;
     return p;

@@ -22,6 +22,8 @@ struct ra_tokenizer {
     struct ra_token_index *sorted;  /* the mergeable pieces (not control, unk or byte) */
     int n_sorted;
     int unk_id, bos_id, eos_id;
+    int no_dummy_prefix;            /* 1: no leading space before the text (GGUF
+                                       tokenizer.ggml.add_space_prefix = false) */
     char *piece_data;               /* owns the bytes that pieces[] point into */
 };
 
@@ -29,6 +31,19 @@ struct ra_tokenizer {
  * vocabulary); 0: as many as the file holds. */
 int ra_tokenizer_load(struct ra_tokenizer *t, const char *path, int vocab_size);
 void ra_tokenizer_free(struct ra_tokenizer *t);
+
+/* GGUF's token types (tokenizer.ggml.token_type). */
+enum { RA_TOKEN_NORMAL = 1, RA_TOKEN_UNKNOWN, RA_TOKEN_CONTROL, RA_TOKEN_USER_DEFINED, RA_TOKEN_UNUSED,
+       RA_TOKEN_BYTE };
+
+/* A tokenizer from arrays, as a GGUF file with tokenizer.ggml.model = "llama"
+ * stores them: pieces[i] NUL-terminated, U+2581 for a space (read as ' ');
+ * types[i] one of RA_TOKEN_* (NULL: all normal): only normal pieces take part
+ * in merges, as SentencePiece does. unk_id, bos_id, eos_id may be -1 (none)
+ * except unk_id, which unknown bytes without a byte token fall back to.
+ * SOURCE names the vocabulary in errors. The arrays are copied. */
+int ra_tokenizer_init(struct ra_tokenizer *t, const char *source, const char *const *pieces, const float *scores,
+                      const int *types, int n, int unk_id, int bos_id, int eos_id);
 
 /* Encodes UTF-8 text exactly as SentencePiece does for Llama 2: optional BOS,
  * the dummy-prefix space (non-empty text only), BPE merges by score, unknown
