@@ -16,7 +16,7 @@
  * (llama-vocab.cpp, the EOG list), whatever their type. */
 static const char *const eog_texts[] = {
     "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>", "<|end_of_text|>", "<end_of_turn>",
-    "<EOT>", "_<EOT>", "<end_of_utterance>",
+    "<EOT>", "_<EOT>", "<end_of_utterance>", "<|return|>", "<|call|>",
 };
 
 /* ------------------------------------------------------------- end of generation */

@@ -25,7 +25,8 @@
  * token, the GGUF's tokenizer.ggml.eot_token_id and eom_token_id, and any
  * special token whose text is one of <|im_end|>, <|eot_id|>, <|eom_id|>,
  * <|end|>, <|endoftext|>, <|end_of_text|>, <end_of_turn>, <EOT>, _<EOT>,
- * <end_of_utterance>. */
+ * <end_of_utterance>, <|return|>, <|call|> (the FIM tokens llama.cpp adds are
+ * left out). */
 #ifndef RA_VOCAB_H
 #define RA_VOCAB_H
 
