@@ -10,7 +10,9 @@
 #   q/k permutation and tensor mapping are checked against runahead's own;
 # - with llama-bench and llama-quantize built: a tiny end-to-end run prints both tables with
 #   a figure in every cell it ran, and runahead's bf16 lane ran on the bf16 copy of the model
-#   (MODEL-bf16, written for it), its f32 lane on the model itself.
+#   (MODEL-bf16, written for it), its f32 lane on the model itself; then --gguf on the Q8_0
+#   copy: one llama.cpp lane named q8_0, both runahead lanes on that same file, and the
+#   summary says that runahead converted it to f32.
 . "$(dirname "$0")/lib.sh"
 JOB=$SRC/jobs/compare-llama-cpp
 export RA_BUILD_DIR="$BUILD"
@@ -28,6 +30,17 @@ expect_error "--ra-types: 'q8_0' is not f32 or bf16" "$JOB" --llama-cpp "$TMP/fa
 expect_error "--fa: '2' is not 0 or 1" "$JOB" --llama-cpp "$TMP/fake" --fa 2
 expect_error "unknown option '--bogus'" "$JOB" --llama-cpp "$TMP/fake" --bogus
 "$JOB" --help >"$TMP/help" 2>&1 && grep -q -- '--llama-cpp DIR' "$TMP/help" || fail "--help does not list --llama-cpp"
+grep -q -- '--gguf FILE' "$TMP/help" || fail "--help does not list --gguf"
+# --gguf: the file as it is (no llama-quantize needed), so no other model nor conversion options
+rm "$TMP/fake/build/bin/llama-quantize"
+printf 'not a gguf' >"$TMP/x.gguf"
+expect_error "--gguf: $TMP/absent.gguf is not a file" "$JOB" --llama-cpp "$TMP/fake" --gguf "$TMP/absent.gguf"
+expect_error "--gguf and --model: give one model" "$JOB" --llama-cpp "$TMP/fake" --gguf "$TMP/x.gguf" --model "$TMP"
+expect_error "--ll-types does not apply" "$JOB" --llama-cpp "$TMP/fake" --gguf "$TMP/x.gguf" --ll-types q8_0
+expect_error "--bf16-model do not apply" "$JOB" --llama-cpp "$TMP/fake" --gguf "$TMP/x.gguf" --bf16-model "$TMP"
+if python3 -c 'import gguf' 2>/dev/null; then
+    expect_error "--gguf: $TMP/x.gguf: cannot read its file type" "$JOB" --llama-cpp "$TMP/fake" --gguf "$TMP/x.gguf"
+fi
 
 lcpp=${LLAMA_CPP_DIR:-}
 if [ -z "$lcpp" ] || [ ! -d "$lcpp/gguf-py/gguf" ] || ! python3 -c 'import numpy' 2>/dev/null; then
@@ -104,4 +117,26 @@ for j in "$TMP"/res/ra-*.json; do
         fail "$j: runahead did not run on $want"
 done
 [ -e "$TMP/res/ra-tg-t1-n4-bf16-r1-0.json" ] || fail "no bf16 decode report: $(ls "$TMP/res")"
+
+# --gguf: the Q8_0 file as it is, for both engines.
+q8=$TMP/m-gguf/m-q8_0.gguf
+"$JOB" --llama-cpp "$lcpp" --gguf "$q8" --tokens 16 --threads 1 --rounds 1 --repeat 1 --decode 4 \
+    --out "$TMP/res-gguf" >"$TMP/run" 2>"$TMP/err" || { fail "compare-llama-cpp --gguf failed: $(tail -n 3 "$TMP/err")"; finish; }
+grep -q "^--gguf $q8: llama.cpp runs its q8_0 weights natively; runahead converts them to f32 at load" "$TMP/run" ||
+    fail "--gguf: the summary does not say how each engine ran the file: $(cat "$TMP/run")"
+for title in 'prefill, prompt tokens/s' 'decode, tokens/s after a one-token prompt'; do
+    row=$(grep -A2 "^$title" "$TMP/run" | tail -n 1)
+    grep -A1 "^$title" "$TMP/run" | tail -n 1 | grep -q '^ *thr  *tokens  *ll q8_0  *ra f32  *ra bf16  *ra f32/best  *ra bf16/best$' ||
+        fail "--gguf: $title: header is not one q8_0 lane and two runahead lanes: $(cat "$TMP/run")"
+    echo "$row" | awk 'NF != 7 { exit 1 } { for (i = 1; i <= NF; i++) if ($i !~ /^[0-9.]+\*?$/) exit 1 }' ||
+        fail "--gguf: $title: row is not 7 figures: '$row'"
+done
+[ "$(wc -l <"$TMP/res-gguf/raw.tsv")" -eq $((1 + 2 * (2 + 2))) ] || fail "--gguf: raw.tsv should hold 8 results: $(cat "$TMP/res-gguf/raw.tsv")"
+for j in "$TMP"/res-gguf/ra-*.json; do
+    python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["model"] != sys.argv[2])' "$j" "$q8" ||
+        fail "$j: runahead did not run on $q8"
+done
+python3 -c 'import json, sys
+sys.exit(not all(json.loads(open(f).readline())["model_filename"] == sys.argv[1] for f in sys.argv[2:]))' \
+    "$q8" "$TMP"/res-gguf/ll-*.jsonl || fail "--gguf: llama-bench did not run on $q8"
 finish
