@@ -281,6 +281,13 @@ int ra_vocab_from_gguf(struct ra_vocab *v, const struct ra_gguf *g, const char *
 
 /* ------------------------------------------------------------- tokenizer.json */
 
+/* The file NAME in the directory of PATH, into BUF. */
+static void sibling(const char *path, const char *name, char *buf, size_t size)
+{
+    const char *slash = strrchr(path, '/');
+    snprintf(buf, size, "%.*s%s", slash ? (int)(slash - path + 1) : 0, path, name);
+}
+
 /* A tokenizer_config.json token: "text" or {"content": "text"}. */
 static const char *config_token(json_t *root, const char *key)
 {
@@ -310,10 +317,9 @@ static const char *config_template(json_t *root)
 static int json_config(struct ra_vocab *v, const char *json_path)
 {
     char path[4096];
-    const char *slash = strrchr(json_path, '/');
     json_error_t err;
     int rc = RA_OK;
-    snprintf(path, sizeof path, "%.*stokenizer_config.json", slash ? (int)(slash - json_path + 1) : 0, json_path);
+    sibling(json_path, "tokenizer_config.json", path, sizeof path);
     if (access(path, R_OK) != 0)
         return RA_OK;
     json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &err), *b; /* model_max_length: 1e30 */
@@ -343,8 +349,7 @@ static int json_config(struct ra_vocab *v, const char *json_path)
 static int json_template_file(struct ra_vocab *v, const char *json_path)
 {
     char path[4096];
-    const char *slash = strrchr(json_path, '/');
-    snprintf(path, sizeof path, "%.*schat_template.jinja", slash ? (int)(slash - json_path + 1) : 0, json_path);
+    sibling(json_path, "chat_template.jinja", path, sizeof path);
     if (v->chat_template || access(path, R_OK) != 0)
         return RA_OK;
     return ra_read_file(path, &v->chat_template, NULL);

@@ -71,6 +71,9 @@ else
         same_ids "SmolLM2 tokenizer.json, --messages $(basename "$c")" "${c%.json}.want" \
             --tokenizer "$TMP/smol/hf/tokenizer.json" --messages "$c"
     done
+    # a Hugging Face directory's tokenizer.json (and chat_template.jinja), found without --tokenizer
+    same_ids "SmolLM2 HF directory, --messages chat_2.json" "$TMP/smol/chat_2.want" --model "$TMP/smol/hf" \
+        --messages "$TMP/smol/chat_2.json"
     q="What is the capital of France?"
     text=$(timeout 300 "$BUILD/runahead" --model "$smol" --user "$q" -n 48 2>"$TMP/err") || fail "SmolLM2 --user: $(tail -n 1 "$TMP/err")"
     case "$text" in
@@ -78,6 +81,9 @@ else
         *) fail "SmolLM2 answered '$text', without Paris" ;;
     esac
     case "$text" in *"<|im_end|>"*) fail "the end-of-generation token was printed: '$text'" ;; esac
+    two=$(timeout 300 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$smol" --user "$q" -n 48 2>"$TMP/err") \
+        || fail "SmolLM2 --user on 2 ranks: $(tail -n 1 "$TMP/err")"
+    [ "$two" = "$text" ] || fail "SmolLM2 --user on 2 ranks (kvr) answered '$two', one rank '$text'"
     ids=$(timeout 300 "$BUILD/runahead" --model "$smol" --user "$q" -n 48 -o ids 2>"$TMP/err") || fail "SmolLM2 -o ids: $(tail -n 1 "$TMP/err")"
     im_end=$(python3 "$SRC/tests/gguf_model.py" "$smol" "<|im_end|>")
     count=$(echo "$ids" | wc -w)

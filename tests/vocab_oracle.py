@@ -22,6 +22,8 @@ SentencePiece make of the texts and chats runahead is asked to encode.
         OUT/T.chat_N.err where the template raises
   vocab_oracle.py bad OUT            GGUF vocabularies runahead must refuse or
         that lack what is asked of them (see tests/chat_cli.sh)
+  vocab_oracle.py seeds OUT          the seeds of tests/fuzz_vocab (tests/corpus/vocab/):
+        small SentencePiece and byte-level BPE vocabularies with templates, and the bad ones
 Several commands may follow one another in one run (transformers is slow to
 import). Exit 0, 1 on an error, 77 where a package it needs cannot be imported."""
 import json
@@ -153,10 +155,12 @@ def spm_arrays(model):
     return sp, tokens, scores, types
 
 
-def write_gguf(path, model, tokens, merges=None, scores=None, types=None, template=None, extra=None):
+def write_gguf(path, model, tokens, merges=None, scores=None, types=None, template=None, extra=None, pre=None):
     import gguf
     w = gguf.GGUFWriter(path, "llama")
     w.add_tokenizer_model(model)
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
     if merges is not None:
         w.add_token_merges(merges)
@@ -240,9 +244,32 @@ def bad(out):
     write(os.path.join(out, "notjson.json"), '[{"role": "user", "content": "hi"')
 
 
+def seeds(out):
+    """Small vocabularies of each kind for tests/fuzz_vocab, and the refused ones of bad()."""
+    need("gguf")
+    bad(out)
+    for name in ("notarray.json", "norole.json", "notjson.json"):
+        os.remove(os.path.join(out, name))
+    for name in os.listdir(out):
+        os.rename(os.path.join(out, name), os.path.join(out, "seed-" + name[:-len(".gguf")]))
+    spm_tokens = [b"<unk>", b"<s>", b"</s>"] + [b"<0x%02X>" % b for b in range(256)] + \
+        [b"\xe2\x96\x81", b"a", b"b", b"\xe2\x96\x81a", b"ab", b"<|user|>"]
+    spm_types = [2, 3, 3] + [6] * 256 + [1] * 5 + [4]
+    write_gguf(os.path.join(out, "seed-spm-llama2"), "llama", spm_tokens, scores=[-float(i) for i in
+               range(len(spm_tokens))], types=spm_types, template=LLAMA2_TEMPLATE)
+    bpe_tokens = [b"<|im_start|>", b"<|im_end|>", b"a", b"b", b"ab", b"\xc4\xa0", b"\xc4\xa0a", b"1", b"\xc4\x8a"]
+    bpe_types = [3, 3] + [1] * 7
+    write_gguf(os.path.join(out, "seed-bpe-chatml"), "gpt2", bpe_tokens, merges=["a b", "\u0120 a"],
+               types=bpe_types, template=QWEN2_TEMPLATE,
+               extra={"tokenizer.ggml.bos_token_id": 0, "tokenizer.ggml.eos_token_id": 1})
+    write_gguf(os.path.join(out, "seed-bpe-llama3"), "gpt2", bpe_tokens, merges=["a b"], types=bpe_types,
+               template=LLAMA3_TEMPLATE, extra={"tokenizer.ggml.eos_token_id": 1}, pre="llama-bpe")
+
+
 def main():
     """Runs each COMMAND ARGS... in turn (one process: transformers is imported once)."""
-    commands = {"smollm2": (smollm2, 2), "spm": (spm, 2), "render": (render_cases, 2), "bad": (bad, 1)}
+    commands = {"smollm2": (smollm2, 2), "spm": (spm, 2), "render": (render_cases, 2), "bad": (bad, 1),
+                "seeds": (seeds, 1)}
     args = sys.argv[1:]
     if not args:
         print(__doc__, file=sys.stderr)
