@@ -24,7 +24,6 @@
 
 #include <getopt.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,7 +349,8 @@ static int parse_options(int argc, char **argv, struct options *o)
     }
     if (optind < argc)
         return ra_error_set(RA_EINVAL, "unexpected argument '%s' (see --help)", argv[optind]);
-    int sources = !!o->prompt + !!o->prompt_file + !!o->prompt_ids + !!o->prompt_ids_file + !!o->user + !!o->messages;
+    int sources = !!o->prompt + !!o->prompt_file + !!o->prompt_ids + !!o->prompt_ids_file;
+    sources += !!o->user + !!o->messages;
     if (sources != 1)
         return ra_error_set(RA_EINVAL, "give exactly one of --prompt, --prompt-file, --prompt-ids, --prompt-ids-file, "
                             "--user, --messages (got %d)", sources);
@@ -421,8 +421,9 @@ static int chat_prompt(const struct options *o, const struct ra_vocab *v, int32_
         rc = ra_vocab_token_text(v, v->eos_id, eos, sizeof eos);
     if (rc == RA_OK)
         rc = ra_chat_render(v->chat_template, v->path, &chat, bos, eos, &text);
-    if (rc == RA_OK)
-        rc = ra_vocab_encode(v, text, strlen(text), RA_VOCAB_PARSE_SPECIAL, ids, n);
+    if (rc == RA_OK && (rc = ra_vocab_encode(v, text, strlen(text), RA_VOCAB_PARSE_SPECIAL, ids, n)) == RA_OK &&
+        *n == 0) /* Llama 2 renders a lone system message as nothing */
+        rc = ra_error_set(RA_EINVAL, "%s: the chat renders as no text", o->messages ? o->messages : "--user");
     free(text);
     ra_chat_free(&chat);
     return rc;
@@ -442,21 +443,24 @@ static int read_prompt(const struct options *o, const struct ra_vocab *v, int32_
         return rc;
     if (o->prompt_ids_file)
         rc = ra_prompt_parse_ids(text, file, ids, n);
-    else
-        rc = ra_vocab_encode(v, text ? text : o->prompt, text ? len : strlen(o->prompt),
-                             RA_VOCAB_ADD_SPECIAL | RA_VOCAB_PARSE_SPECIAL, ids, n);
+    else if ((rc = ra_vocab_encode(v, text ? text : o->prompt, text ? len : strlen(o->prompt),
+                                   RA_VOCAB_ADD_SPECIAL | RA_VOCAB_PARSE_SPECIAL, ids, n)) == RA_OK && *n == 0)
+        rc = ra_error_set(RA_EINVAL, "%s: the prompt is empty (and %s adds no BOS)", file ? file : "--prompt",
+                          v->path);
     free(text);
     return rc;
 }
 
-/* Streams each token's bytes as it comes (a byte-level token may end inside a
- * UTF-8 character: the terminal joins them); the token that ends generation
- * is not printed. Returns 1 to stop there. */
+/* What on_token needs: the vocabulary, whether to print, whether to stop at
+ * the end of generation, the previous token (SentencePiece's leading space). */
 struct stream {
     const struct ra_vocab *v;
     int print, stop_at_eog, prev;
 };
 
+/* Streams each token's bytes as it comes (a byte-level token may end inside a
+ * UTF-8 character: the terminal joins them); the token that ends generation
+ * is not printed. Returns 1 to stop there. */
 static int on_token(void *ctx, int token)
 {
     struct stream *st = ctx;

@@ -304,9 +304,11 @@ static const char *config_template(json_t *root)
     size_t i;
     if (json_is_string(t))
         return json_string_value(t);
-    json_array_foreach(t, i, e)
-        if (json_is_string(json_object_get(e, "name")) && !strcmp(json_string_value(json_object_get(e, "name")), "default"))
+    json_array_foreach(t, i, e) {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (name && !strcmp(name, "default"))
             return json_string_value(json_object_get(e, "template"));
+    }
     return NULL;
 }
 

@@ -69,6 +69,8 @@ else
         same_ids "SmolLM2 tokenizer.json, $(basename "$f")" "${f%.txt}.want" --tokenizer "$TMP/smol/hf/tokenizer.json" \
             --prompt-file "$f"
     done
+    expect_error "--prompt: the prompt is empty \(and .* adds no BOS\)" \
+        "$BUILD/runahead" --model "$smol" --tokenize-only --prompt ""
     if [ $have_spm = 1 ]; then # the vocabulary of another model
         expect_error "spm.gguf: tokenizer has 32000 tokens but the model .* has 49152" \
             "$BUILD/runahead" --model "$smol" --tokenizer "$TMP/spm/spm.gguf" --prompt hi -n 1
