@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The special tokens llama.cpp ends generation at when a vocabulary has them
@@ -373,9 +374,14 @@ static int load_json(struct ra_vocab *v, const char *path)
 
 /* ------------------------------------------------------------- loading */
 
+/* 1 if PATH is a regular file that starts with GGUF's magic. Anything else
+ * (a FIFO would block here) is left to the loaders, which name the fault. */
 static int is_gguf(const char *path)
 {
     char magic[4] = { 0 };
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0;
     FILE *f = fopen(path, "rb");
     if (!f)
         return 0;
@@ -432,15 +438,18 @@ void ra_vocab_free(struct ra_vocab *v)
     memset(v, 0, sizeof *v);
 }
 
-/* MODEL itself if it is a GGUF with a vocabulary. */
+/* MODEL itself if it is a GGUF with a vocabulary, or one that does not parse
+ * (loading it then says why). */
 static int find_in_gguf(const char *model, char *path, size_t len)
 {
     struct ra_gguf g;
-    int found;
-    if (!is_gguf(model) || ra_gguf_open(&g, model) != RA_OK)
+    int found = 1;
+    if (!is_gguf(model))
         return 0;
-    found = ra_gguf_find_kv(&g, "tokenizer.ggml.model") != NULL;
-    ra_gguf_close(&g);
+    if (ra_gguf_open(&g, model) == RA_OK) {
+        found = ra_gguf_find_kv(&g, "tokenizer.ggml.model") != NULL;
+        ra_gguf_close(&g);
+    }
     if (found)
         snprintf(path, len, "%s", model);
     return found;

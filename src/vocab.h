@@ -68,7 +68,8 @@ int ra_vocab_from_gguf(struct ra_vocab *v, const struct ra_gguf *g, const char *
 void ra_vocab_free(struct ra_vocab *v);
 
 /* Where the vocabulary of MODEL is, written to PATH: the model itself when it
- * is a GGUF file with tokenizer.ggml.model, else tokenizer.bin or
+ * is a GGUF file with tokenizer.ggml.model (or one that does not parse: its
+ * load names the fault), else tokenizer.bin or
  * tokenizer.json in the model's directory (MODEL itself or the one holding
  * it). Returns 1 if found, 0 if not. */
 int ra_vocab_find(const char *model, char *path, size_t len);
