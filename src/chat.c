@@ -2,6 +2,7 @@
  * rendering each family's Jinja template gives. */
 #include "chat.h"
 
+#include "prompt.h"
 #include "status.h"
 
 #include <jansson.h>
@@ -32,9 +33,13 @@ int ra_chat_add(struct ra_chat *c, const char *role, const char *content)
 int ra_chat_load_json(struct ra_chat *c, const char *path)
 {
     json_error_t err;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err), *m;
-    size_t i;
-    int rc = RA_OK;
+    char *text = NULL;
+    size_t i, len = 0;
+    int rc = ra_read_file(path, &text, &len); /* a regular file only: a FIFO is refused, not read */
+    if (rc != RA_OK)
+        return rc;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err), *m;
+    free(text);
     if (!root)
         return ra_error_set(RA_EFORMAT, "%s: line %d: %s", path, err.line, err.text);
     if (!json_is_array(root) || json_array_size(root) == 0)

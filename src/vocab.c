@@ -319,13 +319,17 @@ static const char *config_template(json_t *root)
  * file: nothing. */
 static int json_config(struct ra_vocab *v, const char *json_path)
 {
-    char path[4096];
+    char path[4096], *text = NULL;
+    size_t len = 0;
     json_error_t err;
     int rc = RA_OK;
     sibling(json_path, "tokenizer_config.json", path, sizeof path);
     if (access(path, R_OK) != 0)
         return RA_OK;
-    json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &err), *b; /* model_max_length: 1e30 */
+    if ((rc = ra_read_file(path, &text, &len)) != RA_OK) /* a regular file only */
+        return rc;
+    json_t *root = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &err), *b; /* model_max_length: 1e30 */
+    free(text);
     if (!json_is_object(root)) {
         json_decref(root);
         return ra_error_set(RA_EFORMAT, "%s: line %d: %s", path, err.line, root ? "not a JSON object" : err.text);

@@ -116,6 +116,8 @@ expect_error "--system needs --user" "$BUILD/runahead" --tokenizer "$TMP/bad/not
     --system hi --messages "$TMP/bad/norole.json"
 expect_error "give exactly one of" "$BUILD/runahead" --tokenizer "$TMP/bad/notemplate.gguf" --tokenize-only \
     --user hi --prompt hi
+mkfifo "$TMP/fifo.json" && expect_error "fifo.json: is a FIFO, not a regular file" \
+    timeout 30 "$BUILD/runahead" --tokenizer "$TMP/bad/oddtemplate.gguf" --tokenize-only --messages "$TMP/fifo.json"
 for f in notarray norole notjson; do
     expect_error "$f.json: " "$BUILD/runahead" --tokenizer "$TMP/bad/oddtemplate.gguf" --tokenize-only --messages "$TMP/bad/$f.json"
 done
