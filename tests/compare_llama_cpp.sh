@@ -31,15 +31,17 @@ expect_error "--fa: '2' is not 0 or 1" "$JOB" --llama-cpp "$TMP/fake" --fa 2
 expect_error "unknown option '--bogus'" "$JOB" --llama-cpp "$TMP/fake" --bogus
 "$JOB" --help >"$TMP/help" 2>&1 && grep -q -- '--llama-cpp DIR' "$TMP/help" || fail "--help does not list --llama-cpp"
 grep -q -- '--gguf FILE' "$TMP/help" || fail "--help does not list --gguf"
-# --gguf: the file as it is (no llama-quantize needed), so no other model nor conversion options
-rm "$TMP/fake/build/bin/llama-quantize"
+# --gguf: the file as it is (no llama-quantize needed: a tree without it), so no other model nor
+# conversion options
+mkdir -p "$TMP/fake-bench/build/bin" "$TMP/fake-bench/gguf-py/gguf"
+cp "$TMP/fake/build/bin/llama-bench" "$TMP/fake-bench/build/bin/"
 printf 'not a gguf' >"$TMP/x.gguf"
-expect_error "--gguf: $TMP/absent.gguf is not a file" "$JOB" --llama-cpp "$TMP/fake" --gguf "$TMP/absent.gguf"
-expect_error "--gguf and --model: give one model" "$JOB" --llama-cpp "$TMP/fake" --gguf "$TMP/x.gguf" --model "$TMP"
-expect_error "--ll-types does not apply" "$JOB" --llama-cpp "$TMP/fake" --gguf "$TMP/x.gguf" --ll-types q8_0
-expect_error "--bf16-model do not apply" "$JOB" --llama-cpp "$TMP/fake" --gguf "$TMP/x.gguf" --bf16-model "$TMP"
+expect_error "--gguf: $TMP/absent.gguf is not a file" "$JOB" --llama-cpp "$TMP/fake-bench" --gguf "$TMP/absent.gguf"
+expect_error "--gguf and --model: give one model" "$JOB" --llama-cpp "$TMP/fake-bench" --gguf "$TMP/x.gguf" --model "$TMP"
+expect_error "--ll-types does not apply" "$JOB" --llama-cpp "$TMP/fake-bench" --gguf "$TMP/x.gguf" --ll-types q8_0
+expect_error "--bf16-model do not apply" "$JOB" --llama-cpp "$TMP/fake-bench" --gguf "$TMP/x.gguf" --bf16-model "$TMP"
 if python3 -c 'import gguf' 2>/dev/null; then
-    expect_error "--gguf: $TMP/x.gguf: cannot read its file type" "$JOB" --llama-cpp "$TMP/fake" --gguf "$TMP/x.gguf"
+    expect_error "--gguf: $TMP/x.gguf: cannot read its file type" "$JOB" --llama-cpp "$TMP/fake-bench" --gguf "$TMP/x.gguf"
 fi
 
 lcpp=${LLAMA_CPP_DIR:-}
