@@ -171,6 +171,10 @@ static int gguf_spm(struct ra_vocab *v, const struct ra_gguf *g, const char *pat
         for (int i = 0; i < n && rc == RA_OK; i++)
             rc = ra_gguf_get_arr_f32(g, "tokenizer.ggml.scores", (uint64_t)i, &scores[i]);
     v->bos_id = n > 1 ? 1 : -1, v->eos_id = n > 2 ? 2 : -1, v->add_bos = 1; /* llama.cpp's defaults */
+    if (rc == RA_OK) /* before the merge index, which leaves BOS and EOS out */
+        rc = gguf_opt_id(g, path, "tokenizer.ggml.bos_token_id", n, &v->bos_id);
+    if (rc == RA_OK)
+        rc = gguf_opt_id(g, path, "tokenizer.ggml.eos_token_id", n, &v->eos_id);
     if (rc == RA_OK)
         rc = gguf_opt_id(g, path, "tokenizer.ggml.unknown_token_id", n, &unk);
     if (rc == RA_OK)
