@@ -16,10 +16,11 @@
  * KV cache f32), a bf16 KV cache (f32 compute), and InfiniGen at each
  * --budgets cap (a percentage of the pooled tokens a layer may fetch; ratio
  * and alpha as --offload infinigen's defaults unless given), whose rows add
- * the fraction of the pooled K/V rows fetched over all layers (layer 0
- * fetches every token), the attention-mass recall of the fetched tokens
- * (mean over steps, layers >= 1 and heads; and the smallest per-(layer, head)
- * value), and the cosine of the speculated and the real query.
+ * the fraction of the pooled K/V rows fetched over all layers (the dense
+ * layers, 0 and 1 unless --dense-layers says otherwise, fetch every token),
+ * the attention-mass recall of the fetched tokens (mean over steps, the
+ * speculated layers and heads; and the smallest per-(layer, head) value), and
+ * the cosine of the speculated and the real query.
  * --csv FILE appends one line per mode for jobs/quality-study's summary. */
 #include "args.h"
 #include "backend.h"
@@ -47,6 +48,7 @@ static void usage(FILE *f)
                "  --budgets LIST     InfiniGen caps, percent of a layer's pooled tokens (default 10,20,30)\n"
                "  --ratio R          InfiniGen partial columns, fraction of head_dim (default 0.3)\n"
                "  --alpha A          InfiniGen threshold below the max score (default 5; inf: every token)\n"
+               "  --dense-layers N   InfiniGen layers that fetch every token (default 2, as InfiniGen's code)\n"
                "  --modes LIST       of bf16-compute, bf16-kv, infinigen (default all three)\n"
                "  --name S           the prompt's name in the table and CSV (default: F's file name)\n"
                "  --csv FILE         append one line per mode (a header if FILE is empty)\n"
@@ -273,8 +275,9 @@ static int study(const struct options *o, const int32_t *prompt, int n, FILE *cs
                           n, o->steps, m.config.seq_len);
         goto out;
     }
-    printf("# %s, prompt %s (%d tokens), %d decode steps against dense f32 decoding; infinigen ratio %.2f alpha %g\n",
-           o->model, o->ids_file, n, o->steps, o->ig.ratio, o->ig.alpha);
+    printf("# %s, prompt %s (%d tokens), %d decode steps against dense f32 decoding; infinigen ratio %.2f alpha %g, "
+           "layers 0-%d dense\n", o->model, o->ids_file, n, o->steps, o->ig.ratio, o->ig.alpha,
+           ra_infinigen_dense_layers(&o->ig, m.config.n_layers) - 1);
     printf("%-12s %-13s %6s %8s %7s %7s %6s %6s %8s %7s %9s\n", "prompt", "mode", "budget", "fetched%", "recall",
            "rec_min", "q_cos", "agree", "kl", "kl_max", "same");
     if ((rc = reference_run(&m, prompt, n, o->steps, &ref)) != RA_OK)
@@ -325,6 +328,7 @@ static int parse(int argc, char **argv, struct options *o)
         { "ratio", required_argument, NULL, 'r' },  { "alpha", required_argument, NULL, 'a' },
         { "modes", required_argument, NULL, 'M' },  { "name", required_argument, NULL, 'N' },
         { "csv", required_argument, NULL, 'C' },    { "threads", required_argument, NULL, 'T' },
+        { "dense-layers", required_argument, NULL, 'D' },
         { "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
     };
     int opt, rc = RA_OK;
@@ -348,6 +352,7 @@ static int parse(int argc, char **argv, struct options *o)
         case 'N': o->name = optarg; break;
         case 'C': o->csv = optarg; break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
+        case 'D': rc = ra_arg_int(optarg, "--dense-layers", 1, 1 << 20, &o->ig.dense_layers); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return 2;
         }

@@ -225,7 +225,8 @@ static void run_decode(struct ra_model *m, const int32_t *tokens, int n_prompt, 
         res->kl += ra_infinigen_kl(dense, got, c->vocab_size) / steps;
         res->fetched += (double)st.rows_fetched / (double)st.rows_dense / steps;
         res->q_cos += st.q_cos / steps;
-        CHECK(!st.tokens_layer || st.tokens_layer[0] == pooled0); /* layer 0: everything */
+        for (int l = 0; st.tokens_layer && l < ig.p.dense_layers; l++) /* the dense layers: everything */
+            CHECK(st.tokens_layer[l] == pooled0);
         CHECK_OK(ra_kvpool_check(&pool));
         CHECK_OK(ra_infinigen_check_pool(&ig, &pool));
     }
@@ -381,13 +382,16 @@ static void check_stories(void)
            "KL %.2e\n", r.recall, r.fetched, r.agree, r.steps, r.kl);
     CHECK(r.recall > 0.85);
 
-    /* the paper's defaults, speculating from the previous layer */
+    /* the paper's defaults, speculating from the previous layer from layer 2 on, as InfiniGen's own code
+       (accuracy/ and its FlexGen path) does: layer 1's rehearsal from layer 0's input is the least
+       faithful (on SmolLM2 speculating it too cost 7% of the greedy agreement, jobs/README.md) */
     ra_infinigen_params_default(&p);
+    CHECK(p.dense_layers == 2);
     run_decode(&m, tokens, PROMPT, N - PROMPT, &p, 0, 0, &r);
-    /* the fraction of the pooled tokens layers >= 1 attend (layer 0 takes all) */
-    const double frac = (r.fetched * c->n_layers - 1) / (c->n_layers - 1);
+    /* the fraction of the pooled tokens the speculated layers attend (the dense ones take all) */
+    const double frac = (r.fetched * c->n_layers - p.dense_layers) / (c->n_layers - p.dense_layers);
     printf("stories260K ratio %.1f alpha %.0f cap %.1f: recall %.4f (min head %.3f) with %.3f of the tokens at "
-           "layers >= 1 (%.3f of the KV fetched), greedy agreement %d/%d, KL %.2e nats; cos(speculative q, q) %.3f\n", p.ratio, p.alpha,
+           "layers >= 2 (%.3f of the KV fetched), greedy agreement %d/%d, KL %.2e nats; cos(speculative q, q) %.3f\n", p.ratio, p.alpha,
            p.cap, r.recall, r.recall_min, frac, r.fetched, r.agree, r.steps, r.kl, r.q_cos);
     CHECK(frac <= p.cap + 1e-9);
     CHECK(r.recall > 1.5 * frac); /* well above a random choice of as many tokens */
@@ -420,9 +424,11 @@ static void check_stories(void)
                PROMPT, q.steps, p.ratio, p.alpha, p.cap, i ? "at 50%" : "unlimited", q.agreement, q.kl_mean,
                q.kl_max, q.recall_mean, q.recall_min, q.rows_per_layer, q.bytes_per_layer, q.bytes_dense_per_layer,
                (long long)q.evictions);
-        /* layers >= 1 fetch at most 20%: the recall must beat a random choice of as many */
+        /* layers >= 2 fetch at most 20%: the recall must beat a random choice of as many */
         CHECK(q.steps == 128 && q.recall_mean > 0.3 && q.agreement > 0 && q.kl_mean > 0);
-        CHECK(q.bytes_per_layer < 0.5 * q.bytes_dense_per_layer);
+        /* the dense layers fetch all, the others at most the cap */
+        const int dl = p.dense_layers;
+        CHECK(q.bytes_per_layer <= (dl + (c->n_layers - dl) * p.cap) / c->n_layers * q.bytes_dense_per_layer * (1 + 1e-9));
         CHECK(i == 0 ? q.evictions == 0 : q.evictions > 0);
     }
     ra_model_free(&m);

@@ -123,9 +123,11 @@ static void infinigen_run(struct ra_model *m, const int32_t *tokens, int n, cons
     CHECK_OK(ra_offload_begin(o, &kv, n));
     { /* Kp is the backend's device memory, the bytes the budget counts */
         const struct ra_infinigen *ig = ra_infinigen_offload_state(o);
-        size_t l0_rows, slot_rows, kp_bytes;
-        CHECK_OK(ra_infinigen_offload_sizes(c, cfg, n + STEPS, &l0_rows, &slot_rows, &kp_bytes));
+        size_t full_rows, slot_rows, kp_bytes;
+        int full;
+        CHECK_OK(ra_infinigen_offload_sizes(c, cfg, n + STEPS, &full, &full_rows, &slot_rows, &kp_bytes));
         CHECK(ig && ig->kp_backend == m->backend && ra_infinigen_kp_bytes(ig) == kp_bytes);
+        CHECK(ig && full == ig->p.dense_layers && full == (c->n_layers < 2 ? c->n_layers : 2));
     }
     for (int l = 0; l < c->n_layers; l++) /* decode reads the pool only */
         for (size_t i = 0; i < (size_t)(n + STEPS) * kv.kv_dim; i++)
@@ -141,7 +143,9 @@ static void infinigen_run(struct ra_model *m, const int32_t *tokens, int n, cons
         int64_t rows = 0;
         for (int l = 0; l < c->n_layers; l++) {
             const int r = ra_infinigen_offload_rows(o, l);
-            CHECK(r >= 1 && r <= pool->capacity && (l > 0 || r == (n + i < pool->capacity ? n + i : pool->capacity)));
+            const int dense = ra_infinigen_offload_state(o)->p.dense_layers; /* they fetch every pooled row */
+            CHECK(r >= 1 && r <= pool->capacity &&
+                  (l >= dense || r == (n + i < pool->capacity ? n + i : pool->capacity)));
             rows += r;
         }
         const int64_t bytes = ra_offload_stats(o)->bytes_kv - kv0;
@@ -171,7 +175,7 @@ static void check_infinigen(const char *name, struct ra_model *m, const int32_t 
         CHECK_OK(ra_offload_create(&o, m, &cfg, n + STEPS));
         const size_t ws = o ? ra_offload_working_set(o) : 0; /* fixed + 2 slots */
         ra_offload_free(o);
-        /* one slot: the fixed part (layer 0's slot, Kp) and one rotating slot */
+        /* one slot: the fixed part (the dense layers' full slots, Kp) and one rotating slot */
         const size_t slot = 2 * (size_t)(n + STEPS + 1) * ra_config_kv_dim(c) * sizeof(float);
         cfg.device_kv_mem = slots == 2 ? 0 : ws - slot;
         infinigen_run(m, tokens, n, &cfg, got, fed, slots);
@@ -389,7 +393,7 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
     cfg.mode = RA_OFFLOAD_INFINIGEN;
     cfg.device_kv_mem = 64;
     CHECK(ra_offload_create(&o, m, &cfg, n + STEPS) == RA_EINVAL && !o);
-    CHECK(strstr(ra_error_message(), "layer 0's full slot and the partial key cache") != NULL);
+    CHECK(strstr(ra_error_message(), "the dense layers' full slots and the partial key cache") != NULL);
 
     ra_model_detach(m);
     ra_backend_free(be);

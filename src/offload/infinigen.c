@@ -18,6 +18,12 @@ void ra_infinigen_params_default(struct ra_infinigen_params *p)
     p->cap = 0.2f;
     p->skew = 1;
     p->oracle = 0;
+    p->dense_layers = 2;
+}
+
+int ra_infinigen_dense_layers(const struct ra_infinigen_params *p, int n_layers)
+{
+    return p->dense_layers < 1 ? 1 : p->dense_layers > n_layers ? n_layers : p->dense_layers;
 }
 
 int ra_infinigen_n_part(float ratio, int head_dim)
@@ -42,6 +48,7 @@ int ra_infinigen_init_on(struct ra_infinigen *ig, const struct ra_config *c, con
     const int d = c->head_dim, L = c->n_layers, G = c->n_kv_heads;
     ig->c = *c;
     ig->p = *p;
+    ig->p.dense_layers = ra_infinigen_dense_layers(p, L);
     ig->n_part = ra_infinigen_n_part(p->ratio, d);
     ig->capacity = capacity;
     ig->A = calloc((size_t)L * G * d * d, sizeof(float));

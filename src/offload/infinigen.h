@@ -11,13 +11,15 @@
  *  - Partial columns: per layer and KV head the d' = ratio·d columns with the
  *    largest sums of |Q̃|+|K̃| over the calibration prompt; the partial key
  *    cache Kp holds those columns of every pooled key (the device copy).
- *  - Speculation: for layer l, q = RoPE(x_a(l−1)·W_Q^l) at the current
+ *  - Speculation: for layer l >= dense_layers (2: as the paper's code, whose
+ *    accuracy and FlexGen paths both speculate from layer 2 on; layers 0 and
+ *    1 fetch every token), q = RoPE(x_a(l−1)·W_Q^l) at the current
  *    position (RoPE needs the full query row, so the full W_Q^l GEMV; only
  *    Kp saves memory), scores ŝ = q̃[idx]·Kp[idx]/√d; per query head the
  *    count of tokens with ŝ > max − α, n_sel = mean over heads (truncated),
  *    at most cap·n tokens; per KV head the top n_sel by the group's largest
  *    ŝ − max ŝ (GQA: the digest's "max over the group", each head relative
- *    to its own maximum). Layer 0 fetches every token.
+ *    to its own maximum).
  *
  * Buffers here are host memory: on the CPU backend the device is emulated
  * and Kp is a host array; the offload framework moves and accounts bytes. */
@@ -37,9 +39,13 @@ struct ra_infinigen_params {
     int skew;    /* 1: SVD skewing (default); 0: A = identity */
     int oracle;  /* 1: layer l speculates from its own query instead of layer l−1's input (a check
                     of the selection rule, not a usable mode: it needs the whole layer before the fetch) */
+    int dense_layers; /* layers [0, dense_layers) fetch every token (2, as InfiniGen's code; below 1
+                         means 1: layer 0 has no previous layer to rehearse it; clipped to n_layers) */
 };
 
 void ra_infinigen_params_default(struct ra_infinigen_params *p);
+/* P's dense layers for a model of N_LAYERS, in [1, n_layers] (what ra_infinigen_init keeps in ig->p). */
+int ra_infinigen_dense_layers(const struct ra_infinigen_params *p, int n_layers);
 
 struct ra_infinigen {
     struct ra_config c;
@@ -117,10 +123,10 @@ struct ra_infinigen_step_stats {
     int64_t rows_fetched;  /* KV-head rows gathered from the pool, all layers */
     int64_t rows_dense;    /* what fetching every pooled token would gather */
     double recall;         /* attention mass (dense softmax over pool + current token) on the attended
-                              tokens, mean over layers >= 1 and query heads */
+                              tokens, mean over the speculated layers (>= dense_layers) and query heads */
     double recall_min;     /* the smallest per-(layer, head) recall of the step */
     double q_cos;          /* cosine of the speculative query (layer l−1's input through W_Q^l) and layer
-                              l's real query, mean over layers >= 1: how well the rehearsal can work */
+                              l's real query, mean over the speculated layers: how well the rehearsal works */
     int *tokens_layer;     /* NULL, or [n_layers] (caller's): pooled tokens each layer attended */
 };
 
@@ -129,9 +135,9 @@ struct ra_infinigen_step_stats {
 int ra_infinigen_prefill(struct ra_infinigen *ig, struct ra_kvpool *pool, struct ra_model *m,
                          const int32_t *tokens, int n, float *logits);
 
-/* One token at position pos (= the pool's tokens seen so far): layer 0
- * attends every pooled token, layer l >= 1 the tokens speculated at layer
- * l−1, each plus the current token; then its K and V join the pool. */
+/* One token at position pos (= the pool's tokens seen so far): the dense
+ * layers attend every pooled token, a later layer l the tokens speculated at
+ * layer l−1, each plus the current token; then its K and V join the pool. */
 int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct ra_model *m, int32_t token, int pos,
                         float *logits, struct ra_infinigen_step_stats *stats);
 
@@ -158,7 +164,7 @@ struct ra_infinigen_quality {
     int steps;
     double agreement;       /* fraction of steps whose greedy tokens agree */
     double kl_mean, kl_max; /* KL(dense ‖ infinigen) of the next-token distributions, nats */
-    double recall_mean;     /* attention mass on the attended tokens (layers >= 1), mean over steps */
+    double recall_mean;     /* attention mass on the attended tokens (speculated layers), mean over steps */
     double recall_min;      /* the smallest per-(layer, head) recall of any step */
     double q_cos;           /* speculative vs real query cosine, mean */
     double rows_per_layer;  /* pooled tokens fetched per layer and output token (all layers) */
@@ -177,11 +183,12 @@ struct ra_offload_policy;
 extern const struct ra_offload_policy ra_infinigen_policy;
 /* The parameters a config asks for (its zeros: the defaults). */
 int ra_infinigen_params_of(const struct ra_offload_config *cfg, struct ra_infinigen_params *p);
-/* Device sizing for MAX_ROWS rows: layer 0's slot rows (the pool's capacity
- * + 1), a rotating slot's rows (the cap's rows + 1) and the partial key
- * cache's bytes. */
+/* Device sizing for MAX_ROWS rows: the dense layers' count (*full_layers,
+ * layers [0, n) with a full slot each), a full slot's rows (the pool's
+ * capacity + 1), a rotating slot's rows (the cap's rows + 1) and the partial
+ * key cache's bytes. */
 int ra_infinigen_offload_sizes(const struct ra_config *c, const struct ra_offload_config *cfg, int max_rows,
-                               size_t *l0_rows, size_t *slot_rows, size_t *kp_bytes);
+                               int *full_layers, size_t *full_rows, size_t *slot_rows, size_t *kp_bytes);
 /* The policy's pool and state (after ra_offload_begin; NULL before). */
 const struct ra_kvpool *ra_infinigen_offload_pool(struct ra_offload *o);
 const struct ra_infinigen *ra_infinigen_offload_state(struct ra_offload *o);

@@ -200,6 +200,7 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
     struct ra_backend *be = m->backend;
     const struct ra_backend_ops *op = be->ops;
     const int d = c->dim, kvd = ra_config_kv_dim(c), G = c->n_kv_heads, H = c->n_heads;
+    const int dense = ig->p.dense_layers; /* layers [0, dense) fetch every token */
     const struct ra_attention_shape shape = { H, G, c->head_dim, d, kvd, RA_DTYPE_F32 };
     struct pass p;
     double *head_recall = malloc((size_t)H * sizeof(double));
@@ -224,7 +225,7 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
             (rc = op->matmul(be, p.q, d, p.xa, d, &w->wq, 1)) != RA_OK ||
             (rc = op->rope(be, p.q, d, 1, H, c->head_dim, pos, c->rope_theta, c->rope_style)) != RA_OK)
             goto out;
-        if (ig->p.oracle && l > 0 && (rc = ra_infinigen_speculate(ig, l, p.q, n_slots, p.sel, &n_sel)) != RA_OK)
+        if (ig->p.oracle && l >= dense && (rc = ra_infinigen_speculate(ig, l, p.q, n_slots, p.sel, &n_sel)) != RA_OK)
             goto out;
         float *k = p.kg, *v = p.vg; /* the current token's row goes after the gathered ones */
         const int n_att = n_sel < 0 ? n_slots : n_sel;
@@ -240,14 +241,14 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
         if (stats) {
             if (stats->tokens_layer)
                 stats->tokens_layer[l] = n_att;
-            if (l > 0 && !ig->p.oracle) { /* p.qs still holds the rehearsal's query for this layer */
+            if (l >= dense && !ig->p.oracle) { /* p.qs still holds the rehearsal's query for this layer */
                 double dot = 0, a2 = 0, b2 = 0;
                 for (int i = 0; i < d; i++) {
                     dot += (double)p.qs[i] * p.q[i];
                     a2 += (double)p.qs[i] * p.qs[i];
                     b2 += (double)p.q[i] * p.q[i];
                 }
-                stats->q_cos += dot / sqrt(a2 * b2 + 1e-300) / (c->n_layers - 1);
+                stats->q_cos += dot / sqrt(a2 * b2 + 1e-300) / (c->n_layers - dense);
             }
             stats->rows_fetched += (int64_t)n_att * G;
             stats->rows_dense += (int64_t)n_slots * G;
@@ -263,9 +264,9 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
         }
         if ((rc = op->attention(be, p.att, p.q, p.kg, p.vg, n_att, 1, &shape)) != RA_OK)
             goto out;
-        /* the rehearsal of layer l+1 from this layer's attention input */
+        /* the rehearsal of layer l+1 from this layer's attention input (not for a dense layer) */
         n_sel = -1;
-        if (l + 1 < c->n_layers && !ig->p.oracle) {
+        if (l + 1 < c->n_layers && l + 1 >= dense && !ig->p.oracle) {
             if ((rc = op->matmul(be, p.qs, d, p.xa, d, &m->weights.layers[l + 1].wq, 1)) != RA_OK ||
                 (rc = op->rope(be, p.qs, d, 1, H, c->head_dim, pos, c->rope_theta, c->rope_style)) != RA_OK ||
                 (rc = ra_infinigen_speculate(ig, l + 1, p.qs, pool->n_used[l + 1], p.sel, &n_sel)) != RA_OK)

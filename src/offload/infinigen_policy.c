@@ -7,8 +7,9 @@
  *          a chain) and keys (the pool), then moves the prompt's rows into
  *          InfiniGen's host pool (memory limit, counter eviction) and their
  *          skewed partial columns into the partial key cache.
- *  fetch   layer 0: every pooled row; layer l >= 1: the rows speculated at
- *          layer l−1. The host gathers them into a pinned staging buffer
+ *  fetch   the dense layers (0 and 1 by default, infinigen.h): every pooled
+ *          row, each into its own full slot; a later layer l: the rows
+ *          speculated at layer l−1. The host gathers them into a pinned staging buffer
  *          (one message each for K and V), into slot rows [0, m).
  *  new_row the new token goes to slot row m, so attention reads m + 1 rows.
  *  attend  rehearses layer l+1 from this layer's attention input:
@@ -80,14 +81,15 @@ static int cap_rows(const struct ra_infinigen_params *p, int n)
 }
 
 int ra_infinigen_offload_sizes(const struct ra_config *c, const struct ra_offload_config *cfg, int max_rows,
-                               size_t *l0_rows, size_t *slot_rows, size_t *kp_bytes)
+                               int *full_layers, size_t *full_rows, size_t *slot_rows, size_t *kp_bytes)
 {
     struct ra_infinigen_params p;
     int cap, rc;
     if ((rc = ra_infinigen_params_of(cfg, &p)) != RA_OK || (rc = pool_capacity(c, cfg, max_rows, &cap)) != RA_OK)
         return rc;
     const int n_part = ra_infinigen_n_part(p.ratio, c->head_dim); /* as ra_infinigen_init's */
-    *l0_rows = (size_t)cap + 1;
+    *full_layers = ra_infinigen_dense_layers(&p, c->n_layers); /* as ra_infinigen_init keeps it */
+    *full_rows = (size_t)cap + 1;
     *slot_rows = (size_t)cap_rows(&p, cap) + 1;
     *kp_bytes = (size_t)c->n_layers * cap * c->n_kv_heads * n_part * sizeof(float);
     return RA_OK;
@@ -188,18 +190,18 @@ fail:
     return rc;
 }
 
-/* Rows of layer LAYER's working set: everything pooled for layer 0, else the speculation's. */
+/* Rows of layer LAYER's working set: everything pooled for a dense layer, else the speculation's. */
 static int ig_fetch(struct ra_offload *o, int layer, int pos)
 {
     struct ra_offload_view *vw = ra_offload_view(o);
     struct ig_state *st = vw->policy_state;
     (void)pos;
-    const int spec = layer > 0;
+    const int spec = layer >= st->ig.p.dense_layers;
     if (spec && st->sel_layer != layer)
         return ra_error_set(RA_EINVAL, "infinigen: layer %d fetched before its speculation", layer);
     const int m = spec ? st->rows[layer] : st->pool.n_used[layer];
     if (!spec)
-        st->rows[0] = m;
+        st->rows[layer] = m;
     float *sk = st->stage_k[layer & 1], *sv = st->stage_v[layer & 1];
     int rc = ra_kvpool_gather(&st->pool, layer, spec ? st->sel : NULL, m, sk, sv);
     const size_t bytes = (size_t)m * vw->kv_dim * sizeof(float);
@@ -228,7 +230,7 @@ static int ig_attend(struct ra_offload *o, int layer, int pos, const struct ra_l
     *k = ra_offload_slot_k(o, layer);
     *v = ra_offload_slot_v(o, layer);
     *rows = st->rows[layer] + 1;
-    if (layer + 1 >= c->n_layers)
+    if (layer + 1 >= c->n_layers || layer + 1 < st->ig.p.dense_layers)
         return RA_OK;
     /* the rehearsal of layer l+1 from this layer's attention input */
     int rc = be->ops->matmul(be, st->qs, c->dim, a->xa, c->dim, &m->weights.layers[layer + 1].wq, 1);

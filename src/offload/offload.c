@@ -22,7 +22,10 @@ struct ra_offload {
     size_t slot_bytes;     /* one slot: K and V of max_rows rows, + X rows for kvpr */
     size_t fixed_bytes;    /* device bytes besides the slots (KVPR's recompute output) */
     int n_slots;
-    void *l0_k, *l0_v;     /* infinigen: layer 0's own full slot (device, in fixed_bytes) */
+    void *l0_k, *l0_v;     /* infinigen: the dense layers' full slots, n_full of full_rows rows each (device, in
+                              fixed_bytes) */
+    int n_full;
+    size_t full_rows;
     void *slot_k[MAX_SLOTS], *slot_v[MAX_SLOTS]; /* device, rows of cfg.kv_dtype */
     float *slot_x[MAX_SLOTS];                    /* device */
     void **pool_k, **pool_v;                     /* pinned host, rows of cfg.kv_dtype */
@@ -71,11 +74,13 @@ struct ra_offload_view *ra_offload_view(struct ra_offload *o) { return &o->view;
 static int slot_of(const struct ra_offload *o, int layer) { return layer % o->n_slots; }
 void *ra_offload_slot_k(struct ra_offload *o, int layer)
 {
-    return layer == 0 && o->l0_k ? o->l0_k : o->slot_k[slot_of(o, layer)];
+    return layer < o->n_full ? (char *)o->l0_k + (size_t)layer * o->full_rows * o->row_bytes
+                             : o->slot_k[slot_of(o, layer)];
 }
 void *ra_offload_slot_v(struct ra_offload *o, int layer)
 {
-    return layer == 0 && o->l0_v ? o->l0_v : o->slot_v[slot_of(o, layer)];
+    return layer < o->n_full ? (char *)o->l0_v + (size_t)layer * o->full_rows * o->row_bytes
+                             : o->slot_v[slot_of(o, layer)];
 }
 float *ra_offload_slot_x(struct ra_offload *o, int layer) { return o->slot_x[slot_of(o, layer)]; }
 void *ra_offload_pool_k(struct ra_offload *o, int layer) { return o->pool_k[layer]; }
@@ -471,14 +476,15 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
     o->row_bytes = ra_kv_row_bytes(o->view.kv_dim, cfg->kv_dtype);
     o->view.kv_dtype = cfg->kv_dtype;
     o->view.row_bytes = o->row_bytes;
-    size_t slot_rows = (size_t)max_rows, l0_rows = 0;
+    size_t slot_rows = (size_t)max_rows, l0_rows = 0; /* l0_rows: the full slots' rows together */
     if (cfg->mode == RA_OFFLOAD_INFINIGEN) {
         size_t kp_bytes;
-        int rc0 = ra_infinigen_offload_sizes(c, cfg, max_rows, &l0_rows, &slot_rows, &kp_bytes);
+        int rc0 = ra_infinigen_offload_sizes(c, cfg, max_rows, &o->n_full, &o->full_rows, &slot_rows, &kp_bytes);
         if (rc0 != RA_OK) {
             free(o);
             return rc0;
         }
+        l0_rows = (size_t)o->n_full * o->full_rows;
         o->fixed_bytes = 2 * l0_rows * o->row_bytes + kp_bytes;
     }
     o->slot_bytes = 2 * slot_rows * o->row_bytes;
@@ -499,7 +505,7 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
         rc = ra_error_set(RA_EINVAL, "--device-kv-mem %s cannot hold one layer's working set (%s: K and V of %zu "
                           "rows%s); give at least %zu bytes", got, need, slot_rows,
                           cfg->mode == RA_OFFLOAD_KVPR        ? ", their layer inputs and the recompute's output"
-                          : cfg->mode == RA_OFFLOAD_INFINIGEN ? ", layer 0's full slot and the partial key cache"
+                          : cfg->mode == RA_OFFLOAD_INFINIGEN ? ", the dense layers' full slots and the partial key cache"
                                                               : "",
                           o->slot_bytes + o->fixed_bytes);
         goto fail;
