@@ -90,10 +90,7 @@ timeout 300 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$BUILD/runahead-tune" --model "$smol"
     --repeats 1 --min-stride 8 --points 3 --no-baselines >"$TMP/tune.out" 2>"$TMP/tune.err" \
     || { cat "$TMP/tune.err" >&2; fail "runahead-tune on SmolLM2"; finish; }
 "$BUILD/runahead-table" validate "$T" >/dev/null 2>"$TMP/err" || fail "the table does not validate: $(cat "$TMP/err")"
-group=$(sed -n 's|^/\([^/]*\)/.*/p2: 2 entries;.*|\1|p' <<EOF
-$("$BUILD/runahead-table" show "$T" 2>/dev/null)
-EOF
-)
+group=$("$BUILD/runahead-table" show "$T" 2>/dev/null | sed -n 's|^/\([^/]*\)/.*/p2: 2 entries;.*|\1|p')
 id=$("$BUILD/runahead-table" lookup "$T" --model "$smol" --ranks 2 --context 28 2>"$TMP/err" | sed -n 's/^model: //p')
 [ -n "$group" ] && [ "$id" = "$group" ] \
     || fail "the table's group is '$group', SmolLM2's model id in a second load '$id' ($(tail -n 1 "$TMP/err"))"
