@@ -492,6 +492,8 @@ struct ids {
 
 static int ids_push(struct ids *a, const int32_t *src, int n)
 {
+    if (n == 0) /* src may be NULL: an empty encoding */
+        return RA_OK;
     if (a->n + n > a->cap) {
         int cap = a->cap ? a->cap : 64;
         while (cap < a->n + n)

@@ -68,10 +68,10 @@ else
         --system "$(cat "$TMP/smol/chat_1.0.txt")" --user "$(cat "$TMP/smol/chat_1.1.txt")"
     for c in "$TMP"/smol/chat_*.json; do
         same_ids "SmolLM2 --messages $(basename "$c")" "${c%.json}.want" --model "$smol" --messages "$c"
-        same_ids "SmolLM2 tokenizer.json, --messages $(basename "$c")" "${c%.json}.want" \
-            --tokenizer "$TMP/smol/hf/tokenizer.json" --messages "$c"
     done
-    # a Hugging Face directory's tokenizer.json (and chat_template.jinja), found without --tokenizer
+    # tokenizer.json and the chat_template.jinja beside it: named, and found in a Hugging Face directory
+    same_ids "SmolLM2 tokenizer.json, --messages chat_3.json" "$TMP/smol/chat_3.want" \
+        --tokenizer "$TMP/smol/hf/tokenizer.json" --messages "$TMP/smol/chat_3.json"
     same_ids "SmolLM2 HF directory, --messages chat_2.json" "$TMP/smol/chat_2.want" --model "$TMP/smol/hf" \
         --messages "$TMP/smol/chat_2.json"
     q="What is the capital of France?"
