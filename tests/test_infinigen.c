@@ -428,7 +428,8 @@ static void check_stories(void)
         CHECK(q.steps == 128 && q.recall_mean > 0.3 && q.agreement > 0 && q.kl_mean > 0);
         /* the dense layers fetch all, the others at most the cap */
         const int dl = p.dense_layers;
-        CHECK(q.bytes_per_layer <= (dl + (c->n_layers - dl) * p.cap) / c->n_layers * q.bytes_dense_per_layer * (1 + 1e-9));
+        const double most = (dl + (c->n_layers - dl) * p.cap) / c->n_layers;
+        CHECK(q.bytes_per_layer <= most * q.bytes_dense_per_layer * (1 + 1e-9));
         CHECK(i == 0 ? q.evictions == 0 : q.evictions > 0);
     }
     ra_model_free(&m);

@@ -505,7 +505,8 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
         rc = ra_error_set(RA_EINVAL, "--device-kv-mem %s cannot hold one layer's working set (%s: K and V of %zu "
                           "rows%s); give at least %zu bytes", got, need, slot_rows,
                           cfg->mode == RA_OFFLOAD_KVPR        ? ", their layer inputs and the recompute's output"
-                          : cfg->mode == RA_OFFLOAD_INFINIGEN ? ", the dense layers' full slots and the partial key cache"
+                          : cfg->mode == RA_OFFLOAD_INFINIGEN ? ", the dense layers' full slots and the partial "
+                                                                "key cache"
                                                               : "",
                           o->slot_bytes + o->fixed_bytes);
         goto fail;
