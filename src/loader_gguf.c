@@ -81,11 +81,16 @@ static int read_architecture(struct gguf_load *L)
     return RA_OK;
 }
 
-/* RoPE scaling changes the angles: not built, so a file that asks for it is refused. */
+/* RoPE scaling changes the angles: not built, so a file that asks for it is
+ * refused, by a scaling type or by per-frequency factors (rope_freqs.weight:
+ * llama.cpp's converter writes Llama 3.1's "llama3" scaling so, with no type). */
 static int check_rope_scaling(struct gguf_load *L)
 {
     char key[96];
     const char *type;
+    if (ra_gguf_find(&L->g, "rope_freqs.weight"))
+        return ra_error_set(RA_EUNSUPPORTED, "%s: tensor rope_freqs.weight scales the RoPE frequencies (Llama 3.1's "
+                            "scaling): RoPE scaling is not built", L->path);
     snprintf(key, sizeof key, "%s.rope.scaling.type", L->arch);
     if (!ra_gguf_find_kv(&L->g, key))
         return RA_OK;

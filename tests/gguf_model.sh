@@ -56,6 +56,21 @@ w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); 
     || fail "writing a gpt2 GGUF"
 expect_error "gpt2.gguf: general.architecture is 'gpt2': runahead runs llama and mistral" \
     "$BUILD/runahead" --model "$TMP/gpt2.gguf" --prompt-ids 1 -n 1
+# RoPE scaling is not built: refused by its type, or by Llama 3.1's per-frequency factors.
+python3 -c 'import sys, gguf, numpy as np
+for name, freqs in (("linear", False), ("freqs", True)):
+    w = gguf.GGUFWriter(sys.argv[1] + "/" + name + ".gguf", "llama")
+    w.add_embedding_length(8); w.add_feed_forward_length(16); w.add_block_count(1); w.add_head_count(2)
+    w.add_context_length(16)
+    if freqs: w.add_tensor("rope_freqs.weight", np.ones(2, np.float32))
+    else: w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR); w.add_rope_scaling_factor(2.0)
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()' "$TMP" \
+    || fail "writing GGUF files with RoPE scaling"
+expect_error "linear.gguf: llama.rope.scaling.type is 'linear': RoPE scaling is not built" \
+    "$BUILD/runahead" --model "$TMP/linear.gguf" --prompt-ids 1 -n 1
+expect_error "freqs.gguf: tensor rope_freqs.weight scales the RoPE frequencies .*: RoPE scaling is not built" \
+    "$BUILD/runahead" --model "$TMP/freqs.gguf" --prompt-ids 1 -n 1
 
 # More lies, each patched into the bytes of a valid file (tests/gguf_model.py --bad: a Q5_K, an
 # IQ2_XXS and an unknown tensor type, a tensor offset past the end, a misaligned offset, string and
