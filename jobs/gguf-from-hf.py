@@ -17,6 +17,7 @@ not text.
 """
 import argparse
 import json
+import math
 import os
 import struct
 import sys
@@ -144,6 +145,47 @@ def add_vocab(gguf, w, n_vocab, tokenizer):
     w.add_add_eos_token(False)
 
 
+def llama3_rope_factors(c, s, head_dim):
+    """Llama 3.1's per-pair frequency divisors, as llama.cpp's convert_hf_to_gguf.py
+    (LlamaModel.generate_extra_tensors) computes them for rope_freqs.weight, but with
+    original_max_position_embeddings read from rope_scaling, where transformers reads it."""
+    base = float(c.get("rope_theta", 10000.0))
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)))
+    factor = s.get("factor", 8.0)
+    low, high = s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0)
+    old_ctx = s.get("original_max_position_embeddings", c.get("original_max_position_embeddings", 8192))
+    low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / float(freq)
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def add_rope_scaling(gguf, w, c, cfg_path, head_dim):
+    """rope_scaling as llama.cpp writes it: linear as rope.scaling.type/factor; llama3
+    as the tensor rope_freqs.weight (returned, to add with the weights); others refused."""
+    s = c.get("rope_scaling") or c.get("rope_parameters")
+    if not s:
+        return None
+    kind = s.get("rope_type", s.get("type"))
+    if kind in (None, "default"):
+        return None
+    if kind == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(float(s["factor"]))
+        return None
+    if kind == "llama3":
+        return llama3_rope_factors(c, s, head_dim)
+    die(f"{cfg_path}: rope_scaling type {kind} is not supported by this converter (linear, llama3)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -175,8 +217,6 @@ def main():
         c = json.load(f)
     if c.get("model_type", "llama") != "llama":
         die(f"{cfg_path}: model_type {c.get('model_type')} (llama expected)")
-    if c.get("rope_scaling"):
-        die(f"{cfg_path}: rope_scaling is not supported by this converter")
     dim = c["hidden_size"]
     n_head = c["num_attention_heads"]
     n_kv = c.get("num_key_value_heads", n_head)
@@ -199,6 +239,9 @@ def main():
     w.add_vocab_size(n_vocab)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if args.q8_0 else gguf.LlamaFileType.ALL_F32)
     add_vocab(gguf, w, n_vocab, args.tokenizer)
+    rope_factors = add_rope_scaling(gguf, w, c, cfg_path, head_dim)
+    if rope_factors is not None:
+        w.add_tensor("rope_freqs.weight", rope_factors)
 
     seen = set()
     for path in safetensors_files(args.model):

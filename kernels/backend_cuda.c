@@ -331,11 +331,12 @@ static int cuda_rmsnorm(struct ra_backend *be, float *y, const float *x, const s
                            cb->stream[RA_STREAM_COMPUTE]);
 }
 
-static int cuda_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta,
-                     enum ra_rope_style style)
+static int cuda_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0,
+                     const struct ra_rope *r)
 {
     struct cuda_backend *cb = cb_of(be);
-    return ra_cuda_rope(x, ld, n, n_heads, head_dim, pos0, theta, (int)style, cb->stream[RA_STREAM_COMPUTE]);
+    return ra_cuda_rope(x, ld, n, n_heads, head_dim, pos0, r->theta, (int)r->style, r->factors,
+                        cb->stream[RA_STREAM_COMPUTE]);
 }
 
 /* The kernel is chosen per call (attention.cuh); decode's needs scratch for its partial results. */

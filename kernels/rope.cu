@@ -4,8 +4,17 @@
 #include "common.cuh"
 #include "rope.cuh"
 
+#include <string.h>
+
+/* The factors travel by value in the launch's parameters (1 KiB): no device
+ * buffer to keep in step with the model. */
+struct rope_factors {
+    int scaled;
+    float f[RA_ROPE_MAX_PAIRS];
+};
+
 __global__ static void rope_kernel(float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta,
-                                   int style)
+                                   int style, struct rope_factors sf)
 {
     const int half = head_dim / 2;
     const size_t total = (size_t)n * n_heads * half;
@@ -13,7 +22,9 @@ __global__ static void rope_kernel(float *x, int ld, int n, int n_heads, int hea
         const int j = (int)(t % half);
         const int h = (int)(t / half % n_heads);
         const int i = (int)(t / ((size_t)half * n_heads));
-        const float freq = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+        float freq = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+        if (sf.scaled)
+            freq /= sf.f[j];
         const float a = (float)(pos0 + i) * freq;
         const float c = cosf(a), s = sinf(a);
         float *v = x + (size_t)i * ld + (size_t)h * head_dim;
@@ -25,14 +36,22 @@ __global__ static void rope_kernel(float *x, int ld, int n, int n_heads, int hea
 }
 
 extern "C" int ra_cuda_rope(float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta, int style,
-                            cudaStream_t stream)
+                            const float *factors, cudaStream_t stream)
 {
     if (head_dim % 2 != 0 || (style != RA_ROPE_INTERLEAVED && style != RA_ROPE_HALF))
         return ra_error_set(RA_EINVAL, "cuda rope: head dimension %d is odd or style %d unknown", head_dim, style);
+    if (factors && head_dim / 2 > RA_ROPE_MAX_PAIRS)
+        return ra_error_set(RA_EINVAL, "cuda rope: scaled RoPE with head dimension %d (at most %d)", head_dim,
+                            2 * RA_ROPE_MAX_PAIRS);
     const size_t total = (size_t)n * n_heads * (head_dim / 2);
     if (total == 0)
         return RA_OK;
-    rope_kernel<<<ra_grid_1d(total), 256, 0, stream>>>(x, ld, n, n_heads, head_dim, pos0, theta, style);
+    struct rope_factors sf;
+    memset(&sf, 0, sizeof sf);
+    sf.scaled = factors != NULL;
+    if (factors)
+        memcpy(sf.f, factors, (size_t)(head_dim / 2) * sizeof(float));
+    rope_kernel<<<ra_grid_1d(total), 256, 0, stream>>>(x, ld, n, n_heads, head_dim, pos0, theta, style, sf);
     CUDA_CHECK_LAUNCH();
     return RA_OK;
 }

@@ -9,8 +9,9 @@
 extern "C" {
 #endif
 
+/* factors: head_dim/2 host floats dividing pair j's frequency (RoPE scaling), or NULL. */
 int ra_cuda_rope(float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta, int style,
-                 cudaStream_t stream);
+                 const float *factors, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

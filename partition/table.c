@@ -1671,6 +1671,9 @@ void ra_table_model_id(const struct ra_config *c, char *buf, size_t len)
     uint32_t h = 2166136261u;
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         h = fnv1a(h, fields[i]);
+    /* scaled RoPE: its factors too (an unscaled model keeps the id it had) */
+    for (int j = 0; c->rope_scaled && j < c->head_dim / 2 && j < RA_ROPE_MAX_PAIRS; j++)
+        h = fnv1a(h, float_bits(c->rope_factors[j]));
     snprintf(buf, len, "llama-d%d-l%d-h%d-kv%d-f%d-v%d-%08x", c->dim, c->n_layers, c->n_heads, c->n_kv_heads,
              c->hidden_dim, c->vocab_size, (unsigned)h);
 }

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h" /* enum ra_rope_style */
+#include "model.h" /* struct ra_rope */
 
 struct ra_tensor;
 
@@ -81,9 +81,10 @@ struct ra_backend_ops {
                    int n, int dim, float eps);
     /* Rotates the pairs of each head of rows x[i] (stride ld) at positions pos0 + i:
      * (2j, 2j+1) for RA_ROPE_INTERLEAVED, (j, j + head_dim/2) for RA_ROPE_HALF,
-     * pair j by the angle (pos0 + i) * theta^(-2j/head_dim). */
-    int (*rope)(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta,
-                enum ra_rope_style style);
+     * pair j by the angle (pos0 + i) * theta^(-2j/head_dim) / factors[j] (model.h:
+     * struct ra_rope; no factors: the unscaled angle, computed as llama2.c does). */
+    int (*rope)(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0,
+                const struct ra_rope *rope);
     /* Causal attention of n queries at positions [start, start+n) over cache rows [0, start+n)
      * (elements of s->kv_dtype); softmax and sums in fp32 whatever the cache's dtype. */
     int (*attention)(struct ra_backend *be, float *out, const float *q, const void *k_cache,

@@ -63,6 +63,8 @@ struct cpu_backend {
     size_t rope_floats;
     int rope_pos0, rope_n, rope_head_dim;
     float rope_theta;
+    int rope_scaled;                          /* the tables' key covers the factors too */
+    float rope_factors[RA_ROPE_MAX_PAIRS];
     /* A decode step's activations rounded to bf16 for a bf16-compute GEMV
      * (as the bf16 unit rounds them), kept as bf16 and as fp32 values. */
     uint16_t *gemv_xb;
@@ -381,41 +383,66 @@ static int cpu_rmsnorm(struct ra_backend *be, float *y, const float *x, const st
     return RA_OK;
 }
 
-static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta,
-                    enum ra_rope_style style)
+/* Whether the cached cos/sin tables are those of these positions and frequencies. */
+static int rope_tables_match(const struct cpu_backend *cb, int n, int head_dim, int pos0, const struct ra_rope *r)
+{
+    if (!cb->rope_cos || cb->rope_pos0 != pos0 || cb->rope_n != n || cb->rope_head_dim != head_dim ||
+        cb->rope_theta != r->theta || cb->rope_scaled != (r->factors != NULL))
+        return 0;
+    return !r->factors || !memcmp(cb->rope_factors, r->factors, (size_t)(head_dim / 2) * sizeof(float));
+}
+
+static int rope_tables(struct ra_backend *be, int n, int head_dim, int pos0, const struct ra_rope *r)
 {
     struct cpu_backend *cb = (struct cpu_backend *)be;
     const int half = head_dim / 2;
-    if (cb->rope_pos0 != pos0 || cb->rope_n != n || cb->rope_head_dim != head_dim || cb->rope_theta != theta ||
-        !cb->rope_cos) {
-        const size_t need = (size_t)n * half;
-        if (need > cb->rope_floats) {
-            free(cb->rope_cos);
-            free(cb->rope_sin);
-            cb->rope_cos = malloc(need * sizeof(float));
-            cb->rope_sin = malloc(need * sizeof(float));
-            cb->rope_floats = 0;
-            cb->rope_n = -1;
-            if (!cb->rope_cos || !cb->rope_sin)
-                return ra_error_set(RA_ENOMEM, "cpu backend: cannot allocate the RoPE table for %d positions", n);
-            cb->rope_floats = need;
-        }
-        float freq[half];
-        for (int j = 0; j < half; j++) /* as llama2.c computes it, so the golden tokens match */
-            freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
-        float *cs = cb->rope_cos, *sn = cb->rope_sin;
-#pragma omp parallel for schedule(static) if (n > 64) num_threads(be->n_threads)
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < half; j++) {
-                const float a = (float)(pos0 + i) * freq[j];
-                cs[(size_t)i * half + j] = cosf(a);
-                sn[(size_t)i * half + j] = sinf(a);
-            }
-        cb->rope_pos0 = pos0;
-        cb->rope_n = n;
-        cb->rope_head_dim = head_dim;
-        cb->rope_theta = theta;
+    if (r->factors && half > RA_ROPE_MAX_PAIRS)
+        return ra_error_set(RA_EINVAL, "cpu backend: scaled RoPE with head dimension %d (at most %d)", head_dim,
+                            2 * RA_ROPE_MAX_PAIRS);
+    const size_t need = (size_t)n * half;
+    if (need > cb->rope_floats) {
+        free(cb->rope_cos);
+        free(cb->rope_sin);
+        cb->rope_cos = malloc(need * sizeof(float));
+        cb->rope_sin = malloc(need * sizeof(float));
+        cb->rope_floats = 0;
+        cb->rope_n = -1;
+        if (!cb->rope_cos || !cb->rope_sin)
+            return ra_error_set(RA_ENOMEM, "cpu backend: cannot allocate the RoPE table for %d positions", n);
+        cb->rope_floats = need;
     }
+    float freq[half];
+    for (int j = 0; j < half; j++) { /* as llama2.c computes it, so the golden tokens match */
+        freq[j] = 1.0f / powf(r->theta, (float)(2 * j) / (float)head_dim);
+        if (r->factors)
+            freq[j] /= r->factors[j];
+    }
+    float *cs = cb->rope_cos, *sn = cb->rope_sin;
+#pragma omp parallel for schedule(static) if (n > 64) num_threads(be->n_threads)
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < half; j++) {
+            const float a = (float)(pos0 + i) * freq[j];
+            cs[(size_t)i * half + j] = cosf(a);
+            sn[(size_t)i * half + j] = sinf(a);
+        }
+    cb->rope_pos0 = pos0;
+    cb->rope_n = n;
+    cb->rope_head_dim = head_dim;
+    cb->rope_theta = r->theta;
+    cb->rope_scaled = r->factors != NULL;
+    if (r->factors)
+        memcpy(cb->rope_factors, r->factors, (size_t)half * sizeof(float));
+    return RA_OK;
+}
+
+static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0,
+                    const struct ra_rope *r)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)be;
+    const enum ra_rope_style style = r->style;
+    int rc;
+    if (!rope_tables_match(cb, n, head_dim, pos0, r) && (rc = rope_tables(be, n, head_dim, pos0, r)) != RA_OK)
+        return rc;
     if (style == RA_ROPE_HALF)
         cb->k->rope_half(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, be->n_threads);
     else

@@ -294,6 +294,7 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
     struct ra_backend *be = m->backend;
     const struct ra_backend_ops *op = be->ops;
     const struct ra_config *c = &m->config;
+    const struct ra_rope rope = ra_config_rope(c);
     struct ra_workspace *ws = m->ws;
     const int d = c->dim, kvd = ra_config_kv_dim(c), hid = c->hidden_dim;
     const struct ra_attention_shape shape = { c->n_heads, c->n_kv_heads, c->head_dim, d, kvd, kv->dtype };
@@ -313,8 +314,8 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
         float *vf = narrow_kv ? ws->vf : ra_kvcache_v(kv, l, start);
         OP(t_linear, op->matmul(be, kf, kvd, ws->xb, d, &w->wk, n));
         OP(t_linear, op->matmul(be, vf, kvd, ws->xb, d, &w->wv, n));
-        OP(t_other, op->rope(be, ws->q, d, n, c->n_heads, c->head_dim, start, c->rope_theta, c->rope_style));
-        OP(t_other, op->rope(be, kf, kvd, n, c->n_kv_heads, c->head_dim, start, c->rope_theta, c->rope_style));
+        OP(t_other, op->rope(be, ws->q, d, n, c->n_heads, c->head_dim, start, &rope));
+        OP(t_other, op->rope(be, kf, kvd, n, c->n_kv_heads, c->head_dim, start, &rope));
         if (narrow_kv) {
             OP(t_other, op->narrow(be, ra_kvcache_k(kv, l, start), kv->dtype, kf, (size_t)n * kvd));
             OP(t_other, op->narrow(be, ra_kvcache_v(kv, l, start), kv->dtype, vf, (size_t)n * kvd));

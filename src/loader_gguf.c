@@ -19,6 +19,7 @@
 #include "model.h"
 #include "status.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,26 +82,56 @@ static int read_architecture(struct gguf_load *L)
     return RA_OK;
 }
 
-/* RoPE scaling changes the angles: not built, so a file that asks for it is
- * refused, by a scaling type or by per-frequency factors (rope_freqs.weight:
- * llama.cpp's converter writes Llama 3.1's "llama3" scaling so, with no type). */
-static int check_rope_scaling(struct gguf_load *L)
+/* Llama 3's per-pair factors as llama.cpp's converter stores them: the f32
+ * tensor rope_freqs.weight, head_dim/2 frequency divisors. They multiply a
+ * linear factor already set (llama.cpp applies both). */
+static int read_rope_freqs(struct gguf_load *L, const struct ra_gguf_tensor *t)
 {
-    char key[96];
-    const char *type;
-    if (ra_gguf_find(&L->g, "rope_freqs.weight"))
-        return ra_error_set(RA_EUNSUPPORTED, "%s: tensor rope_freqs.weight scales the RoPE frequencies (Llama 3.1's "
-                            "scaling): RoPE scaling is not built", L->path);
-    snprintf(key, sizeof key, "%s.rope.scaling.type", L->arch);
-    if (!ra_gguf_find_kv(&L->g, key))
-        return RA_OK;
-    int rc = ra_gguf_get_str(&L->g, key, &type, NULL);
-    if (rc != RA_OK)
-        return rc;
-    if (strcmp(type, "none") != 0)
-        return ra_error_set(RA_EUNSUPPORTED, "%s: %s is '%s': RoPE scaling is not built", L->path, key,
-                            ra_esc(type));
+    struct ra_config *c = &L->m->config;
+    const int half = c->head_dim / 2;
+    if (t->type != 0 || t->n_elements != half)
+        return ra_error_set(RA_EFORMAT, "%s: tensor rope_freqs.weight must be %d f32 values (head_dim/2), not %lld "
+                            "of ggml type %u", L->path, half, (long long)t->n_elements, (unsigned)t->type);
+    if (half > RA_ROPE_MAX_PAIRS)
+        return ra_error_set(RA_EUNSUPPORTED, "%s: RoPE scaling needs head_dim <= %d, not %d", L->path,
+                            2 * RA_ROPE_MAX_PAIRS, c->head_dim);
+    for (int j = 0; j < half; j++) {
+        float f;
+        memcpy(&f, (const char *)t->data + (size_t)j * sizeof f, sizeof f); /* maybe misaligned */
+        if (!isfinite(f) || f <= 0)
+            return ra_error_set(RA_EFORMAT, "%s: rope_freqs.weight[%d] is %g (it must be finite and positive)",
+                                L->path, j, f);
+        c->rope_factors[j] = c->rope_scaled ? c->rope_factors[j] * f : f;
+    }
+    c->rope_scaled = RA_ROPE_FACTORS; /* llama3's parameters are not in the file */
     return RA_OK;
+}
+
+/* RoPE scaling: <arch>.rope.scaling.type none or linear (with
+ * rope.scaling.factor), and the tensor rope_freqs.weight (Llama 3.1's
+ * "llama3" scaling, which llama.cpp's converter writes with no type). Any
+ * other type (yarn...) changes the angles in ways not computed: refused. */
+static int read_rope_scaling(struct gguf_load *L)
+{
+    struct ra_config *c = &L->m->config;
+    const struct ra_gguf_tensor *freqs = ra_gguf_find(&L->g, "rope_freqs.weight");
+    char key[96];
+    const char *type = "none";
+    int rc;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", L->arch);
+    if (ra_gguf_find_kv(&L->g, key) && (rc = ra_gguf_get_str(&L->g, key, &type, NULL)) != RA_OK)
+        return rc;
+    if (!strcmp(type, "linear")) {
+        float f = 0;
+        snprintf(key, sizeof key, "%s.rope.scaling.factor", L->arch);
+        if (!ra_gguf_find_kv(&L->g, key))
+            return ra_error_set(RA_EFORMAT, "%s: rope.scaling.type is linear but %s is missing", L->path, key);
+        if ((rc = ra_gguf_get_f32(&L->g, key, &f)) != RA_OK || (rc = ra_rope_set_linear(c, f, L->path)) != RA_OK)
+            return rc;
+    } else if (strcmp(type, "none") != 0)
+        return ra_error_set(RA_EUNSUPPORTED, "%s: %s is '%s': only none and linear RoPE scaling are supported",
+                            L->path, key, ra_esc(type));
+    return freqs ? read_rope_freqs(L, freqs) : RA_OK;
 }
 
 static int read_config(struct gguf_load *L)
@@ -108,7 +139,7 @@ static int read_config(struct gguf_load *L)
     struct ra_config *c = &L->m->config;
     const struct ra_gguf_tensor *embd = ra_gguf_find(&L->g, "token_embd.weight");
     int rc;
-    if ((rc = read_architecture(L)) != RA_OK || (rc = check_rope_scaling(L)) != RA_OK ||
+    if ((rc = read_architecture(L)) != RA_OK ||
         (rc = meta_int(L, "embedding_length", 0, &c->dim)) != RA_OK ||
         (rc = meta_int(L, "feed_forward_length", 0, &c->hidden_dim)) != RA_OK ||
         (rc = meta_int(L, "block_count", 0, &c->n_layers)) != RA_OK ||
@@ -129,6 +160,8 @@ static int read_config(struct gguf_load *L)
         return ra_error_set(RA_EUNSUPPORTED, "%s: heads of %d dimensions in a width of %d with %d heads: runahead "
                             "needs head_dim = width / heads", L->path, key_length, c->dim, c->n_heads);
     c->rope_style = RA_ROPE_INTERLEAVED;
+    if ((rc = ra_config_validate(c, L->path)) != RA_OK || (rc = read_rope_scaling(L)) != RA_OK)
+        return rc;
     return ra_config_validate(c, L->path);
 }
 

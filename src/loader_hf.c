@@ -115,13 +115,66 @@ static int has_string(json_t *arr, const char *s)
     return 0;
 }
 
+/* A number of the rope_scaling object; def < 0: required. */
+static int scaling_number(const char *path, json_t *s, const char *key, double def, double *out)
+{
+    json_t *v = json_object_get(s, key);
+    if (!v || json_is_null(v)) {
+        if (def < 0)
+            return ra_error_set(RA_EFORMAT, "%s: rope_scaling has no %s", path, key);
+        *out = def;
+        return RA_OK;
+    }
+    if (!json_is_number(v))
+        return ra_error_set(RA_EFORMAT, "%s: rope_scaling's %s is not a number", path, key);
+    *out = json_number_value(v);
+    return RA_OK;
+}
+
+/* RoPE scaling: "rope_scaling" (or transformers 5's "rope_parameters"), its
+ * kind under "rope_type" (older files: "type"). Linear and Llama 3's are
+ * computed; any other kind (yarn, dynamic, longrope...) would change the
+ * angles in ways the runtime does not compute, so it is refused by name. */
+static int parse_rope_scaling(const char *path, json_t *root, struct ra_config *c)
+{
+    json_t *s = json_object_get(root, "rope_scaling");
+    if (!s || json_is_null(s))
+        s = json_object_get(root, "rope_parameters");
+    if (!s || json_is_null(s))
+        return RA_OK;
+    if (!json_is_object(s))
+        return ra_error_set(RA_EFORMAT, "%s: rope_scaling is not an object", path);
+    json_t *t = json_object_get(s, "rope_type");
+    if (!t || json_is_null(t))
+        t = json_object_get(s, "type");
+    if (!t || !json_is_string(t))
+        return ra_error_set(RA_EFORMAT, "%s: rope_scaling has no rope_type string", path);
+    const char *type = json_string_value(t);
+    double f = 0, low = 0, high = 0, orig = 0;
+    int rc;
+    if (!strcmp(type, "default"))
+        return RA_OK;
+    if (!strcmp(type, "linear"))
+        return (rc = scaling_number(path, s, "factor", -1, &f)) != RA_OK ? rc : ra_rope_set_linear(c, f, path);
+    if (!strcmp(type, "llama3")) {
+        if ((rc = scaling_number(path, s, "factor", -1, &f)) != RA_OK ||
+            (rc = scaling_number(path, s, "low_freq_factor", -1, &low)) != RA_OK ||
+            (rc = scaling_number(path, s, "high_freq_factor", -1, &high)) != RA_OK ||
+            (rc = scaling_number(path, s, "original_max_position_embeddings", c->seq_len, &orig)) != RA_OK)
+            return rc;
+        return ra_rope_set_llama3(c, f, low, high, orig, path);
+    }
+    return ra_error_set(RA_EUNSUPPORTED, "%s: RoPE scaling type %s is not supported (only linear and llama3)", path,
+                        ra_esc(type));
+}
+
 /* Only plain Llama is computed correctly by the runtime: anything that
- * changes the math (another architecture, scaled RoPE, biases, another
+ * changes the math (another architecture, unsupported RoPE scaling, biases, another
  * activation) is refused rather than silently computed wrong. */
 static int check_architecture(const char *path, json_t *root)
 {
     json_t *type = json_object_get(root, "model_type"), *arch = json_object_get(root, "architectures");
-    json_t *act = json_object_get(root, "hidden_act"), *scaling = json_object_get(root, "rope_scaling");
+    json_t *act = json_object_get(root, "hidden_act");
     int bias = 0, mlp_bias = 0, rc;
 
     if (!type && !arch)
@@ -134,8 +187,6 @@ static int check_architecture(const char *path, json_t *root)
     if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
         return ra_error_set(RA_EUNSUPPORTED, "%s: hidden_act %s is not supported (only silu)", path,
                             json_is_string(act) ? ra_esc(json_string_value(act)) : "(not a string)");
-    if (scaling && !json_is_null(scaling))
-        return ra_error_set(RA_EUNSUPPORTED, "%s: rope_scaling is not supported (it must be null)", path);
     if ((rc = cfg_bool(path, root, "attention_bias", &bias)) != RA_OK ||
         (rc = cfg_bool(path, root, "mlp_bias", &mlp_bias)) != RA_OK)
         return rc;
@@ -169,6 +220,11 @@ static int parse_config(struct hf_load *L, const char *path, json_t *root)
     if (head_dim && head_dim * c->n_heads != c->dim)
         return ra_error_set(RA_EUNSUPPORTED, "%s: head_dim %d is not hidden_size/num_attention_heads = %d/%d",
                             path, head_dim, c->dim, c->n_heads);
+    if (!json_object_get(root, "rope_theta") && json_is_object(json_object_get(root, "rope_parameters")) &&
+        (rc = cfg_real(path, json_object_get(root, "rope_parameters"), "rope_theta", 10000.0, &c->rope_theta)) != RA_OK)
+        return rc; /* transformers 5 keeps the base there */
+    if ((rc = ra_config_validate(c, path)) != RA_OK || (rc = parse_rope_scaling(path, root, c)) != RA_OK)
+        return rc;
     return ra_config_validate(c, path);
 }
 

@@ -38,7 +38,66 @@ int ra_config_validate(const struct ra_config *c, const char *what)
     REQUIRE(c->rope_style == RA_ROPE_INTERLEAVED || c->rope_style == RA_ROPE_HALF, "%s: RoPE style %d is unknown",
             what, (int)c->rope_style);
     REQUIRE(isfinite(c->norm_eps) && c->norm_eps > 0 && c->norm_eps < 1, "%s: norm epsilon %g is invalid", what, c->norm_eps);
+    REQUIRE(!c->rope_scaled || c->head_dim / 2 <= RA_ROPE_MAX_PAIRS,
+            "%s: RoPE scaling needs head_dim <= %d, not %d", what, 2 * RA_ROPE_MAX_PAIRS, c->head_dim);
+    for (int j = 0; c->rope_scaled && j < c->head_dim / 2; j++)
+        REQUIRE(isfinite(c->rope_factors[j]) && c->rope_factors[j] > 0, "%s: RoPE scaling factor %d is %g (it must be "
+                "finite and positive)", what, j, c->rope_factors[j]);
 #undef REQUIRE
+    return RA_OK;
+}
+
+static int rope_pairs(const struct ra_config *c, const char *what)
+{
+    if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim / 2 > RA_ROPE_MAX_PAIRS)
+        return ra_error_set(RA_EUNSUPPORTED, "%s: RoPE scaling needs an even head_dim <= %d, not %d", what,
+                            2 * RA_ROPE_MAX_PAIRS, c->head_dim);
+    return RA_OK;
+}
+
+int ra_rope_set_linear(struct ra_config *c, double f, const char *what)
+{
+    int rc = rope_pairs(c, what);
+    if (rc != RA_OK)
+        return rc;
+    if (!isfinite(f) || f <= 0 || !isfinite((float)f))
+        return ra_error_set(RA_EFORMAT, "%s: RoPE scaling factor %g must be finite and positive", what, f);
+    for (int j = 0; j < c->head_dim / 2; j++)
+        c->rope_factors[j] = (float)f;
+    c->rope_scaled = RA_ROPE_LINEAR;
+    c->rope_scaling_params[0] = (float)f;
+    return RA_OK;
+}
+
+int ra_rope_set_llama3(struct ra_config *c, double f, double low, double high, double original_ctx, const char *what)
+{
+    int rc = rope_pairs(c, what);
+    if (rc != RA_OK)
+        return rc;
+    if (!isfinite(f) || f <= 0 || !isfinite(low) || low <= 0 || !isfinite(high) || high <= low ||
+        !isfinite(original_ctx) || original_ctx <= 0)
+        return ra_error_set(RA_EFORMAT, "%s: llama3 RoPE scaling needs finite factor > 0, 0 < low_freq_factor < "
+                            "high_freq_factor, original_max_position_embeddings > 0 (got %g, %g, %g, %g)",
+                            what, f, low, high, original_ctx);
+    const double low_wavelen = original_ctx / low, high_wavelen = original_ctx / high;
+    for (int j = 0; j < c->head_dim / 2; j++) {
+        /* transformers' float32 inv_freq, then its three bands as a divisor */
+        const float inv = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->head_dim);
+        const double wavelen = 2 * M_PI / inv;
+        double factor = 1;
+        if (wavelen > low_wavelen)
+            factor = f;
+        else if (wavelen >= high_wavelen) {
+            const double smooth = (original_ctx / wavelen - low) / (high - low);
+            factor = 1 / ((1 - smooth) / f + smooth);
+        }
+        c->rope_factors[j] = (float)factor;
+    }
+    c->rope_scaled = RA_ROPE_LLAMA3;
+    c->rope_scaling_params[0] = (float)f;
+    c->rope_scaling_params[1] = (float)low;
+    c->rope_scaling_params[2] = (float)high;
+    c->rope_scaling_params[3] = (float)original_ctx;
     return RA_OK;
 }
 

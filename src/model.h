@@ -28,6 +28,24 @@ enum ra_rope_style {
 
 const char *ra_rope_style_name(enum ra_rope_style s);
 
+/* RoPE frequency scaling, as data: pair j of a head turns at
+ * theta^(-2j/head_dim) / factor[j] radians per position. Linear scaling has
+ * every factor equal; Llama 3's has 1 for the high frequencies, its factor for
+ * the low ones and a smooth blend between (ra_rope_llama3_factors). A model
+ * with no scaling keeps no factors, and its frequencies are computed exactly as
+ * llama2.c computes them (the golden tests compare its tokens bit for bit). */
+#define RA_ROPE_MAX_PAIRS 256 /* scaled models: head_dim up to 512 */
+
+/* Where a config's factors came from (config.json can say linear and llama3 only). */
+enum ra_rope_scaling { RA_ROPE_UNSCALED = 0, RA_ROPE_LINEAR, RA_ROPE_LLAMA3, RA_ROPE_FACTORS };
+
+/* What the backends' rope op needs besides the shapes. */
+struct ra_rope {
+    float theta;
+    enum ra_rope_style style;
+    const float *factors; /* [head_dim/2], or NULL: unscaled */
+};
+
 /* Inline, so that the CUDA module (which links no core object) has them too. */
 static inline size_t ra_dtype_size(enum ra_dtype t) { return t == RA_DTYPE_F32 ? 4 : 2; }
 
@@ -61,7 +79,26 @@ struct ra_config {
     float rope_theta;
     float norm_eps;
     enum ra_rope_style rope_style; /* set by the loader from the file's convention */
+    int rope_scaled;               /* enum ra_rope_scaling; RA_ROPE_UNSCALED (0): rope_factors unused */
+    float rope_scaling_params[4];  /* linear: factor; llama3: factor, low/high_freq_factor, original context */
+    float rope_factors[RA_ROPE_MAX_PAIRS]; /* [head_dim/2] when rope_scaled: pair j's frequency divisor */
 };
+
+/* The rope op's view of a config (it points into c). */
+static inline struct ra_rope ra_config_rope(const struct ra_config *c)
+{
+    struct ra_rope r = { c->rope_theta, c->rope_style, c->rope_scaled ? c->rope_factors : NULL };
+    return r;
+}
+
+/* Sets every factor to f (linear scaling); RA_EFORMAT naming `what` if f is not finite and positive. */
+int ra_rope_set_linear(struct ra_config *c, double f, const char *what);
+
+/* Sets the factors as transformers' _compute_llama3_parameters (Llama 3.1)
+ * scales theta^(-2j/head_dim): factor f below the frequency of a wave of
+ * original_ctx/low tokens, 1 above that of original_ctx/high tokens, a smooth
+ * blend between. c->head_dim and c->rope_theta must be set. */
+int ra_rope_set_llama3(struct ra_config *c, double f, double low, double high, double original_ctx, const char *what);
 
 static inline int ra_config_kv_dim(const struct ra_config *c) { return c->n_kv_heads * c->head_dim; }
 

@@ -57,6 +57,7 @@ struct options {
     enum ra_dtype dtype;
     uint64_t seed;
     const char *out, *from;
+    const char *rope_scaling; /* --rope-scaling, applied once the shape is known */
     int force;
 };
 
@@ -104,6 +105,8 @@ static void usage(FILE *fp)
             "  --preset NAME      tiny (default), tiny-gqa, bench-small, tinyllama-1.1b, llama2-7b\n"
             "  --dim N --hidden-dim N --layers N --heads N --kv-heads N --vocab N --context N\n"
             "  --rope-theta X     override one field of the preset\n"
+            "  --rope-scaling S   linear:F, or llama3:F,LOW,HIGH,ORIG (factor, low/high_freq_factor,\n"
+            "                     original_max_position_embeddings), written into config.json\n"
             "  --tied             share the output matrix with the embedding (random tied models\n"
             "                     decode greedily to one repeated token: use untied ones to compare outputs)\n"
             "  --dtype T          stored weight type: f32 (default), bf16, f16\n"
@@ -445,6 +448,8 @@ static int write_llama2c(const struct options *o, const struct ra_config *c, int
                                 tied ? c->vocab_size : -c->vocab_size, c->seq_len };
     int rc;
 
+    if (c->rope_scaled)
+        return ra_error_set(RA_EUNSUPPORTED, "%s: llama2.c checkpoints have no RoPE scaling: cannot store it", o->out);
     if (c->rope_theta != 10000.0f) /* the loader assumes llama2.c's fixed base */
         return ra_error_set(RA_EUNSUPPORTED, "%s: llama2.c checkpoints have no rope_theta (10000 is assumed): "
                             "cannot store %g", o->out, c->rope_theta);
@@ -486,11 +491,24 @@ static json_t *json_float(float f)
     return json_real(strtod(buf, NULL));
 }
 
+/* config.json's rope_scaling: null, or the parameters transformers reads. */
+static json_t *make_rope_scaling(const struct ra_config *c)
+{
+    const float *p = c->rope_scaling_params;
+    if (c->rope_scaled == RA_ROPE_LINEAR)
+        return json_pack("{s:s, s:o}", "rope_type", "linear", "factor", json_float(p[0]));
+    if (c->rope_scaled == RA_ROPE_LLAMA3)
+        return json_pack("{s:s, s:o, s:o, s:o, s:i}", "rope_type", "llama3", "factor", json_float(p[0]),
+                         "low_freq_factor", json_float(p[1]), "high_freq_factor", json_float(p[2]),
+                         "original_max_position_embeddings", (int)p[3]);
+    return json_null();
+}
+
 static json_t *make_config(const struct ra_config *c, int tied, enum ra_dtype dtype)
 {
     static const char *const torch_dtype[] = { "float32", "float16", "bfloat16" };
     return json_pack("{s:[s], s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:o, s:o, s:b, s:s, "
-                     "s:i, s:i, s:f, s:b, s:f, s:b, s:i, s:n, s:b}",
+                     "s:i, s:i, s:f, s:b, s:f, s:b, s:i, s:o, s:b}",
                      "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_act", "silu",
                      "hidden_size", c->dim, "intermediate_size", c->hidden_dim, "num_hidden_layers", c->n_layers,
                      "num_attention_heads", c->n_heads, "num_key_value_heads", c->n_kv_heads,
@@ -499,7 +517,7 @@ static json_t *make_config(const struct ra_config *c, int tied, enum ra_dtype dt
                      "tie_word_embeddings", tied, "torch_dtype", torch_dtype[dtype],
                      "bos_token_id", 1, "eos_token_id", 2, "initializer_range", 0.02, "attention_bias", 0,
                      "attention_dropout", 0.0, "mlp_bias", 0, "pretraining_tp", 1, "rope_scaling",
-                     "use_cache", 1);
+                     make_rope_scaling(c), "use_cache", 1);
 }
 
 /* Through a mkstemp temporary file (outfile.h): a link planted at a guessable name such as
@@ -514,7 +532,10 @@ static int write_config(const struct ra_config *c, int tied, enum ra_dtype dtype
     int rc;
 
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!text)
+    if (c->rope_scaled == RA_ROPE_FACTORS)
+        rc = ra_error_set(RA_EUNSUPPORTED, "%s: the RoPE factors (a GGUF rope_freqs.weight) have no config.json form "
+                          "without their llama3 parameters", path);
+    else if (!text)
         rc = ra_error_set(RA_ENOMEM, "%s: out of memory", path);
     else if ((rc = ra_outfile_open(&of, path, &fp)) == RA_OK && fprintf(fp, "%s\n", text) < 0)
         rc = ra_error_set(RA_EIO, "%s: cannot write %s: %s", path, of.tmp, strerror(errno));
@@ -609,7 +630,8 @@ static int convert(const struct options *o)
 /* ------------------------------------------------------------------ flags */
 
 enum { OPT_DIM = 256, OPT_HIDDEN, OPT_LAYERS, OPT_HEADS, OPT_KV_HEADS, OPT_VOCAB, OPT_CONTEXT, OPT_THETA,
-       OPT_TIED, OPT_DTYPE, OPT_SEED, OPT_OUT, OPT_FROM, OPT_FORCE, OPT_PRESET, OPT_HELP, OPT_VERSION, OPT_FORMAT };
+       OPT_TIED, OPT_DTYPE, OPT_SEED, OPT_OUT, OPT_FROM, OPT_FORCE, OPT_PRESET, OPT_HELP, OPT_VERSION, OPT_FORMAT,
+       OPT_ROPE_SCALING };
 
 /* The shape flags come first, in OPT_ order: parse_flag names them by index. */
 static const struct option long_options[] = {
@@ -629,6 +651,7 @@ static const struct option long_options[] = {
     { "force", no_argument, NULL, OPT_FORCE },
     { "preset", required_argument, NULL, OPT_PRESET },
     { "format", required_argument, NULL, OPT_FORMAT },
+    { "rope-scaling", required_argument, NULL, OPT_ROPE_SCALING },
     { "help", no_argument, NULL, OPT_HELP },
     { "version", no_argument, NULL, OPT_VERSION },
     { NULL, 0, NULL, 0 },
@@ -694,6 +717,7 @@ static int parse_flag(int opt, const char *arg, struct options *o, int *over, co
             return usage_error("bad --rope-theta '%s'", arg);
         o->cfg.rope_theta = (float)theta;
         return -1;
+    case OPT_ROPE_SCALING: o->rope_scaling = arg; return -1;
     case OPT_TIED: o->tied = 1; return -1;
     case OPT_DTYPE: return parse_dtype(arg, &o->dtype) ? usage_error("bad --dtype '%s': use f32, bf16 or f16", arg) : -1;
     case OPT_SEED:
@@ -715,6 +739,20 @@ static int parse_flag(int opt, const char *arg, struct options *o, int *over, co
     }
 }
 
+/* --rope-scaling linear:F or llama3:F,LOW,HIGH,ORIG; an exit code, or -1 to go on. */
+static int parse_rope_scaling(const char *arg, struct ra_config *c)
+{
+    double v[4];
+    int used = 0, rc = RA_EINVAL;
+    if (sscanf(arg, "linear:%lf%n", &v[0], &used) == 1 && !arg[used])
+        rc = ra_rope_set_linear(c, v[0], "--rope-scaling");
+    else if (sscanf(arg, "llama3:%lf,%lf,%lf,%lf%n", &v[0], &v[1], &v[2], &v[3], &used) == 4 && !arg[used])
+        rc = ra_rope_set_llama3(c, v[0], v[1], v[2], v[3], "--rope-scaling");
+    else
+        return usage_error("bad --rope-scaling '%s': use linear:F or llama3:F,LOW,HIGH,ORIG", arg);
+    return rc == RA_OK ? -1 : usage_error("%s", ra_error_message());
+}
+
 static int finish_config(struct options *o, const int *over, const struct preset *preset, float theta)
 {
     struct ra_config *c = &o->cfg;
@@ -728,7 +766,7 @@ static int finish_config(struct options *o, const int *over, const struct preset
     c->head_dim = c->dim / c->n_heads;
     if (ra_config_validate(c, "shape") != RA_OK)
         return usage_error("%s", ra_error_message());
-    return -1;
+    return o->rope_scaling ? parse_rope_scaling(o->rope_scaling, c) : -1;
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -745,7 +783,7 @@ static int parse_args(int argc, char **argv, struct options *o)
             return usage_error("unknown option or missing value: %s", argv[optind - 1 < argc ? optind - 1 : argc - 1]);
         if ((code = parse_flag(opt, optarg, o, over, &preset)) >= 0)
             return code;
-        shape_flags |= (opt >= OPT_DIM && opt <= OPT_TIED) || opt == OPT_PRESET;
+        shape_flags |= (opt >= OPT_DIM && opt <= OPT_TIED) || opt == OPT_PRESET || opt == OPT_ROPE_SCALING;
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);

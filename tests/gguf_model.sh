@@ -56,21 +56,32 @@ w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); 
     || fail "writing a gpt2 GGUF"
 expect_error "gpt2.gguf: general.architecture is 'gpt2': runahead runs llama and mistral" \
     "$BUILD/runahead" --model "$TMP/gpt2.gguf" --prompt-ids 1 -n 1
-# RoPE scaling is not built: refused by its type, or by Llama 3.1's per-frequency factors.
+# RoPE scaling: linear and rope_freqs.weight are computed (tests/rope_scaling.sh); any other
+# type is refused by name, and so are factors of the wrong length, zero or not finite.
 python3 -c 'import sys, gguf, numpy as np
-for name, freqs in (("linear", False), ("freqs", True)):
+cases = (("yarn", "yarn", None, None), ("freqs3", None, None, np.ones(3, np.float32)),
+         ("freqs0", None, None, np.array([1, 0], np.float32)), ("freqsinf", None, None, np.array([1, np.inf], np.float32)),
+         ("linear0", "linear", 0.0, None))
+for name, kind, factor, freqs in cases:
     w = gguf.GGUFWriter(sys.argv[1] + "/" + name + ".gguf", "llama")
     w.add_embedding_length(8); w.add_feed_forward_length(16); w.add_block_count(1); w.add_head_count(2)
     w.add_context_length(16)
-    if freqs: w.add_tensor("rope_freqs.weight", np.ones(2, np.float32))
-    else: w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR); w.add_rope_scaling_factor(2.0)
+    if freqs is not None: w.add_tensor("rope_freqs.weight", freqs)
+    if kind: w.add_string("llama.rope.scaling.type", kind)
+    if factor is not None: w.add_rope_scaling_factor(factor)
     w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()' "$TMP" \
     || fail "writing GGUF files with RoPE scaling"
-expect_error "linear.gguf: llama.rope.scaling.type is 'linear': RoPE scaling is not built" \
-    "$BUILD/runahead" --model "$TMP/linear.gguf" --prompt-ids 1 -n 1
-expect_error "freqs.gguf: tensor rope_freqs.weight scales the RoPE frequencies .*: RoPE scaling is not built" \
-    "$BUILD/runahead" --model "$TMP/freqs.gguf" --prompt-ids 1 -n 1
+expect_error "yarn.gguf: llama.rope.scaling.type is 'yarn': only none and linear RoPE scaling are supported" \
+    "$BUILD/runahead" --model "$TMP/yarn.gguf" --prompt-ids 1 -n 1
+expect_error "freqs3.gguf: tensor rope_freqs.weight must be 2 f32 values \(head_dim/2\), not 3 of ggml type 0" \
+    "$BUILD/runahead" --model "$TMP/freqs3.gguf" --prompt-ids 1 -n 1
+expect_error "freqs0.gguf: rope_freqs.weight\[1\] is 0 \(it must be finite and positive\)" \
+    "$BUILD/runahead" --model "$TMP/freqs0.gguf" --prompt-ids 1 -n 1
+expect_error "freqsinf.gguf: rope_freqs.weight\[1\] is inf \(it must be finite and positive\)" \
+    "$BUILD/runahead" --model "$TMP/freqsinf.gguf" --prompt-ids 1 -n 1
+expect_error "linear0.gguf: RoPE scaling factor 0 must be finite and positive" \
+    "$BUILD/runahead" --model "$TMP/linear0.gguf" --prompt-ids 1 -n 1
 
 # More lies, each patched into the bytes of a valid file (tests/gguf_model.py --bad: a Q5_K, an
 # IQ2_XXS and an unknown tensor type, a tensor offset past the end, a misaligned offset, string and

@@ -118,11 +118,13 @@ static void matmul(double *xout, const double *x, const struct ra_tensor *w, int
  * are llama2.c's), and at pos ~ 1000 an exact angle differs from it by up
  * to 1e-4 rad, which would force a tolerance loose enough to hide real bugs.
  * Everything after the angle is double. */
-void ref_rope(double *x, int n_heads, int head_dim, int pos, float theta, enum ra_rope_style style)
+void ref_rope(double *x, int n_heads, int head_dim, int pos, float theta, enum ra_rope_style style,
+              const float *factors)
 {
     for (int h = 0; h < n_heads; h++)
         for (int p = 0; p < head_dim / 2; p++) {
-            const float freq = 1.0f / powf(theta, (float)(2 * p) / (float)head_dim);
+            const float base = 1.0f / powf(theta, (float)(2 * p) / (float)head_dim);
+            const float freq = factors ? base / factors[p] : base; /* scaled: the same float division */
             const float angle = (float)pos * freq;
             const double c = cos(angle), s = sin(angle);
             const int first = style == RA_ROPE_HALF ? p : 2 * p;
@@ -206,8 +208,9 @@ int ref_forward(const struct ra_model *m, const int32_t *tokens, int start, int 
             matmul(q, xb, &lw->wq, dim, dim);
             matmul(k, xb, &lw->wk, dim, kv_dim);
             matmul(v, xb, &lw->wv, dim, kv_dim);
-            ref_rope(q, c->n_heads, hd, pos, c->rope_theta, c->rope_style);
-            ref_rope(k, c->n_kv_heads, hd, pos, c->rope_theta, c->rope_style);
+            const float *factors = c->rope_scaled ? c->rope_factors : NULL;
+            ref_rope(q, c->n_heads, hd, pos, c->rope_theta, c->rope_style, factors);
+            ref_rope(k, c->n_kv_heads, hd, pos, c->rope_theta, c->rope_style, factors);
             for (int j = 0; kv->round_bf16 && j < kv_dim; j++) {
                 k[j] = bf16_round(k[j]);
                 v[j] = bf16_round(v[j]);

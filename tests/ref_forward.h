@@ -32,7 +32,8 @@ static inline double *ref_kv_v(const struct ref_kv *kv, int layer, int pos)
 
 /* RoPE of one row x[n_heads*head_dim] at position pos, in either convention
  * (model.h: enum ra_rope_style). */
-void ref_rope(double *x, int n_heads, int head_dim, int pos, float theta, enum ra_rope_style style);
+void ref_rope(double *x, int n_heads, int head_dim, int pos, float theta, enum ra_rope_style style,
+              const float *factors /* [head_dim/2] frequency divisors, or NULL */);
 
 /* Causal attention: for each query i < n (at position start+i) and head h,
  * out[i][h] = softmax_j(q[i][h] · k[j][g] / sqrt(head_dim)) · v[j][g] over keys

@@ -143,17 +143,30 @@ static void check_rope(int pos0)
     /* At position p the angle is p * freq, a float rounded alike on both sides:
      * the tolerance grows with the position (an ulp of 4000 rad is 2.4e-4). */
     const double tol = 2e-6 + 1e-7 * pos0;
-    CHECK_OK(cpu->ops->rope(cpu, ref, ld, n, n_heads, hd, pos0, 10000.0f, RA_ROPE_INTERLEAVED));
-    CHECK_OK(gpu->ops->rope(gpu, dx, ld, n, n_heads, hd, pos0, 10000.0f, RA_ROPE_INTERLEAVED));
+    struct ra_rope r = { 10000.0f, RA_ROPE_INTERLEAVED, NULL };
+    CHECK_OK(cpu->ops->rope(cpu, ref, ld, n, n_heads, hd, pos0, &r));
+    CHECK_OK(gpu->ops->rope(gpu, dx, ld, n, n_heads, hd, pos0, &r));
     from_gpu(got, dx, (size_t)n * ld);
     report("rope (interleaved)", test_max_rel_diff(got, ref, (size_t)n * ld), tol);
 
     memcpy(ref, x, sizeof(float) * n * ld);
-    CHECK_OK(cpu->ops->rope(cpu, ref, ld, n, n_heads, hd, pos0, 10000.0f, RA_ROPE_HALF));
+    r.style = RA_ROPE_HALF;
+    CHECK_OK(cpu->ops->rope(cpu, ref, ld, n, n_heads, hd, pos0, &r));
     CHECK_OK(gpu->ops->upload(gpu, dx, x, sizeof(float) * n * ld));
-    CHECK_OK(gpu->ops->rope(gpu, dx, ld, n, n_heads, hd, pos0, 10000.0f, RA_ROPE_HALF));
+    CHECK_OK(gpu->ops->rope(gpu, dx, ld, n, n_heads, hd, pos0, &r));
     from_gpu(got, dx, (size_t)n * ld);
     report("rope (rotate-half)", test_max_rel_diff(got, ref, (size_t)n * ld), tol);
+
+    /* scaled frequencies (Llama 3's factors, per pair): the same table on both sides */
+    struct ra_config sc = { .head_dim = hd, .rope_theta = 10000.0f };
+    CHECK_OK(ra_rope_set_llama3(&sc, 8, 1, 4, 64, "test"));
+    r.factors = sc.rope_factors;
+    memcpy(ref, x, sizeof(float) * n * ld);
+    CHECK_OK(cpu->ops->rope(cpu, ref, ld, n, n_heads, hd, pos0, &r));
+    CHECK_OK(gpu->ops->upload(gpu, dx, x, sizeof(float) * n * ld));
+    CHECK_OK(gpu->ops->rope(gpu, dx, ld, n, n_heads, hd, pos0, &r));
+    from_gpu(got, dx, (size_t)n * ld);
+    report("rope (rotate-half, llama3-scaled)", test_max_rel_diff(got, ref, (size_t)n * ld), tol);
     /* the padding after the heads is not touched */
     for (int i = 0; i < n; i++)
         for (int j = n_heads * hd; j < ld; j++)

@@ -29,7 +29,7 @@ static void random_rows(float *x, int n, int heads, int d, enum ra_rope_style st
         for (int h = 0; h < heads; h++)
             for (int i = 0; i < d; i++)
                 row[h * d + i] = test_frand() * (i < 2 ? 4.0 : i < 4 ? 1.0 : 0.2);
-        ref_rope(row, heads, d, t, theta, style);
+        ref_rope(row, heads, d, t, theta, style, NULL);
         for (int i = 0; i < heads * d; i++)
             x[(size_t)t * heads * d + i] = (float)row[i];
     }

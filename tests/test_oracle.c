@@ -269,17 +269,33 @@ static void attention_case(const struct attn_case *ac)
  * a wrong pair, angle or frequency moves a value by 1e-2 or more. */
 #define TOL_ROPE 1e-6
 
-static void rope_case(int head_dim, int n_heads, enum ra_rope_style style)
+/* RoPE scaling of a test config: 0 none, 1 linear (factor 4), 2 Llama 3's
+ * (factor 8, bands 1 and 4 of an original context of 64 tokens, so that
+ * positions in the hundreds meet all three bands). */
+static void set_scaling(struct ra_config *c, int scaling)
+{
+    if (scaling == 1)
+        CHECK_OK(ra_rope_set_linear(c, 4.0, "test"));
+    else if (scaling == 2)
+        CHECK_OK(ra_rope_set_llama3(c, 8.0, 1.0, 4.0, 64.0, "test"));
+}
+
+static const char *scaling_name(int scaling) { return scaling == 2 ? "llama3" : scaling == 1 ? "linear" : "none"; }
+
+static void rope_case(int head_dim, int n_heads, enum ra_rope_style style, int scaling)
 {
     const int n = 1000, pos0 = 3096, width = n_heads * head_dim, ld = width + 16;
     const float theta = head_dim == 128 ? 500000.0f : 10000.0f;
+    struct ra_config sc = { .head_dim = head_dim, .rope_theta = theta };
+    set_scaling(&sc, scaling);
+    const struct ra_rope rope = { theta, style, sc.rope_scaled ? sc.rope_factors : NULL };
     const size_t count = (size_t)n * ld;
     float *x = malloc(count * sizeof(float)), *got = malloc(count * sizeof(float));
     double *ref = malloc(count * sizeof(double));
     for (size_t i = 0; i < count; i++)
         ref[i] = x[i] = test_frand();
     for (int i = 0; i < n; i++)
-        ref_rope(ref + (size_t)i * ld, n_heads, head_dim, pos0 + i, theta, style);
+        ref_rope(ref + (size_t)i * ld, n_heads, head_dim, pos0 + i, theta, style, rope.factors);
     for (int isa = 0; isa < RA_CPU_ISA_COUNT; isa++) {
         if (!use_isa((enum ra_cpu_isa)isa))
             continue;
@@ -289,12 +305,13 @@ static void rope_case(int head_dim, int n_heads, enum ra_rope_style style)
             continue;
         float *bx = be->ops->alloc(be, count * sizeof(float));
         CHECK_OK(be->ops->upload(be, bx, x, count * sizeof(float)));
-        CHECK_OK(be->ops->rope(be, bx, ld, n, n_heads, head_dim, pos0, theta, style));
+        CHECK_OK(be->ops->rope(be, bx, ld, n, n_heads, head_dim, pos0, &rope));
         CHECK_OK(be->ops->download(be, got, bx, count * sizeof(float)));
         /* the padding between rows is compared too: it must stay untouched */
         const double err = max_err(got, ref, count);
-        printf("rope      %-8s hd %3d heads %d %-11s [%d, %d)  worst %.2e%s\n", ra_cpu_isa_name(isa), head_dim,
-               n_heads, ra_rope_style_name(style), pos0, pos0 + n, err, err <= TOL_ROPE ? "" : "  FAIL");
+        printf("rope      %-8s hd %3d heads %d %-11s %-6s [%d, %d)  worst %.2e%s\n", ra_cpu_isa_name(isa), head_dim,
+               n_heads, ra_rope_style_name(style), scaling_name(scaling), pos0, pos0 + n, err,
+               err <= TOL_ROPE ? "" : "  FAIL");
         CHECK(err <= TOL_ROPE);
         be->ops->release(be, bx);
         ra_backend_free(be);
@@ -302,6 +319,23 @@ static void rope_case(int head_dim, int n_heads, enum ra_rope_style style)
     free(x);
     free(got);
     free(ref);
+}
+
+/* Factors that are not finite and positive are refused, one error each. */
+static void rope_bad_factors(void)
+{
+    struct ra_config c = { .dim = 64, .hidden_dim = 64, .n_layers = 1, .n_heads = 1, .n_kv_heads = 1,
+                           .vocab_size = 8, .seq_len = 8, .head_dim = 64, .rope_theta = 10000.0f, .norm_eps = 1e-5f };
+    CHECK(ra_rope_set_linear(&c, 0.0, "zero") == RA_EFORMAT);
+    CHECK(ra_rope_set_linear(&c, NAN, "nan") == RA_EFORMAT);
+    CHECK(ra_rope_set_llama3(&c, 8.0, 4.0, 1.0, 64.0, "bands") == RA_EFORMAT); /* low >= high */
+    CHECK_OK(ra_rope_set_linear(&c, 2.0, "two"));
+    CHECK_OK(ra_config_validate(&c, "two"));
+    c.rope_factors[5] = -1.0f;
+    CHECK(ra_config_validate(&c, "negative") == RA_EFORMAT);
+    printf("rope      bad factor: %s\n", ra_error_message());
+    c.rope_factors[5] = INFINITY;
+    CHECK(ra_config_validate(&c, "infinite") == RA_EFORMAT);
 }
 
 /* ---------------------------------------------------------------- forward pass */
@@ -543,6 +577,7 @@ struct synth_case {
     enum ra_dtype dtype;
     int long_span; /* also a 1000-token span (kept to the cheapest shapes) */
     enum ra_rope_style rope_style;
+    int scaling; /* set_scaling */
 };
 
 static void synthetic_case(const struct synth_case *sc)
@@ -555,12 +590,14 @@ static void synthetic_case(const struct synth_case *sc)
     c.hidden_dim = 352; /* 256 + 96: a partial block of widened rows, no multiple of 64 */
     if (sc->head_dim == 128)
         c.rope_theta = 500000.0f; /* Llama 3's base */
+    set_scaling(&c, sc->scaling);
     CHECK_OK(ra_config_validate(&c, "synthetic"));
     struct ra_model m;
     test_random_model(&m, &c, sc->dtype, 2.0f); /* scores of a few units: a peaked softmax */
     char name[64];
-    snprintf(name, sizeof name, "hd%d %d/%d %s%s", sc->head_dim, sc->n_heads, sc->n_kv_heads, ra_dtype_name(sc->dtype),
-             sc->rope_style == RA_ROPE_HALF ? " half" : "");
+    snprintf(name, sizeof name, "hd%d %d/%d %s%s%s%s", sc->head_dim, sc->n_heads, sc->n_kv_heads,
+             ra_dtype_name(sc->dtype), sc->rope_style == RA_ROPE_HALF ? " half" : "", sc->scaling ? " " : "",
+             sc->scaling ? scaling_name(sc->scaling) : "");
     const int lens[] = { 1, 7, 63, 65, 1000 };
     forward_case(&m, name, lens, sc->long_span ? 5 : 4, TOL_FWD, RA_DTYPE_F32);
     if (sc->rope_style == RA_ROPE_INTERLEAVED && sc->dtype == RA_DTYPE_F32)
@@ -617,9 +654,12 @@ int main(void)
     const enum ra_rope_style I = RA_ROPE_INTERLEAVED, H = RA_ROPE_HALF;
     t0 = now();
     for (int hd = 64; hd <= 128; hd *= 2) {
-        rope_case(hd, 3, I);
-        rope_case(hd, 3, H);
+        rope_case(hd, 3, I, 0);
+        rope_case(hd, 3, H, 0);
+        rope_case(hd, 3, I, 1);
+        rope_case(hd, 3, H, 2);
     }
+    rope_bad_factors();
     printf("rope: %.1f s\n", now() - t0);
 
     t0 = now();
@@ -628,9 +668,11 @@ int main(void)
      * product would add oracle time, not code paths); f16 once. Each head_dim
      * meets both RoPE conventions, rotate-half (Hugging Face) also on a long span. */
     const struct synth_case synth[] = {
-        { 64, 2, 2, RA_DTYPE_F32, 0, I },   { 64, 4, 1, RA_DTYPE_BF16, 1, I }, { 64, 8, 1, RA_DTYPE_F32, 1, H },
-        { 128, 2, 2, RA_DTYPE_BF16, 0, H }, { 128, 4, 1, RA_DTYPE_F32, 0, I }, { 128, 8, 1, RA_DTYPE_BF16, 0, I },
-        { 64, 2, 2, RA_DTYPE_F16, 0, H },
+        { 64, 2, 2, RA_DTYPE_F32, 0, I, 0 },   { 64, 4, 1, RA_DTYPE_BF16, 1, I, 0 }, { 64, 8, 1, RA_DTYPE_F32, 1, H, 0 },
+        { 128, 2, 2, RA_DTYPE_BF16, 0, H, 0 }, { 128, 4, 1, RA_DTYPE_F32, 0, I, 0 }, { 128, 8, 1, RA_DTYPE_BF16, 0, I, 0 },
+        { 64, 2, 2, RA_DTYPE_F16, 0, H, 0 },
+        /* scaled RoPE: linear and Llama 3's factors, over the long span */
+        { 64, 4, 1, RA_DTYPE_F32, 1, H, 1 }, { 64, 4, 1, RA_DTYPE_F32, 1, I, 2 },
     };
     for (size_t i = 0; i < sizeof synth / sizeof synth[0]; i++)
         synthetic_case(&synth[i]);

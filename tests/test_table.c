@@ -634,6 +634,12 @@ static void test_ids(void)
     c.rope_theta = 500000.0f;
     ra_table_model_id(&c, b, sizeof b);
     CHECK(strcmp(a, b) != 0 && !strncmp(a, b, 37));
+    char lin2[128], lin4[128];
+    CHECK_OK(ra_rope_set_linear(&c, 2.0, "id"));
+    ra_table_model_id(&c, lin2, sizeof lin2);
+    CHECK_OK(ra_rope_set_linear(&c, 4.0, "id"));
+    ra_table_model_id(&c, lin4, sizeof lin4);
+    CHECK(strcmp(lin2, b) != 0 && strcmp(lin2, lin4) != 0); /* RoPE scaling changes the id */
     printf("model id: %s\n", a);
     ra_table_default_hw_tag(hw, sizeof hw);
     printf("hardware tag: %s\n", hw);

@@ -115,6 +115,7 @@ static int dense_pass(struct ra_infinigen *ig, struct ra_kvpool *pool, struct ra
     if ((rc = check_model(ig, m)) != RA_OK)
         return rc;
     const struct ra_config *c = &m->config;
+    const struct ra_rope rope = ra_config_rope(c);
     if (n <= 0 || n > c->seq_len)
         return ra_error_set(RA_ERANGE, "infinigen: %d prompt tokens for a context of %d", n, c->seq_len);
     for (int i = 0; i < n; i++)
@@ -141,8 +142,8 @@ static int dense_pass(struct ra_infinigen *ig, struct ra_kvpool *pool, struct ra
             (rc = op->matmul(be, p.q, d, p.xa, d, &w->wq, n)) != RA_OK ||
             (rc = op->matmul(be, k, kvd, p.xa, d, &w->wk, n)) != RA_OK ||
             (rc = op->matmul(be, v, kvd, p.xa, d, &w->wv, n)) != RA_OK ||
-            (rc = op->rope(be, p.q, d, n, c->n_heads, c->head_dim, 0, c->rope_theta, c->rope_style)) != RA_OK ||
-            (rc = op->rope(be, k, kvd, n, c->n_kv_heads, c->head_dim, 0, c->rope_theta, c->rope_style)) != RA_OK)
+            (rc = op->rope(be, p.q, d, n, c->n_heads, c->head_dim, 0, &rope)) != RA_OK ||
+            (rc = op->rope(be, k, kvd, n, c->n_kv_heads, c->head_dim, 0, &rope)) != RA_OK)
             goto out;
         if (!pool) {
             if ((rc = ra_infinigen_skew_layer(ig, l, p.q, k, n)) != RA_OK)
@@ -191,6 +192,7 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
     if ((rc = check_model(ig, m)) != RA_OK)
         return rc;
     const struct ra_config *c = &m->config;
+    const struct ra_rope rope = ra_config_rope(c);
     if (pos < 0 || pos >= c->seq_len || token < 0 || token >= c->vocab_size)
         return ra_error_set(RA_ERANGE, "infinigen: token %d at position %d (context %d, vocabulary %d)", token, pos,
                             c->seq_len, c->vocab_size);
@@ -223,7 +225,7 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
         const int n_slots = pool->n_used[l];
         if ((rc = op->rmsnorm(be, p.xa, p.x, &w->attn_norm, 1, d, c->norm_eps)) != RA_OK ||
             (rc = op->matmul(be, p.q, d, p.xa, d, &w->wq, 1)) != RA_OK ||
-            (rc = op->rope(be, p.q, d, 1, H, c->head_dim, pos, c->rope_theta, c->rope_style)) != RA_OK)
+            (rc = op->rope(be, p.q, d, 1, H, c->head_dim, pos, &rope)) != RA_OK)
             goto out;
         if (ig->p.oracle && l >= dense && (rc = ra_infinigen_speculate(ig, l, p.q, n_slots, p.sel, &n_sel)) != RA_OK)
             goto out;
@@ -233,7 +235,7 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
         v += (size_t)n_att * kvd;
         if ((rc = op->matmul(be, k, kvd, p.xa, d, &w->wk, 1)) != RA_OK ||
             (rc = op->matmul(be, v, kvd, p.xa, d, &w->wv, 1)) != RA_OK ||
-            (rc = op->rope(be, k, kvd, 1, G, c->head_dim, pos, c->rope_theta, c->rope_style)) != RA_OK)
+            (rc = op->rope(be, k, kvd, 1, G, c->head_dim, pos, &rope)) != RA_OK)
             goto out;
         /* the fetch: what the speculation at layer l-1 chose, or everything */
         if ((rc = ra_kvpool_gather(pool, l, n_sel < 0 ? NULL : p.sel, n_att, p.kg, p.vg)) != RA_OK)
@@ -268,7 +270,7 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
         n_sel = -1;
         if (l + 1 < c->n_layers && l + 1 >= dense && !ig->p.oracle) {
             if ((rc = op->matmul(be, p.qs, d, p.xa, d, &m->weights.layers[l + 1].wq, 1)) != RA_OK ||
-                (rc = op->rope(be, p.qs, d, 1, H, c->head_dim, pos, c->rope_theta, c->rope_style)) != RA_OK ||
+                (rc = op->rope(be, p.qs, d, 1, H, c->head_dim, pos, &rope)) != RA_OK ||
                 (rc = ra_infinigen_speculate(ig, l + 1, p.qs, pool->n_used[l + 1], p.sel, &n_sel)) != RA_OK)
                 goto out;
         }

@@ -105,6 +105,7 @@ static int calibrate(struct ra_offload *o, struct ig_state *st)
     struct ra_model *m = vw->m;
     struct ra_backend *be = vw->be;
     const struct ra_config *c = &m->config;
+    const struct ra_rope rope = ra_config_rope(c);
     float *q = malloc((size_t)n * c->dim * sizeof(float));
     if (!q)
         return ra_error_set(RA_ENOMEM, "infinigen: out of memory for %d calibration rows", n);
@@ -112,7 +113,7 @@ static int calibrate(struct ra_offload *o, struct ig_state *st)
     for (int l = 0; l < c->n_layers && rc == RA_OK; l++) {
         const float *x = ra_offload_pool_x(o, l) + (size_t)x0 * c->dim;
         if ((rc = be->ops->matmul(be, q, c->dim, x, c->dim, &m->weights.layers[l].wq, n)) != RA_OK ||
-            (rc = be->ops->rope(be, q, c->dim, n, c->n_heads, c->head_dim, x0, c->rope_theta, c->rope_style)) !=
+            (rc = be->ops->rope(be, q, c->dim, n, c->n_heads, c->head_dim, x0, &rope)) !=
                 RA_OK ||
             (rc = be->ops->synchronize(be)) != RA_OK)
             break;
@@ -227,6 +228,7 @@ static int ig_attend(struct ra_offload *o, int layer, int pos, const struct ra_l
     struct ra_model *m = vw->m;
     struct ra_backend *be = vw->be;
     const struct ra_config *c = &m->config;
+    const struct ra_rope rope = ra_config_rope(c);
     *k = ra_offload_slot_k(o, layer);
     *v = ra_offload_slot_v(o, layer);
     *rows = st->rows[layer] + 1;
@@ -235,7 +237,7 @@ static int ig_attend(struct ra_offload *o, int layer, int pos, const struct ra_l
     /* the rehearsal of layer l+1 from this layer's attention input */
     int rc = be->ops->matmul(be, st->qs, c->dim, a->xa, c->dim, &m->weights.layers[layer + 1].wq, 1);
     if (rc == RA_OK)
-        rc = be->ops->rope(be, st->qs, c->dim, 1, c->n_heads, c->head_dim, pos, c->rope_theta, c->rope_style);
+        rc = be->ops->rope(be, st->qs, c->dim, 1, c->n_heads, c->head_dim, pos, &rope);
     if (rc == RA_OK)
         rc = be->ops->synchronize(be);
     if (rc == RA_OK)

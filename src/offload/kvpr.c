@@ -80,13 +80,14 @@ int ra_kvpr_recompute(struct ra_model *m, int layer, const float *x, int x0, int
 {
     struct ra_backend *be = m->backend;
     const struct ra_config *c = &m->config;
+    const struct ra_rope rope = ra_config_rope(c);
     const struct ra_layer_weights *w = &m->weights.layers[layer];
     const int kvd = ra_config_kv_dim(c);
     int rc = be->ops->matmul(be, k, kvd, x, c->dim, &w->wk, nx);
     if (rc == RA_OK)
         rc = be->ops->matmul(be, v, kvd, x, c->dim, &w->wv, nx);
     if (rc == RA_OK)
-        rc = be->ops->rope(be, k, kvd, nx, c->n_kv_heads, c->head_dim, x0, c->rope_theta, c->rope_style);
+        rc = be->ops->rope(be, k, kvd, nx, c->n_kv_heads, c->head_dim, x0, &rope);
     return rc;
 }
 
