@@ -532,10 +532,7 @@ static int write_config(const struct ra_config *c, int tied, enum ra_dtype dtype
     int rc;
 
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (c->rope_scaled == RA_ROPE_FACTORS)
-        rc = ra_error_set(RA_EUNSUPPORTED, "%s: the RoPE factors (a GGUF rope_freqs.weight) have no config.json form "
-                          "without their llama3 parameters", path);
-    else if (!text)
+    if (!text)
         rc = ra_error_set(RA_ENOMEM, "%s: out of memory", path);
     else if ((rc = ra_outfile_open(&of, path, &fp)) == RA_OK && fprintf(fp, "%s\n", text) < 0)
         rc = ra_error_set(RA_EIO, "%s: cannot write %s: %s", path, of.tmp, strerror(errno));
@@ -622,7 +619,11 @@ static int convert(const struct options *o)
     int rc = ra_model_load(&m, o->from);
     if (rc != RA_OK)
         return rc;
-    rc = write_model(o, &m.config, m.weights.tied, &m.weights);
+    if (m.config.rope_scaled == RA_ROPE_FACTORS && o->format != OUT_LLAMA2C) /* before any file is written */
+        rc = ra_error_set(RA_EUNSUPPORTED, "%s: the RoPE factors (a GGUF rope_freqs.weight) have no config.json form "
+                          "without their llama3 parameters", o->from);
+    else
+        rc = write_model(o, &m.config, m.weights.tied, &m.weights);
     ra_model_free(&m);
     return rc;
 }

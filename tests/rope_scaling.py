@@ -87,7 +87,8 @@ def check(kind, spec, args):
         return
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
-    print(f"{kind}: config.json rope_scaling {cfg.get('rope_scaling')}")
+    cfg_scaling = cfg.get("rope_scaling")
+    print(f"{kind}: config.json rope_scaling {cfg_scaling}")
     rng = random.Random(11)
     prompts = [[rng.randrange(3, cfg["vocab_size"]) for _ in range(n)] for n in (40, 300)]
     got = dump_logits(dump, d, prompts, tmp, kind)
@@ -117,6 +118,21 @@ def check(kind, spec, args):
         print(f"  {kind} GGUF vs directory logits {e:.2e}")
         if not e <= REL_BOUND:
             fail(f"{kind}: the GGUF's logits differ from the directory's by {e:.2e}")
+    # runahead-synth --from carries the scaling back into config.json: linear from the GGUF's keys,
+    # both kinds from the directory; llama3's bare factors in a GGUF have no config.json form
+    for src, tag in ((d, "dir"), (g, "gguf")):
+        back = os.path.join(tmp, f"{kind}-from-{tag}")
+        r = subprocess.run([synth, "--from", src, "--out", back, "--force"], capture_output=True, text=True)
+        if kind == "llama3" and tag == "gguf":
+            print(f"  {kind} runahead-synth --from GGUF: {r.stderr.strip()}")
+            if r.returncode == 0 or "no config.json form" not in r.stderr:
+                fail(f"{kind}: runahead-synth --from the GGUF should refuse its bare factors")
+            continue
+        with open(os.path.join(back, "config.json")) as f:
+            back_scaling = json.load(f).get("rope_scaling")
+        print(f"  {kind} runahead-synth --from {tag}: rope_scaling {back_scaling}")
+        if back_scaling != cfg_scaling:
+            fail(f"{kind}: runahead-synth --from {tag} wrote rope_scaling {back_scaling}, not {cfg_scaling}")
     a, b = greedy(runahead, d, prompts[1]), greedy(runahead, g, prompts[1])
     print(f"  {kind} greedy: directory {a}\n  {kind} greedy: GGUF      {b}")
     if a is None or a != b:

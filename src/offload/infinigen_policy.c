@@ -113,8 +113,7 @@ static int calibrate(struct ra_offload *o, struct ig_state *st)
     for (int l = 0; l < c->n_layers && rc == RA_OK; l++) {
         const float *x = ra_offload_pool_x(o, l) + (size_t)x0 * c->dim;
         if ((rc = be->ops->matmul(be, q, c->dim, x, c->dim, &m->weights.layers[l].wq, n)) != RA_OK ||
-            (rc = be->ops->rope(be, q, c->dim, n, c->n_heads, c->head_dim, x0, &rope)) !=
-                RA_OK ||
+            (rc = be->ops->rope(be, q, c->dim, n, c->n_heads, c->head_dim, x0, &rope)) != RA_OK ||
             (rc = be->ops->synchronize(be)) != RA_OK)
             break;
         rc = ra_infinigen_skew_layer(&st->ig, l, q, (const float *)ra_offload_pool_k(o, l) + (size_t)x0 * vw->kv_dim, n);
