@@ -161,6 +161,20 @@ static void build_index(struct ra_tokenizer *t, const int *types)
     qsort(t->sorted, (size_t)t->n_sorted, sizeof *t->sorted, compare_index);
 }
 
+/* The per-token arrays of N tokens and the N_BYTES their pieces take; on
+ * failure what was allocated stays for ra_tokenizer_free. */
+static int alloc_tables(struct ra_tokenizer *t, int n, size_t n_bytes, const char *what)
+{
+    t->pieces = malloc((size_t)n * sizeof *t->pieces);
+    t->piece_lens = malloc((size_t)n * sizeof *t->piece_lens);
+    t->scores = malloc((size_t)n * sizeof *t->scores);
+    t->sorted = malloc((size_t)n * sizeof *t->sorted);
+    t->piece_data = malloc(n_bytes);
+    if (!t->pieces || !t->piece_lens || !t->scores || !t->sorted || !t->piece_data)
+        return ra_error_set(RA_ENOMEM, "%s: out of memory for %d tokens", what, n);
+    return RA_OK;
+}
+
 int ra_tokenizer_load(struct ra_tokenizer *t, const char *path, int vocab_size)
 {
     struct ra_mapped_file f = {0};
@@ -190,15 +204,8 @@ int ra_tokenizer_load(struct ra_tokenizer *t, const char *path, int vocab_size)
     t->vocab_size = n;
     t->max_token_length = (unsigned)max_len;
     t->unk_id = 0, t->bos_id = 1, t->eos_id = 2;
-    t->pieces = malloc((size_t)n * sizeof *t->pieces);
-    t->piece_lens = malloc((size_t)n * sizeof *t->piece_lens);
-    t->scores = malloc((size_t)n * sizeof *t->scores);
-    t->sorted = malloc((size_t)n * sizeof *t->sorted);
-    t->piece_data = malloc(n_bytes);
-    if (!t->pieces || !t->piece_lens || !t->scores || !t->sorted || !t->piece_data) {
-        rc = ra_error_set(RA_ENOMEM, "%s: out of memory for %d tokens", path, n);
+    if ((rc = alloc_tables(t, n, n_bytes, path)) != RA_OK)
         goto out;
-    }
     fill_pieces(t, &f);
     build_index(t, NULL);
 out:
@@ -258,14 +265,9 @@ int ra_tokenizer_init(struct ra_tokenizer *t, const char *source, const char *co
         return rc;
     t->vocab_size = n;
     t->unk_id = unk_id, t->bos_id = bos_id, t->eos_id = eos_id;
-    t->pieces = malloc((size_t)n * sizeof *t->pieces);
-    t->piece_lens = malloc((size_t)n * sizeof *t->piece_lens);
-    t->scores = malloc((size_t)n * sizeof *t->scores);
-    t->sorted = malloc((size_t)n * sizeof *t->sorted);
-    t->piece_data = malloc(n_bytes);
-    if (!t->pieces || !t->piece_lens || !t->scores || !t->sorted || !t->piece_data) {
+    if ((rc = alloc_tables(t, n, n_bytes, source)) != RA_OK) {
         ra_tokenizer_free(t);
-        return ra_error_set(RA_ENOMEM, "%s: out of memory for %d tokens", source, n);
+        return rc;
     }
     char *dst = t->piece_data;
     for (int i = 0; i < n; i++) {

