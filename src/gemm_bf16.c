@@ -21,7 +21,7 @@
 #include <cpuid.h>
 #endif
 
-#ifdef RA_HAVE_BF16_KERNELS
+#ifdef RA_HAVE_BF16_CONVERSIONS
 void ra_narrow_bf16_avx512(uint16_t *dst, const float *src, size_t n); /* gemm_bf16_avx512.c */
 #endif
 
@@ -412,7 +412,7 @@ const char *ra_gemm_bf16_describe(const struct ra_gemm_bf16 *g)
 
 void ra_narrow_bf16(uint16_t *dst, const float *src, size_t n)
 {
-#ifdef RA_HAVE_BF16_KERNELS
+#ifdef RA_HAVE_BF16_CONVERSIONS
     if (ra_cpu_has_avx512_bf16()) {
         ra_narrow_bf16_avx512(dst, src, n);
         return;
