@@ -54,7 +54,8 @@
 
 #define MAX_LIST 32
 
-/* notes/performance-targets.md, "KV-Runahead against TSP": bench-small, 2 ranks. */
+/* What the cost model expects on bench-small, 2 ranks: the best rank-0 share and TSP / KVR-S
+ * (the search on the FLOP model; test_costmodel checks the same figures). */
 static const struct { int context; double split, tsp_over_kvr; } expected[] = {
     { 2048, 0.545, 1.09 }, { 4096, 0.575, 1.15 }, { 8192, 0.612, 1.24 }, { 16384, 0.646, 1.32 },
 };
@@ -98,8 +99,8 @@ static void usage(FILE *f)
 "edge while the best is on it, then re-measured with fresh runs), the single\n"
 "process with 1 and 2 threads, and the no-communication bound (each KVR-S slice\n"
 "computed alone, its prefix rows present; the slower rank). Prints the medians,\n"
-"their ranges and the ratios, beside the expected TSP/KVR-S of\n"
-"notes/performance-targets.md.\n"
+"their ranges and the ratios, beside the TSP/KVR-S that the cost model\n"
+"expects.\n"
 "\n"
 "  --contexts LIST    prompt lengths (default 2048,4096,8192)\n"
 "  --repeat N         median of N runs of everything (default 3)\n"

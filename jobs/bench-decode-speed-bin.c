@@ -460,7 +460,7 @@ int main(int argc, char **argv)
     for (int li = 0; li < N_LANES; li++)
         if (want[li] && (li == LANE_F32 || li == LANE_BF16 || !want[LANE_BF16]))
             print_huge_share(&models[li], li == LANE_F32 ? "f32" : "bf16");
-    printf("\n# targets (issue 10): >= 80%% of the (read) bound on 1 and 2 threads; bf16 >= 1.8x f32 tok/s\n");
+    printf("\n# targets: >= 80%% of the (read) bound on 1 and 2 threads; bf16 >= 1.8x f32 tok/s\n");
     free(logits);
     free_models(models);
     return 0;

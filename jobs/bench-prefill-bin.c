@@ -589,7 +589,7 @@ int main(int argc, char **argv)
         for (int ti = 0; ti < n_threads; ti++)
             printf("%-3d %6d  %-26s\n", sc[ti].threads, 4096, bench_spread(f1, sizeof f1, &sc[ti].tps4k, "%.1f"));
     }
-    printf("#\n# targets (notes/performance-targets.md): linear >= 85%% of the same-run peak of the unit used;\n"
+    printf("#\n# targets: linear >= 85%% of the same-run peak of the unit used;\n"
            "# bf16 tok/s >= 3x f32 tok/s; ahead of llama.cpp's best CPU configuration measured beside it\n");
 
     free(tokens);

@@ -1,5 +1,5 @@
 /* quality-study: the approximate modes' quality on a real model and a real
- * prompt, against dense f32 decoding of the same model (issue 21, item 8).
+ * prompt, against dense f32 decoding of the same model.
  *
  * From the prompt (--prompt-ids-file: token ids, e.g. of a long English text,
  * written by jobs/quality-prompts.py) dense f32 decoding gives the reference:

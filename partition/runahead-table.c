@@ -29,7 +29,7 @@ static void usage(FILE *fp)
             "       " PROG " validate FILE\n"
             "       " PROG " merge [--lock-timeout S] OUT IN [IN ...]\n"
             "\n"
-            "Partition lookup tables (HDF5: /<model-id>/<hardware-tag>/p<P>/, see DESIGN.md).\n"
+            "Partition lookup tables (HDF5: /<model-id>/<hardware-tag>/p<P>/, see partition/README.md).\n"
             "\n"
             "  show       every table with its entries (context length, TTFTs, boundaries, ratios)\n"
             "             and search attributes, and every cost-model profile\n"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SmolLM2-135M-Instruct in runahead against Hugging Face transformers (issue 21, item 6a).
+"""SmolLM2-135M-Instruct in runahead against Hugging Face transformers.
 
 transformers (PyPI, CPU, fp32) loads SmolLM2's GGUF itself: its own GGUF reader, gguf-py's
 dequantization of the Q4_1 and Q8_0 tensors, its own Llama graph. Its tokenizer, read from the

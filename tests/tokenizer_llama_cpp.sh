@@ -1,6 +1,6 @@
 #!/bin/sh
-# runahead's tokenizer on SmolLM2's GGUF against llama.cpp's llama-tokenize (issue 21,
-# item 6b): `runahead --model X.gguf --tokenize-only --prompt-file F` and
+# runahead's tokenizer on SmolLM2's GGUF against llama.cpp's llama-tokenize:
+# `runahead --model X.gguf --tokenize-only --prompt-file F` and
 # `llama-tokenize -m X.gguf -f F --ids --no-escape` give the same ids for every string of
 # tests/tokenizer_bpe.py's seeded corpus (tests/tokenizer_llama_cpp.py says how the
 # strings are batched). llama.cpp is optional tooling, not part of runahead: the test

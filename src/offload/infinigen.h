@@ -1,5 +1,4 @@
-/* InfiniGen (Lee et al., OSDI'24; ../shared/papers/digest-kvpr-infinigen.md
- * Part B): decode with the KV cache in a host pool, fetching per layer only
+/* InfiniGen (Lee et al., OSDI'24): decode with the KV cache in a host pool, fetching per layer only
  * the tokens a cheap rehearsal of that layer's attention, run one layer
  * ahead, finds important.
  *

@@ -1,4 +1,5 @@
-/* KVPR (Jiang et al., papers/kvpr.txt; digest Part A): per decode step and
+/* KVPR (Jiang et al., 2025, "KVPR: Efficient LLM Inference with I/O-Aware KV
+ * Cache Partial Recomputation"): per decode step and
  * layer, the layer inputs X of rows [x0, x0+l) cross the host link instead of
  * their K and V, which the device recomputes (K = RoPE(X·W_K), V = X·W_V)
  * while the K, V of the other rows transfer. Exact.

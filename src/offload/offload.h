@@ -1,4 +1,4 @@
-/* Decode with the KV cache offloaded to host memory (issue 10).
+/* Decode with the KV cache offloaded to host memory.
  *
  * After the prefill, the prompt's KV rows (and, for KVPR, the layer inputs X)
  * live in a HOST POOL (pinned host memory). A decode step attends from a
