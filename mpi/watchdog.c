@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* pthread_setname_np: the thread shows as ra-watchdog in ps -L and /proc */
 #include "watchdog.h"
 #include "ra_mpi.h"
+#include "timing.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -24,13 +25,6 @@ static struct {
     int layer, peer;
     double since;           /* CLOCK_MONOTONIC seconds when the wait began or last moved */
 } wd = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int ra_watchdog_requested(int argc, char **argv)
 {
@@ -88,12 +82,12 @@ static void *watch(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&wd.lock);
-    double last = now();
+    double last = ra_wall_s();
     while (!wd.stopping) {
-        const double until = now() + wd.period;
+        const double until = ra_wall_s() + wd.period;
         struct timespec ts = { (time_t)until, (long)((until - floor(until)) * 1e9) };
         pthread_cond_timedwait(&wd.wake, &wd.lock, &ts);
-        const double t = now();
+        const double t = ra_wall_s();
         /* A gap far beyond the period means this whole process was stopped (SIGSTOP, a
          * suspended job): its own pause is no peer's fault, so its waits start again. */
         if (t - last > 3 * wd.period + 1)
@@ -163,7 +157,7 @@ void ra_watchdog_wait(enum ra_watch_state state, int layer, int peer)
     wd.state = state;
     wd.layer = layer;
     wd.peer = peer;
-    wd.since = now();
+    wd.since = ra_wall_s();
     pthread_mutex_unlock(&wd.lock);
 }
 
@@ -172,7 +166,7 @@ void ra_watchdog_pet(void)
     if (!wd.on)
         return;
     pthread_mutex_lock(&wd.lock);
-    wd.since = now();
+    wd.since = ra_wall_s();
     pthread_mutex_unlock(&wd.lock);
 }
 

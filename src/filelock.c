@@ -1,6 +1,7 @@
 /* Lock files with fcntl locks, a timeout and the holder's name; see filelock.h for why fcntl. */
 #include "filelock.h"
 #include "status.h"
+#include "timing.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,13 +12,6 @@
 #include <unistd.h>
 
 #define NOTE_AFTER_S 2.0 /* short waits are normal between writers: say nothing about them */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void sleep_s(double s)
 {
@@ -107,7 +101,7 @@ static int open_lock_file(struct ra_filelock *l, const char *lock_path)
 static int wait_for_lock(struct ra_filelock *l, double timeout_s, const char *prog, FILE *notes)
 {
     char holder[300];
-    const double start = now_s();
+    const double start = ra_wall_s();
     double pause = 0.02;
     int noted = 0;
     for (;;) {
@@ -116,7 +110,7 @@ static int wait_for_lock(struct ra_filelock *l, double timeout_s, const char *pr
         if (errno != EACCES && errno != EAGAIN)
             return ra_error_set(RA_EIO, "%s: cannot lock it: %s (the filesystem must support fcntl locks; "
                                 "Lustre: mount with -o flock)", l->path, strerror(errno));
-        double waited = now_s() - start;
+        double waited = ra_wall_s() - start;
         if (waited >= timeout_s) {
             describe_holder(l->fd, holder, sizeof holder);
             return ra_error_set(RA_EIO, "%s: timed out after %g s waiting for the lock held by %s", l->path,

@@ -3,11 +3,11 @@
 #include "backend.h"
 #include "finite.h"
 #include "status.h"
+#include "timing.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Activations for up to `capacity` tokens, all backend buffers. */
 struct ra_workspace {
@@ -21,13 +21,6 @@ struct ra_workspace {
     float *logits; /* [vocab] */
     float *kf, *vf; /* [n][kv_dim] fp32 K and V before a bf16 cache rounds them; only for one */
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void workspace_free(struct ra_backend *be, struct ra_workspace *ws)
 {
@@ -208,21 +201,21 @@ static int check_span(const struct ra_model *m, const int32_t *tokens, int start
 /* Runs one backend op, charging its time to a stats bucket when stats are on. */
 #define OP(bucket, call)                                                 \
     do {                                                                 \
-        double t0_ = m->stats ? now() : 0;                               \
+        double t0_ = m->stats ? ra_wall_s() : 0;                               \
         if ((rc = (call)) != RA_OK)                                      \
             goto out;                                                    \
         if (m->stats)                                                    \
-            m->stats->bucket += now() - t0_;                             \
+            m->stats->bucket += ra_wall_s() - t0_;                             \
     } while (0)
 
 #define HOOK(name)                                                               \
     do {                                                                         \
         if (xchg && xchg->name) {                                                \
-            double t0_ = m->stats ? now() : 0;                                   \
+            double t0_ = m->stats ? ra_wall_s() : 0;                                   \
             if ((rc = xchg->name(xchg->ctx, l, kv, start, n)) != RA_OK)          \
                 goto out;                                                        \
             if (m->stats)                                                        \
-                m->stats->t_exchange += now() - t0_;                             \
+                m->stats->t_exchange += ra_wall_s() - t0_;                             \
         }                                                                        \
     } while (0)
 

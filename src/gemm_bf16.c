@@ -3,6 +3,7 @@
 #include "cpu_isa.h"
 #include "half.h"
 #include "status.h"
+#include "timing.h"
 
 #include "config.h"
 
@@ -10,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -288,13 +288,6 @@ static void sbgemm_run(struct ra_gemm_bf16 *g, const struct plan *p, float *y, c
 
 /* ---------------------------------------------------------------- plans */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int plan_run(struct ra_gemm_bf16 *g, const struct plan *p, float *y, const uint16_t *xb, const uint16_t *w)
 {
 #ifdef RA_HAVE_ONEDNN
@@ -351,14 +344,14 @@ static int plan_get(struct ra_gemm_bf16 *g, int n, int rows, int k, int ldy, flo
         p->unit = have_dnnl ? UNIT_ONEDNN : UNIT_NONE;
     } else if (have_dnnl && g->sbgemm) {
         p->unit = UNIT_ONEDNN;
-        double t0 = now();
+        double t0 = ra_wall_s();
         if (plan_run(g, p, y, xb, w) != RA_OK)
             have_dnnl = 0;
-        double t_dnnl = now() - t0;
+        double t_dnnl = ra_wall_s() - t0;
         p->unit = UNIT_SBGEMM;
-        t0 = now();
+        t0 = ra_wall_s();
         plan_run(g, p, y, xb, w);
-        if (have_dnnl && t_dnnl <= now() - t0)
+        if (have_dnnl && t_dnnl <= ra_wall_s() - t0)
             p->unit = UNIT_ONEDNN;
     } else if (have_dnnl) {
         p->unit = UNIT_ONEDNN;

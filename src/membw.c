@@ -4,22 +4,15 @@
 #include "membw.h"
 #include "hugepage.h"
 #include "status.h"
+#include "timing.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #define MAX_REPS 101
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -89,9 +82,9 @@ int ra_membw_triad(size_t array_bytes, int threads, int reps, struct ra_membw *o
     double t[MAX_REPS];
     triad(a, b, c, 3.0, n, threads);
     for (int r = 0; r < reps; r++) {
-        const double t0 = now();
+        const double t0 = ra_wall_s();
         triad(a, b, c, 3.0, n, threads);
-        t[r] = now() - t0;
+        t[r] = ra_wall_s() - t0;
     }
     membw_fill(out, t, reps, 3.0 * (double)(n * sizeof(double)), n * sizeof(double), threads);
     free(a);
@@ -148,10 +141,10 @@ int ra_membw_read(size_t array_bytes, int threads, int reps, struct ra_membw *ou
     /* Every sum is checked (n ones add up to n exactly below 2^53), so the
      * compiler cannot drop a repetition whose result nobody reads. */
     for (int r = -1; r < reps && rc == RA_OK; r++) {
-        const double t0 = now();
+        const double t0 = ra_wall_s();
         const double sum = read_sum(a, n, threads);
         if (r >= 0)
-            t[r] = now() - t0;
+            t[r] = ra_wall_s() - t0;
         if (sum != (double)n)
             rc = ra_error_set(RA_EBACKEND, "membw: the read summed %.17g, not %zu", sum, n);
     }

@@ -19,7 +19,6 @@
 
 #include <errno.h>
 #include <sys/stat.h>
-#include <time.h>
 
 /* Tolerances on max |got - ref| / (1 + |ref|), ref in double. Worst values
  * seen are over 9 seeds (RA_ORACLE_SEED) and every instruction set.
@@ -76,13 +75,6 @@
 #define TOL_TRAINED 1e-4
 #define TOL_TRAINED_BF16 2e-2
 #define TOL_TRAINED_BF16DP 5e-1
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Largest |got - ref| / (1 + |ref|); NaN counts as infinitely wrong. */
 static double max_err(const float *got, const double *ref, size_t n)
@@ -421,7 +413,7 @@ static void forward_case(struct ra_model *m, const char *name, const int *lens, 
 
     /* The oracle is causal: its pass over [0, T) holds the answer for every
      * span below T (cache rows and the logits at each position). */
-    const double t0 = now();
+    const double t0 = ra_wall_s();
     struct ref_kv ref_kv;
     double *ref_logits = malloc((size_t)T * c->vocab_size * sizeof(double));
     if (ref_kv_init(&ref_kv, c->n_layers, ra_config_kv_dim(c), T) != 0 || !ref_logits) {
@@ -432,7 +424,7 @@ static void forward_case(struct ra_model *m, const char *name, const int *lens, 
     }
     ref_kv.round_bf16 = kv_dtype == RA_DTYPE_BF16; /* the oracle's cache holds what the runtime's does */
     CHECK(ref_forward(m, tokens, 0, T, &ref_kv, ref_logits) == 0);
-    const double t_ref = now() - t0;
+    const double t_ref = ra_wall_s() - t0;
 
     for (int isa = 0; isa < RA_CPU_ISA_COUNT; isa++) {
         if (!use_isa((enum ra_cpu_isa)isa))
@@ -469,7 +461,7 @@ static void forward_case(struct ra_model *m, const char *name, const int *lens, 
             ra_backend_free(be);
         }
     }
-    printf("forward   %s: oracle %.2f s, all %.2f s\n", name, t_ref, now() - t0);
+    printf("forward   %s: oracle %.2f s, all %.2f s\n", name, t_ref, ra_wall_s() - t0);
     ref_kv_free(&ref_kv);
     free(ref_logits);
     free(tokens);
@@ -643,16 +635,16 @@ int main(void)
     const char *seed = getenv("RA_ORACLE_SEED");
     if (seed && *seed)
         test_rand_seed(strtoull(seed, NULL, 0));
-    double t0 = now();
+    double t0 = ra_wall_s();
     const struct attn_case attn[] = {
         { 64, 4, 4 }, { 64, 8, 2 }, { 64, 8, 1 }, { 128, 4, 4 }, { 128, 8, 2 }, { 128, 8, 1 },
     };
     for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++)
         attention_case(&attn[i]);
-    printf("attention: %.1f s\n", now() - t0);
+    printf("attention: %.1f s\n", ra_wall_s() - t0);
 
     const enum ra_rope_style I = RA_ROPE_INTERLEAVED, H = RA_ROPE_HALF;
-    t0 = now();
+    t0 = ra_wall_s();
     for (int hd = 64; hd <= 128; hd *= 2) {
         rope_case(hd, 3, I, 0);
         rope_case(hd, 3, H, 0);
@@ -660,9 +652,9 @@ int main(void)
         rope_case(hd, 3, H, 2);
     }
     rope_bad_factors();
-    printf("rope: %.1f s\n", now() - t0);
+    printf("rope: %.1f s\n", ra_wall_s() - t0);
 
-    t0 = now();
+    t0 = ra_wall_s();
     /* Each shape once; each head_dim and each grouping meets f32 and bf16
      * (the kernels widen every dtype before the same GEMM, so the full cross
      * product would add oracle time, not code paths); f16 once. Each head_dim
@@ -677,6 +669,6 @@ int main(void)
     for (size_t i = 0; i < sizeof synth / sizeof synth[0]; i++)
         synthetic_case(&synth[i]);
     stories_case();
-    printf("forward: %.1f s\n", now() - t0);
+    printf("forward: %.1f s\n", ra_wall_s() - t0);
     return test_result("test_oracle");
 }

@@ -1,17 +1,10 @@
 /* KVPR: profiler, planner, runtime. See kvpr.h. */
 #include "kvpr.h"
 #include "../status.h"
+#include "../timing.h"
 
 #include <math.h>
 #include <stdlib.h>
-#include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int ra_kvpr_x_rows(const struct ra_kvpr_shape *sh, int l)
 {
@@ -101,11 +94,11 @@ static int time_gemm(struct ra_offload *o, int n, float *k, float *v, double *t)
     int rc = RA_OK;
     double best = INFINITY;
     for (int rep = 0; rep < 3 && rc == RA_OK; rep++) {
-        const double t0 = now();
+        const double t0 = ra_wall_s();
         rc = ra_kvpr_recompute(vw->m, 0, ra_offload_slot_x(o, 0), 0, n, k, v);
         if (rc == RA_OK)
             rc = be->ops->synchronize(be);
-        const double dt = now() - t0;
+        const double dt = ra_wall_s() - t0;
         best = dt < best ? dt : best;
     }
     *t = best;
@@ -119,11 +112,11 @@ static int time_copy(struct ra_offload *o, size_t bytes, double *t)
     int rc = RA_OK;
     double best = INFINITY;
     for (int rep = 0; rep < 3 && rc == RA_OK; rep++) {
-        const double t0 = now();
+        const double t0 = ra_wall_s();
         rc = be->ops->copy_async(be, ra_offload_slot_k(o, 0), ra_offload_pool_k(o, 0), bytes, RA_STREAM_COPY);
         if (rc == RA_OK)
             rc = be->ops->synchronize(be);
-        const double dt = now() - t0;
+        const double dt = ra_wall_s() - t0;
         best = dt < best ? dt : best;
     }
     *t = best;
@@ -280,7 +273,7 @@ static int kvpr_ready(struct ra_offload *o, int layer, int pos)
     int rc = ra_offload_wait_link(o, 1);
     if (rc != RA_OK)
         return rc;
-    const double t0 = now();
+    const double t0 = ra_wall_s();
     const size_t off = (size_t)vw->x_start * vw->row_bytes, count = (size_t)st->l * vw->kv_dim;
     char *k = (char *)ra_offload_slot_k(o, layer) + off, *v = (char *)ra_offload_slot_v(o, layer) + off;
     struct ra_backend *be = vw->be;
@@ -301,8 +294,8 @@ static int kvpr_ready(struct ra_offload *o, int layer, int pos)
     }
     if (rc == RA_OK && be->ops->mem_kind(be) != RA_MEM_DEVICE)
         rc = be->ops->synchronize(be);
-    ra_offload_counters(o)->recompute_s += now() - t0;
-    ra_offload_charge(o, now() - t0);
+    ra_offload_counters(o)->recompute_s += ra_wall_s() - t0;
+    ra_offload_charge(o, ra_wall_s() - t0);
     return rc;
 }
 

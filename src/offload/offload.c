@@ -5,11 +5,11 @@
 #include "kvpr.h"
 #include "infinigen.h"
 #include "../status.h"
+#include "../timing.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_SLOTS 2
 
@@ -45,13 +45,6 @@ struct ra_offload {
     struct ra_offload_stats stats;
     int begun;
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static const char *const mode_names[] = { "none", "full", "kvpr", "infinigen" };
 
@@ -127,7 +120,7 @@ int ra_offload_send(struct ra_offload *o, void *dst, const void *src, size_t byt
 /* Advances the device clock by the wall time since the last mark (compute). */
 static void clock_run(struct ra_offload *o)
 {
-    const double t = now();
+    const double t = ra_wall_s();
     o->clock += t - o->mark;
     o->mark = t;
 }
@@ -144,14 +137,14 @@ int ra_offload_wait_link(struct ra_offload *o, int x_only)
         o->stats.stall_s += t - o->clock;
         o->clock = t;
     }
-    o->mark = now();
+    o->mark = ra_wall_s();
     return rc;
 }
 
 void ra_offload_charge(struct ra_offload *o, double seconds)
 {
     o->clock += seconds;
-    o->mark = now();
+    o->mark = ra_wall_s();
 }
 
 /* ---------------------------------------------------------------- full */
@@ -207,7 +200,7 @@ static int hook_layer_begin(void *ctx, int layer, struct ra_kvcache *kv, int sta
     /* two slots: the next layer's rows travel while this one computes */
     if (rc == RA_OK && o->n_slots > 1 && !o->policy->fetch_after_attend && layer + 1 < o->view.n_layers)
         rc = issue_fetch(o, layer + 1);
-    o->mark = now();
+    o->mark = ra_wall_s();
     return rc;
 }
 
@@ -249,7 +242,7 @@ static int hook_layer_end(void *ctx, int layer, struct ra_kvcache *kv, int start
     /* one slot: the next layer's fetch waits for this layer */
     if (rc == RA_OK && o->n_slots == 1 && layer + 1 < o->view.n_layers)
         rc = issue_fetch(o, layer + 1);
-    o->mark = now();
+    o->mark = ra_wall_s();
     return rc;
 }
 
@@ -266,7 +259,7 @@ int ra_offload_step(struct ra_offload *o, int32_t token, int pos, float *logits)
     o->issued = 0;
     for (int l = 0; l < o->view.n_layers; l++) /* the layer hooks set them; the span check sees slots from 0 */
         o->dev.first[l] = 0;
-    o->mark = now();
+    o->mark = ra_wall_s();
     int rc = ra_forward_span(o->view.m, &token, pos, 1, &o->dev, &o->xchg, logits);
     if (rc == RA_OK)
         rc = be->ops->synchronize(be);
