@@ -98,9 +98,8 @@ __device__ __forceinline__ void stage_narrow(__nv_bfloat16 (*ks)[D + TC_PAD], __
 }
 
 /* One of K or V for bf16 rows, 16 bytes a load, every load issued before the
- * first store, so that their latencies overlap (on an H200 the kernel ran
- * 1.45-1.56x faster so than through stage_narrow at head dimension 128,
- * 1.01-1.11x at 64, 2026-11-26). */
+ * first store, so that their latencies overlap (faster than stage_narrow,
+ * most at head dimension 128: jobs/README.md). */
 template <int D>
 __device__ __forceinline__ void stage_wide(__nv_bfloat16 (*dst)[D + TC_PAD], const __nv_bfloat16 *src, int t0,
                                            int kv_end, int kv_stride, int col0)

@@ -19,8 +19,8 @@
  * "2 threads slower than 1" of a loaded run came from every statically split
  * op waiting at its barrier for a descheduled thread) does not hold up the
  * op. OMP_WAIT_POLICY stays the runtime's default: with passive waits the
- * threads sleep between the ~100 ops of a step, and 2-thread decode was
- * 30-40% slower in interleaved runs (jobs/bench-decode).
+ * threads sleep between the ~100 ops of a step and wake late for each
+ * (2-thread decode much slower: jobs/README.md).
  *
  * With bf16 compute (backend.h: enum ra_compute) the linear layers are
  * bf16 x bf16 -> fp32 GEMMs on the CPU's bf16 unit (gemm_bf16.h): bf16
@@ -313,7 +313,7 @@ static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, 
                 free(cb->gemv_xr);
                 /* 64-byte aligned: the GEMV loads 64 bytes of x per weight
                  * load, and malloc's 16-byte alignment split every one of them
-                 * over two cache lines (bench-small bf16: 18% slower). */
+                 * over two cache lines. */
                 if (posix_memalign((void **)&cb->gemv_xb, 64, need * sizeof(uint16_t)) != 0)
                     cb->gemv_xb = NULL;
                 if (posix_memalign((void **)&cb->gemv_xr, 64, need * sizeof(float)) != 0)
@@ -352,8 +352,7 @@ static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, 
         /* More tokens than output columns: split the tokens. Each thread's
          * sgemm packs all of the operand that is not split, so split the
          * larger one: packing the weights twice costs less than packing the
-         * activations twice (a forward pass's GEMMs at 2048-8192 tokens, 2
-         * threads: 5-7% faster than splitting the columns). */
+         * activations twice (measured: jobs/README.md). */
         const int tper = ((n + nt - 1) / nt + 15) / 16 * 16;
 #pragma omp parallel num_threads(nt)
         {

@@ -30,7 +30,7 @@ static void triad(double *restrict a, const double *restrict b, const double *re
 
 /* An array of n doubles for a measurement, in huge pages as the runtime's KV
  * caches and --no-mmap weights are (hugepage.h): on 4 KiB pages one core's
- * stream is up to a third slower here, which would understate the bound. */
+ * stream is slower, which would understate the bound. */
 static double *membw_array(size_t n) { return ra_huge_alloc(n * sizeof(double)); }
 
 /* Best and median of the sorted times t[0..reps) for `bytes` per repetition. */

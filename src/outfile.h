@@ -49,7 +49,7 @@ int ra_outfile_begin(struct ra_outfile *of, const char *path);
 /* ra_outfile_begin, then a stream on the temporary file in *fp (owned by of: do not fclose).
  * The stream writes in 2 MiB pieces at 2 MiB offsets: Linux's page cache then holds the file
  * in 2 MiB folios, and a later mmap of it (the weights) gets 2 MiB pages, which one core
- * streams at 26-27 GB/s here against 22-24 for 4 KiB ones (README: Weights in 2 MiB pages). */
+ * streams faster than 4 KiB ones (src/README.md: Weights in 2 MiB pages). */
 int ra_outfile_open(struct ra_outfile *of, const char *path, FILE **fp);
 
 /* For libraries that create files by name (HDF5): closes and removes the empty temporary file

@@ -43,10 +43,10 @@ except ImportError as e:
     print(f"skip: cannot import the Hugging Face oracle's packages ({e}); "
           "pip install torch transformers accelerate gguf numpy")
     sys.exit(77)
-# Two speed-ups of transformers' GGUF load (60% of this test's time before them), which change
-# no value: it builds gguf-py's tensor name map once per tensor (397 times, 8 s here), a pure
-# function of (architecture, layers); and it parses the file anew for the tokenizer, the config and
-# the weights (11 s for the second and third), with a reader it only reads. One of each serves.
+# Two speed-ups of transformers' GGUF load (most of this test's time without them), which change
+# no value: it builds gguf-py's tensor name map once per tensor, a pure function of (architecture,
+# layers); and it parses the file anew for the tokenizer, the config and the weights, with a reader
+# it only reads. One of each serves.
 if hasattr(gguf, "get_tensor_name_map"):
     gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map)
 _gguf_reader = gguf.GGUFReader
@@ -143,8 +143,8 @@ def runahead_logits(dump, model, plist, tmp, tag):
 
 
 def runahead_greedy(runahead, model, ids):
-    # One thread (logits_dump too): two threads on a machine busy with other work decode ten times
-    # slower (measured: 2.1 against 20.6 tokens/s), as each step's threads wait for one another.
+    # One thread (logits_dump too): two threads on a machine busy with other work decode many times
+    # slower, as each step's threads wait for one another.
     cmd = [runahead, "--model", model, "--prompt-ids", " ".join(map(str, ids)), "-n", str(STEPS),
            "--ignore-eos", "-o", "ids", "--compute-dtype", "f32", "--threads", "1"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -217,8 +217,8 @@ def main():
     runahead, dump, gguf_path, conv_dir, tmp = sys.argv[1:6]
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    # One thread, as runahead here: on a machine busy with other work, torch's two threads took
-    # 12 s for the long prompt's pass against 3-4 s for one (their barriers wait on each other).
+    # One thread, as runahead here: on a machine busy with other work, torch's two threads take
+    # several times as long as one (their barriers wait on each other).
     torch.set_num_threads(1)
     t0 = time.time()
     gdir, gname = os.path.split(os.path.abspath(gguf_path))

@@ -411,7 +411,7 @@ static void check_planner(void)
         if (abs(a - b) > 1 && fabs(ra_kvpr_cost(&p, &sh, a) - ra_kvpr_cost(&p, &sh, b)) > 1e-12)
             fprintf(stderr, "planner: dim %d s %d: scan %d, closed form %d\n", dim, s, a, b), test_failures++;
     }
-    /* the digest's check: OPT-6.7B, 32 GB/s, 312 TFLOP/s, fp16: l/s' = 0.70 */
+    /* the KVPR paper's example: OPT-6.7B, 32 GB/s, 312 TFLOP/s, fp16: l/s' = 0.70 */
     const struct ra_kvpr_shape opt = { 4096, 4096, 2, 10000, 0, 10000, 0 };
     const struct ra_kvpr_profile a100 = { 32e9, 0, 312e12, 0, 0 };
     const int l = ra_kvpr_plan_closed(&a100, &opt);
