@@ -1,6 +1,6 @@
 /* Partition lookup tables (HDF5), paper §4.2; their interpolation is interp.h.
  *
- * Layout, schema_version 2 (README.md, "Partition tables"):
+ * Layout, schema_version 2 (partition/README.md):
  *   /                          attribute schema_version (int) = RA_TABLE_SCHEMA_VERSION
  *   /<model-id>/<hw-tag>/p<P>/ datasets context_lengths[N] (int, ascending, unique),
  *                              boundaries[N][P+1] (int), ratios[N][P] (double),

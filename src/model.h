@@ -183,7 +183,7 @@ void ra_model_free(struct ra_model *m);
 /* The first NaN or Inf in any loaded tensor is an error naming the file, the
  * tensor and the element: one such weight turns every logit into NaN, and
  * greedy decoding of NaN logits emits token 0 forever without complaint.
- * One parallel streaming read of the weights (see README for its cost). */
+ * One parallel streaming read of the weights (src/README.md: its cost). */
 int ra_model_check_weights(const struct ra_model *m, int n_threads);
 
 /* Format-specific loaders (ra_model_load picks one). */

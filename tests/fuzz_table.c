@@ -6,7 +6,7 @@
  * well-formed HDF5 file can hold (which groups and datasets exist, their
  * names, classes, shapes and values, the attributes) but never HDF5's own
  * encoding: HDF5 1.10 itself crashes on some corrupt files, which no reader
- * of ours can prevent (see README, "Fuzzing and sanitizers").
+ * of ours can prevent (tests/README.md: "Fuzzing and sanitizers").
  *
  * Recipe, byte by byte (a short input reads as zeros):
  *   flags        bits 0-1 schema_version (absent, 1, a fuzzed int, a double),
