@@ -394,6 +394,25 @@ static void cuda_destroy(struct ra_backend *be)
     free(cb);
 }
 
+/* Weights of any dtype (converted to the device dtype on upload);
+ * activations f32; the KV cache f32 or bf16; compute in the device dtypes. */
+static int cuda_supports(struct ra_backend *be, enum ra_op op, enum ra_dtype dtype)
+{
+    (void)be;
+    switch (op) {
+    case RA_OP_EMBED:
+    case RA_OP_MATMUL:
+    case RA_OP_RMSNORM:
+    case RA_OP_WEIGHT_PREPARE:
+    case RA_OP_WEIGHTS:
+    case RA_OP_NARROW:
+    case RA_OP_COMPUTE: return 1;
+    case RA_OP_ATTENTION:
+    case RA_OP_KV_CACHE: return dtype == RA_DTYPE_F32 || dtype == RA_DTYPE_BF16;
+    default: return dtype == RA_DTYPE_F32;
+    }
+}
+
 static const struct ra_backend_ops cuda_ops = {
     .name = "cuda",
     .destroy = cuda_destroy,
@@ -422,6 +441,7 @@ static const struct ra_backend_ops cuda_ops = {
     .stream_native = cuda_stream_native,
     .weight_prepare = cuda_weight_prepare,
     .weight_release = cuda_weight_release,
+    .supports = cuda_supports,
 };
 
 int ra_cuda_devices(void)

@@ -15,8 +15,8 @@
 #include "backend.h"
 #include "model.h"
 
-/* Bumped whenever the structs below change: a module of another version is refused. */
-#define RA_CUDA_MODULE_ABI 1
+/* Bumped whenever the structs below or struct ra_backend_ops change: a module of another version is refused. */
+#define RA_CUDA_MODULE_ABI 2
 #define RA_CUDA_MODULE_FILE "librunahead-cuda.so"
 #define RA_CUDA_MODULE_ENTRY "ra_cuda_module_open"
 

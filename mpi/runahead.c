@@ -302,8 +302,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_EXPECT_RANKS: rc = ra_arg_int(optarg, "--expect-ranks", 1, RA_MAX_RANKS, &o->expect_ranks); break;
         case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
         case OPT_BACKEND:
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                rc = ra_error_set(RA_EINVAL, "--backend: '%s' is not cpu or cuda", ra_esc(optarg));
+            rc = ra_backend_name_check(optarg, "--backend");
             o->backend = optarg;
             break;
         case OPT_DEVICE: rc = ra_arg_int(optarg, "--device", 0, 1023, &o->device); break;
@@ -725,34 +724,23 @@ out:
     return rc;
 }
 
-/* --backend: cpu, or cuda on the GPU of the rank's index on its node (modulo
- * the GPUs it sees) unless --device names one; by default cuda when the build
- * has it and this rank sees a GPU. LOCAL_RANK comes from ra_mpi_local_rank. */
+/* --backend (ra_backend_open): cpu, or cuda on the GPU of the rank's index on
+ * its node (modulo the GPUs it sees) unless --device names one; by default
+ * cuda when the build has it and this rank sees a GPU. LOCAL_RANK comes from
+ * ra_mpi_local_rank. */
 static int open_backend(const struct options *o, int threads, int local_rank, struct ra_backend **be)
 {
-    const int gpus = ra_cuda_device_count();
-    /* RA_BACKEND sets the default (the test suite runs its CPU checks with cpu
-     * on a GPU machine too); --backend overrides it. */
-    const char *name = o->backend ? o->backend : getenv("RA_BACKEND");
-    if (name && *name && strcmp(name, "cpu") && strcmp(name, "cuda"))
-        return ra_error_set(RA_EINVAL, "RA_BACKEND: '%s' is not cpu or cuda", ra_esc(name));
-    const int cuda = name && *name ? !strcmp(name, "cuda") : gpus > 0;
-    if (!cuda)
-        return ra_backend_cpu_init(be, threads);
-    if (!ra_cuda_built())
-        return ra_error_set(RA_EUNSUPPORTED, "--backend cuda: this runahead was built without CUDA (configure "
-                            "--with-cuda)");
-    if (ra_cuda_load() != RA_OK) /* the module or a CUDA library it needs is missing on this node */
-        return ra_error_set(RA_EUNSUPPORTED, "--backend cuda: %s", ra_error_message());
-    if (gpus == 0)
-        return ra_error_set(RA_EINVAL, "--backend cuda: rank %d sees no CUDA device (check the driver and "
-                            "CUDA_VISIBLE_DEVICES)", rank);
-    const int dev = o->device >= 0 ? o->device : local_rank % gpus;
-    if (dev >= gpus)
-        return ra_error_set(RA_EINVAL, "--device %d: rank %d sees only %d CUDA device%s", dev, rank, gpus,
-                            gpus == 1 ? "" : "s");
-    int rc = ra_backend_cuda_init(be, dev);
-    if (rc == RA_OK && (rc = ra_backend_cuda_set_dtype(*be, o->device_dtype)) != RA_OK) {
+    struct ra_backend_params p = RA_BACKEND_PARAMS_INIT;
+    p.device = o->device;
+    p.local_rank = local_rank;
+    p.rank = rank;
+    p.threads = threads;
+    p.compute = o->compute;
+    p.device_dtype = o->device_dtype;
+    int rc = ra_backend_open(be, o->backend, &p);
+    if (rc == RA_OK && !ra_backend_supports(*be, RA_OP_KV_CACHE, o->kv_dtype)) {
+        rc = ra_error_set(RA_EUNSUPPORTED, "--kv-dtype %s: the %s backend has no such KV cache",
+                          ra_dtype_name(o->kv_dtype), (*be)->ops->name);
         ra_backend_free(*be);
         *be = NULL;
     }
@@ -818,8 +806,6 @@ static int run(int argc, char **argv)
     const int local_rank = ra_mpi_local_rank(); /* collective: every rank, whatever rc is */
     if (rc == RA_OK)
         rc = open_backend(&o, load.n_threads, local_rank, &be);
-    if (rc == RA_OK)
-        be->compute = o.compute;
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_kv_row_bytes(ra_config_kv_dim(&m.config), o.kv_dtype));

@@ -42,6 +42,24 @@ enum ra_stream { RA_STREAM_COMPUTE = 0, RA_STREAM_COPY, RA_STREAM_COMM, RA_N_STR
 
 struct ra_event; /* opaque, backend-defined */
 
+/* What ra_backend_supports asks about: an op of struct ra_backend_ops on
+ * data of a dtype, or one of the dtypes a run chooses. The dtype is: for
+ * EMBED, MATMUL and RMSNORM the weight's; for ATTENTION the KV cache rows';
+ * for NARROW the target's; for ROPE, SWIGLU and ADD the activations' (f32);
+ * for WEIGHT_PREPARE the weight's. KV_CACHE: the cache's rows (--kv-dtype);
+ * COMPUTE: what the linear layers compute in (--compute-dtype on the CPU,
+ * --device-dtype on CUDA); WEIGHTS: weight matrices as a model file holds
+ * them. As ggml's supports_op: ask before a run, instead of failing in it. */
+enum ra_op {
+    RA_OP_EMBED = 0, RA_OP_MATMUL, RA_OP_RMSNORM, RA_OP_ROPE, RA_OP_ATTENTION, RA_OP_SWIGLU, RA_OP_ADD,
+    RA_OP_NARROW, RA_OP_WEIGHT_PREPARE,
+    RA_OP_KV_CACHE, RA_OP_COMPUTE, RA_OP_WEIGHTS,
+    RA_N_OPS
+};
+
+/* "embed", "matmul", ..., "kv_cache", "compute", "weights" */
+const char *ra_op_name(enum ra_op op);
+
 struct ra_backend_ops {
     const char *name;
     void (*destroy)(struct ra_backend *be);
@@ -104,6 +122,9 @@ struct ra_backend_ops {
     void (*weight_release)(struct ra_backend *be, struct ra_tensor *t);
     /* dst[i] = src[i] rounded to dtype (to nearest even; RA_DTYPE_F32 copies): KV rows into a bf16 cache. */
     int (*narrow)(struct ra_backend *be, void *dst, enum ra_dtype dtype, const float *src, size_t count);
+
+    /* Optional: 1 when the backend runs op on dtype (ra_backend_supports). */
+    int (*supports)(struct ra_backend *be, enum ra_op op, enum ra_dtype dtype);
 };
 
 /* What the linear layers compute in. AUTO: bf16 where the weights are bf16
@@ -128,5 +149,47 @@ int ra_backend_cpu_init(struct ra_backend **out, int n_threads);
  * brg:avx512_core_amx" (the unit of its last bf16 GEMM), or "none (why)". */
 void ra_backend_cpu_describe_linear(const struct ra_backend *be, char *buf, size_t size);
 void ra_backend_free(struct ra_backend *be);
+
+/* 1 when BE runs OP on DTYPE (enum ra_op says what the dtype is of), else 0.
+ * A backend without a supports op runs the ops it has, on f32 only. */
+int ra_backend_supports(struct ra_backend *be, enum ra_op op, enum ra_dtype dtype);
+
+/* How ra_backend_open makes a backend; RA_BACKEND_PARAMS_INIT gives the defaults. */
+struct ra_backend_params {
+    int device;       /* CUDA device; -1: local_rank modulo the visible devices */
+    int local_rank;   /* the process's index on its node */
+    int rank;         /* named in error lines */
+    int threads;      /* CPU threads; <= 0: one per CPU of the affinity mask */
+    enum ra_compute compute;    /* the CPU's linear layers (--compute-dtype) */
+    enum ra_dtype device_dtype; /* weights on a CUDA device (--device-dtype): bf16, f16 or f32 */
+};
+#define RA_BACKEND_PARAMS_INIT { .device = -1, .device_dtype = RA_DTYPE_BF16 }
+
+/* The one place a program gets a backend. NAME: "cpu", "cuda", or NULL or ""
+ * for the default: $RA_BACKEND when set, else cuda where the CUDA module loads
+ * and sees a device, else cpu. Errors are one line: an unknown name, a build
+ * without CUDA, a node where the module does not load, no device, a device
+ * index out of range. */
+int ra_backend_open(struct ra_backend **out, const char *name, const struct ra_backend_params *params);
+/* RA_EINVAL ("OPT: 'x' is not cpu or cuda") unless NAME is cpu, cuda, NULL or "". */
+int ra_backend_name_check(const char *name, const char *opt);
+
+/* The CUDA backend's loader (kernels/cuda_loader.c, part of the core
+ * library; kernels/backend_cuda.h has the rest of its interface). */
+/* 1 when the library was built with the CUDA module (configure --with-cuda). */
+int ra_cuda_built(void);
+/* Loads the module once: RA_OK, or RA_EUNSUPPORTED with one line saying what
+ * is missing (the module, or a CUDA library it needs) and where it looked. */
+int ra_cuda_load(void);
+/* Visible CUDA devices: 0 when none (no driver, no GPU, no module). */
+int ra_cuda_device_count(void);
+/* A backend on DEVICE (0-based). Weights go to the device as bf16 unless
+ * ra_backend_cuda_set_dtype says otherwise; activations are fp32, the KV
+ * cache fp32 or bf16 (--kv-dtype). Errors name the device. */
+int ra_backend_cuda_init(struct ra_backend **out, int device);
+/* The dtype weight matrices take on the device (--device-dtype): bf16 (the
+ * default) or f16, with fp32 accumulation, or f32. Norm weights stay fp32.
+ * Set it before ra_model_attach. */
+int ra_backend_cuda_set_dtype(struct ra_backend *be, enum ra_dtype dtype);
 
 #endif

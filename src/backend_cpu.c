@@ -567,6 +567,25 @@ static int cpu_narrow(struct ra_backend *be, void *dst, enum ra_dtype dtype, con
     return RA_OK;
 }
 
+/* Weights in any of the three dtypes (widened or read by a bf16 unit);
+ * activations f32; the KV cache f32 or bf16; bf16 compute where the CPU has
+ * a bf16 unit (elsewhere bf16 would quietly run in f32). */
+static int cpu_supports(struct ra_backend *be, enum ra_op op, enum ra_dtype dtype)
+{
+    switch (op) {
+    case RA_OP_EMBED:
+    case RA_OP_MATMUL:
+    case RA_OP_RMSNORM:
+    case RA_OP_WEIGHT_PREPARE:
+    case RA_OP_WEIGHTS: return 1;
+    case RA_OP_ATTENTION:
+    case RA_OP_NARROW:
+    case RA_OP_KV_CACHE: return dtype == RA_DTYPE_F32 || dtype == RA_DTYPE_BF16;
+    case RA_OP_COMPUTE: return dtype == RA_DTYPE_F32 || (dtype == RA_DTYPE_BF16 && ((struct cpu_backend *)be)->bf16);
+    default: return dtype == RA_DTYPE_F32;
+    }
+}
+
 static const struct ra_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -595,6 +614,7 @@ static const struct ra_backend_ops cpu_ops = {
     .weight_prepare = cpu_weight_prepare,
     .weight_release = cpu_weight_release,
     .narrow = cpu_narrow,
+    .supports = cpu_supports,
 };
 
 int ra_backend_cpu_init(struct ra_backend **out, int n_threads)

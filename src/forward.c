@@ -188,7 +188,7 @@ static int check_span(const struct ra_model *m, const int32_t *tokens, int start
             return ra_error_set(RA_ERANGE, "forward: span [%d, %d) does not fit the KV cache (%d rows from "
                                 "position %d)", start, start + n, kv->capacity, first);
     }
-    if (kv->dtype != RA_DTYPE_F32 && (kv->dtype != RA_DTYPE_BF16 || !m->backend->ops->narrow))
+    if (!ra_backend_supports(m->backend, RA_OP_KV_CACHE, kv->dtype))
         return ra_error_set(RA_EUNSUPPORTED, "forward: the %s backend has no %s KV cache", m->backend->ops->name,
                             ra_dtype_name(kv->dtype));
     for (int i = 0; i < n; i++)
