@@ -15,6 +15,7 @@
  * once, so an interrupted sweep keeps what it found. */
 #include "config.h"
 #include "args.h"
+#include "backend_cuda.h"
 #include "calibrate.h"
 #include "costmodel.h"
 #include "partition.h"
@@ -36,6 +37,9 @@
 
 struct options {
     const char *model, *out, *hw_tag, *evaluate;
+    const char *backend;           /* --backend: cpu, cuda, NULL for the default (ra_backend_open) */
+    int device;                    /* --device; -1: the rank's index on its node */
+    enum ra_dtype device_dtype;    /* --device-dtype */
     struct ra_table_writer writer; /* how merges into --out wait for other writers */
     int contexts[MAX_CONTEXTS], n_contexts;
     int repeats, min_stride, points, ranks, threads, calibrate, baselines, no_check_weights;
@@ -48,6 +52,7 @@ struct tune {
     const struct options *o;
     struct ra_model m;
     struct ra_backend *be;
+    int local_rank; /* the rank's index on its node: its default CUDA device */
     struct ra_kvcache kv;
     int32_t *tokens;
     char model_id[128], hw_tag[128];
@@ -94,6 +99,10 @@ static void usage(FILE *f)
 "                          table:FILE.h5 interpolated) at each context instead of searching,\n"
 "                          beside the cost model's prediction; writes no entries\n"
 "  -T, --threads N         CPU threads per rank (default: the node's cores / its ranks)\n"
+"      --backend B         cpu or cuda (default: $RA_BACKEND, else cuda when built with\n"
+"                          CUDA and a GPU is visible, else cpu)\n"
+"      --device N          CUDA device of every rank (default: its index on the node)\n"
+"      --device-dtype D    weights on the GPU: bf16 (default), f16 or f32\n"
 "  -s, --seed S            seed of the synthetic prompt ids (default 1)\n"
 "      --watchdog SECONDS  abort the job when a rank has waited SECONDS for another in a\n"
 "                          prompt pass (a stopped or hung rank); set it above the time\n"
@@ -127,7 +136,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_HW = 256, OPT_OBJECTIVE, OPT_RANKS, OPT_CALIBRATE, OPT_MIN_STRIDE, OPT_POINTS, OPT_NO_BASE, OPT_EVAL,
            OPT_NO_CHECK, OPT_LOCK_TIMEOUT,
-           OPT_WATCHDOG };
+           OPT_WATCHDOG, OPT_BACKEND, OPT_DEVICE, OPT_DEVICE_DTYPE };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },     { "contexts", required_argument, NULL, 'c' },
         { "out", required_argument, NULL, 'o' },       { "hw-tag", required_argument, NULL, OPT_HW },
@@ -138,12 +147,15 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "evaluate", required_argument, NULL, OPT_EVAL }, { "no-check-weights", no_argument, NULL, OPT_NO_CHECK },
         { "lock-timeout", required_argument, NULL, OPT_LOCK_TIMEOUT },
         { "watchdog", required_argument, NULL, OPT_WATCHDOG },
+        { "backend", required_argument, NULL, OPT_BACKEND }, { "device", required_argument, NULL, OPT_DEVICE },
+        { "device-dtype", required_argument, NULL, OPT_DEVICE_DTYPE },
         { "threads", required_argument, NULL, 'T' },   { "seed", required_argument, NULL, 's' },
         { "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
     };
     int c, rc = RA_OK, seed = 1;
-    *o = (struct options){ .repeats = 3, .min_stride = 16, .points = 5, .ranks = world, .baselines = 1 };
+    *o = (struct options){ .repeats = 3, .min_stride = 16, .points = 5, .ranks = world, .baselines = 1,
+                           .device = -1, .device_dtype = RA_DTYPE_BF16 };
     if ((rc = ra_table_writer_init(&o->writer, "runahead-tune", stderr)) != RA_OK)
         return rc;
     opterr = 0;
@@ -169,6 +181,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_LOCK_TIMEOUT: rc = lock_timeout(optarg, &o->writer.lock_timeout_s); break;
         case OPT_WATCHDOG: rc = ra_arg_int(optarg, "--watchdog", 0, 7 * 24 * 3600, &o->watchdog); break;
         case 'T': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
+        case OPT_BACKEND: o->backend = optarg; rc = ra_backend_name_check(optarg, "--backend"); break;
+        case OPT_DEVICE: rc = ra_arg_int(optarg, "--device", 0, 1023, &o->device); break;
+        case OPT_DEVICE_DTYPE: rc = ra_device_dtype_parse(optarg, &o->device_dtype); break;
         case 's': rc = ra_arg_int(optarg, "--seed", 0, 1 << 30, &seed); break;
         case 'h': if (rank == 0) usage(stdout); return 1;
         case 'V': if (rank == 0) ra_print_version("runahead-tune"); return 1;
@@ -521,6 +536,19 @@ static int calibrate(struct tune *t)
     return rc;
 }
 
+/* The backend of --backend, --device, --device-dtype and --threads (ra_backend_open). */
+static int open_backend(struct tune *t, int threads)
+{
+    const struct options *o = t->o;
+    struct ra_backend_params p = RA_BACKEND_PARAMS_INIT;
+    p.device = o->device;
+    p.local_rank = t->local_rank;
+    p.rank = rank;
+    p.threads = threads;
+    p.device_dtype = o->device_dtype;
+    return ra_backend_open(&t->be, o->backend, &p);
+}
+
 static int setup(struct tune *t)
 {
     const struct options *o = t->o;
@@ -541,7 +569,7 @@ static int setup(struct tune *t)
         snprintf(t->hw_tag, sizeof t->hw_tag, "%s", o->hw_tag);
     else
         ra_table_default_hw_tag(t->hw_tag, sizeof t->hw_tag);
-    if ((rc = ra_backend_cpu_init(&t->be, load.n_threads)) != RA_OK ||
+    if ((rc = open_backend(t, load.n_threads)) != RA_OK ||
         (rc = ra_model_attach(&t->m, t->be)) != RA_OK ||
         (rc = ra_kvcache_init(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), longest)) != RA_OK)
         return rc;
@@ -579,6 +607,7 @@ static int run(int argc, char **argv)
      * after the search. Rank 0 is the one that writes. */
     if ((!o.evaluate || o.calibrate) && (rc = agree(rank == 0 ? ra_table_check_target(o.out) : RA_OK)) != RA_OK)
         goto out;
+    t.local_rank = ra_mpi_local_rank(); /* collective: before anything a rank may fail */
     if ((rc = agree(setup(&t))) != RA_OK)
         goto out;
     if ((rc = agree(ra_watchdog_start(o.watchdog, "runahead-tune", rank))) != RA_OK)

@@ -99,4 +99,20 @@ one_line "exceeds the model's context of 2048" \
 one_line "measuring needs mpirun -np 4" \
     run 2 $MPIEXEC_FLAGS "$BUILD/runahead-tune" --model "$M" --contexts 512 --ranks 4 --out "$TMP/x.h5"
 one_line "needs at least 2 ranks" "$BUILD/runahead-tune" --model "$M" --contexts 512 --out "$TMP/x.h5"
+
+# --backend (ra_backend_open): a bad name is one line; so is cuda where no GPU is visible. With a
+# GPU, a short measured search on it gives its rows (KVR-S on the device).
+one_line "--backend: 'gpu' is not cpu or cuda" \
+    "$BUILD/runahead-tune" --model "$M" --backend gpu --calibrate --out "$TMP/x.h5"
+gpus=0
+[ -x "$BUILD/tests/cuda_devices" ] && gpus=$("$BUILD/tests/cuda_devices" 2>/dev/null || echo 0)
+if [ "$gpus" -gt 0 ]; then
+    run 2 $MPIEXEC_FLAGS "$BUILD/runahead-tune" --model "$M" --backend cuda --contexts 128 --out "$TMP/cuda.h5" \
+        --repeats 1 --min-stride 32 --points 3 >"$TMP/cuda.out" 2>"$TMP/cuda.err" \
+        || { cat "$TMP/cuda.err" >&2; fail "runahead-tune --backend cuda"; }
+    grep -Eq "^128 +0,[0-9]+,128 " "$TMP/cuda.out" || fail "runahead-tune --backend cuda: no result row for 128"
+else
+    one_line "rank 0: --backend cuda: " \
+        "$BUILD/runahead-tune" --model "$M" --backend cuda --calibrate --out "$TMP/x.h5"
+fi
 finish
