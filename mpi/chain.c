@@ -18,6 +18,21 @@ static int tag_of(const struct ra_exchange *x, int layer, int piece, int kind)
     return (layer * x->size + piece) * 2 + kind;
 }
 
+long long ra_chain_max_tag(int n_layers, int size)
+{
+    return 2LL * n_layers * size - 1; /* tag_of(last layer, last piece, V) */
+}
+
+int ra_chain_check_tags(int n_layers, int size, int rank, long long tag_ub)
+{
+    const long long max = ra_chain_max_tag(n_layers, size);
+    if (max > tag_ub)
+        return ra_error_set(RA_EINVAL,
+                            "rank %d: %d layers on %d ranks need MPI tags up to %lld, above this MPI's MPI_TAG_UB (%lld)",
+                            rank, n_layers, size, max, tag_ub);
+    return RA_OK;
+}
+
 /* Rows are bytes to a transport, whatever their element type. */
 static void *rows_of(struct ra_kvcache *kv, int layer, int kind, int pos)
 {

@@ -33,6 +33,17 @@ int ra_route_parse(const char *s, enum ra_route *r)
     return ra_error_set(RA_EINVAL, "--route: '%s' is not chain, relay or direct", s);
 }
 
+/* The chain's tags against the communicator's MPI_TAG_UB (the standard promises at
+ * least 32767; where the attribute is missing, that is the bound). */
+static int check_tag_ub(const struct ra_exchange *x)
+{
+    int rc = RA_OK, *ub = NULL, found = 0;
+    MPI_CHECK(MPI_Comm_get_attr(x->comm, MPI_TAG_UB, &ub, &found));
+    rc = ra_chain_check_tags(x->n_layers, x->size, x->rank, found && ub ? *ub : 32767);
+out:
+    return rc;
+}
+
 int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method, enum ra_route route,
                      const int *bounds, int n_layers, size_t row_bytes)
 {
@@ -50,6 +61,8 @@ int ra_exchange_init(struct ra_exchange *x, MPI_Comm comm, enum ra_method method
         goto out;
     }
     memcpy(x->bounds, bounds, sizeof(int) * (size_t)(x->size + 1));
+    if (method == RA_METHOD_KVR && (rc = check_tag_ub(x)) != RA_OK)
+        goto out;
     if (row_bytes == 0 || row_bytes > INT_MAX) {
         rc = ra_error_set(RA_EINVAL, "rank %d: a KV row of %zu bytes", x->rank, row_bytes);
         goto out;

@@ -78,6 +78,11 @@ const struct ra_kv_exchange *ra_exchange_hooks(struct ra_exchange *x);
 
 /* Internal to mpi/: set up the method's hooks. */
 void ra_chain_hooks(struct ra_exchange *x);
+/* The largest tag a chain pass uses (K and V of every layer and rank's slice), and the
+ * set-up check of it against the MPI library's MPI_TAG_UB: one line naming the rank when
+ * the run would need more (a larger tag fails the send, or wraps into another message's). */
+long long ra_chain_max_tag(int n_layers, int size);
+int ra_chain_check_tags(int n_layers, int size, int rank, long long tag_ub);
 void ra_tsp_hooks(struct ra_exchange *x);
 /* `rows` KV rows at `buf` (a KV cache address) through the transport, and the emulated link. */
 int ra_exchange_post_send(struct ra_exchange *x, const void *buf, int rows, int dest, int tag);

@@ -307,6 +307,31 @@ static void check_model(const char *path, int n)
     ra_backend_free(be);
 }
 
+/* The chain's tags against MPI_TAG_UB: the bound is exact, and a run that needs more is
+ * refused at set-up with one line naming the rank, on the real attribute too. */
+static void check_tag_ub(void)
+{
+    const long long max = ra_chain_max_tag(32, 4);
+    CHECK(max == 2 * 32 * 4 - 1);
+    CHECK(ra_chain_check_tags(32, 4, rank, max) == RA_OK);
+    CHECK(ra_chain_check_tags(32, 4, rank, max - 1) == RA_EINVAL);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d: ", rank);
+    CHECK(strstr(ra_error_message(), want) && strstr(ra_error_message(), "MPI_TAG_UB"));
+    /* 2^30 layers need tags beyond any int; the refusal comes before anything is allocated. */
+    int *ub = NULL, found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+    CHECK(found && *ub >= 32767);
+    int bounds[RA_MAX_RANKS + 1];
+    for (int r = 0; r <= world; r++)
+        bounds[r] = r;
+    struct ra_exchange x;
+    int rc = ra_exchange_init(&x, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, 1 << 30, 64);
+    CHECK(rc == RA_EINVAL && strstr(ra_error_message(), want) && strstr(ra_error_message(), "MPI_TAG_UB"));
+    if (rank == 0)
+        printf("MPI_TAG_UB %d: %s\n", found ? *ub : -1, ra_error_message());
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -328,6 +353,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
+    check_tag_ub();
     /* 312 = 2*156 = 3*104 = 4*78: even splits are exact, so the traffic formulas hold exactly. */
     for (int i = first; i < argc; i++)
         check_model(argv[i], 312);
