@@ -7,6 +7,9 @@
 #   RA_RANK_WRAPPER a command every rank runs the program through (a profiler;
 #                  the tests use one that hides Slurm's environment from Open MPI)
 
+# An installed copy ($(pkgdatadir)/jobs, make install) finds the programs in the install's
+# bindir: jobs/installed.sh, written by make install, sets RA_BUILD_DIR's default.
+[ ! -f "$top/jobs/installed.sh" ] || . "$top/jobs/installed.sh"
 build=${RA_BUILD_DIR:-$top/build}
 prog=${prog:-$(basename "$0")}
 
