@@ -69,7 +69,7 @@ static double or_none(double x) { return isnan(x) ? -1.0 : x; }
 static void *device_random(size_t floats)
 {
     float *h = malloc(floats * sizeof(float));
-    void *d = be->ops->alloc(be, floats * sizeof(float));
+    void *d = ra_backend_alloc(be, floats * sizeof(float));
     if (!h || !d)
         bench_die("allocation", RA_ENOMEM);
     for (size_t i = 0; i < floats; i++)

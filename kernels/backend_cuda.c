@@ -105,10 +105,6 @@ static void cuda_release_mem(struct ra_backend *be, void *buf, enum ra_mem where
 
 static enum ra_mem cuda_mem_kind(struct ra_backend *be) { return RA_MEM_DEVICE; }
 
-static void *cuda_alloc(struct ra_backend *be, size_t bytes) { return cuda_alloc_mem(be, bytes, RA_MEM_DEVICE); }
-
-static void cuda_release(struct ra_backend *be, void *buf) { cuda_release_mem(be, buf, RA_MEM_DEVICE); }
-
 /* Blocking copies on the compute stream, so they follow the ops before them. */
 static int cuda_copy_sync(struct ra_backend *be, void *dst, const void *src, size_t bytes)
 {
@@ -224,7 +220,7 @@ static int cuda_weight_prepare(struct ra_backend *be, struct ra_tensor *t, int m
     struct cuda_backend *cb = cb_of(be);
     const enum ra_dtype to = device_dtype(cb, t);
     const size_t count = (size_t)t->rows * (size_t)t->cols, bytes = count * ra_dtype_size(to);
-    void *dst = cuda_alloc(be, bytes);
+    void *dst = cuda_alloc_mem(be, bytes, RA_MEM_DEVICE);
     if (!dst)
         return ra_error_set(RA_ENOMEM, "cuda device %d: cannot allocate %.1f MiB for a %lld x %lld weight", cb->device,
                             (double)bytes / 1048576.0, (long long)t->rows, (long long)t->cols);
@@ -239,7 +235,7 @@ static int cuda_weight_prepare(struct ra_backend *be, struct ra_tensor *t, int m
 
 static void cuda_weight_release(struct ra_backend *be, struct ra_tensor *t)
 {
-    be->ops->release(be, t->device);
+    cuda_release_mem(be, t->device, RA_MEM_DEVICE);
     t->device = NULL;
 }
 
@@ -416,8 +412,6 @@ static int cuda_supports(struct ra_backend *be, enum ra_op op, enum ra_dtype dty
 static const struct ra_backend_ops cuda_ops = {
     .name = "cuda",
     .destroy = cuda_destroy,
-    .alloc = cuda_alloc,
-    .release = cuda_release,
     .upload = cuda_copy_sync,
     .download = cuda_copy_sync,
     .synchronize = cuda_synchronize,

@@ -64,15 +64,13 @@ struct ra_backend_ops {
     const char *name;
     void (*destroy)(struct ra_backend *be);
 
-    void *(*alloc)(struct ra_backend *be, size_t bytes); /* zeroed */
-    void (*release)(struct ra_backend *be, void *buf);
     int (*upload)(struct ra_backend *be, void *dst, const void *host_src, size_t bytes);
     int (*download)(struct ra_backend *be, void *host_dst, const void *src, size_t bytes);
     int (*synchronize)(struct ra_backend *be);
 
     /* The memory model (as ggml's buffer types): the CPU backend is the host
      * case of it, where every kind is plain host memory, copies are memcpy and
-     * events cost nothing. alloc(b) is alloc_mem(b, mem_kind()). */
+     * events cost nothing. ra_backend_alloc(b) is alloc_mem(b, mem_kind()). */
     enum ra_mem (*mem_kind)(struct ra_backend *be); /* where activations and the KV cache live */
     void *(*alloc_mem)(struct ra_backend *be, size_t bytes, enum ra_mem where); /* zeroed */
     void (*release_mem)(struct ra_backend *be, void *buf, enum ra_mem where);
@@ -191,5 +189,17 @@ int ra_backend_cuda_init(struct ra_backend **out, int device);
  * default) or f16, with fp32 accumulation, or f32. Norm weights stay fp32.
  * Set it before ra_model_attach. */
 int ra_backend_cuda_set_dtype(struct ra_backend *be, enum ra_dtype dtype);
+
+/* Zeroed memory of `bytes` where the backend keeps activations and the KV cache (its mem_kind),
+ * NULL when out of memory; ra_backend_release frees it (NULL is a no-op). */
+static inline void *ra_backend_alloc(struct ra_backend *be, size_t bytes)
+{
+    return be->ops->alloc_mem(be, bytes, be->ops->mem_kind(be));
+}
+
+static inline void ra_backend_release(struct ra_backend *be, void *buf)
+{
+    be->ops->release_mem(be, buf, be->ops->mem_kind(be));
+}
 
 #endif

@@ -95,8 +95,8 @@ static void cpu_destroy(struct ra_backend *be)
     free(cb);
 }
 
-/* KV caches and weight copies: in huge pages from 2 MiB (hugepage.h). */
-static void *cpu_alloc(struct ra_backend *be, size_t bytes)
+/* KV caches and weight copies: in huge pages from 2 MiB (hugepage.h). Every kind is host memory. */
+static void *cpu_alloc_mem(struct ra_backend *be, size_t bytes, enum ra_mem where)
 {
     void *p = ra_huge_alloc(bytes);
     if (p)
@@ -104,7 +104,7 @@ static void *cpu_alloc(struct ra_backend *be, size_t bytes)
     return p;
 }
 
-static void cpu_release(struct ra_backend *be, void *buf) { free(buf); }
+static void cpu_release_mem(struct ra_backend *be, void *buf, enum ra_mem where) { free(buf); }
 
 static int cpu_copy(struct ra_backend *be, void *dst, const void *src, size_t bytes)
 {
@@ -124,10 +124,6 @@ struct ra_event {
 static struct ra_event cpu_event;
 
 static enum ra_mem cpu_mem_kind(struct ra_backend *be) { return RA_MEM_HOST; }
-
-static void *cpu_alloc_mem(struct ra_backend *be, size_t bytes, enum ra_mem where) { return cpu_alloc(be, bytes); }
-
-static void cpu_release_mem(struct ra_backend *be, void *buf, enum ra_mem where) { free(buf); }
 
 static int cpu_copy_async(struct ra_backend *be, void *dst, const void *src, size_t bytes, enum ra_stream s)
 {
@@ -589,8 +585,6 @@ static int cpu_supports(struct ra_backend *be, enum ra_op op, enum ra_dtype dtyp
 static const struct ra_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
-    .alloc = cpu_alloc,
-    .release = cpu_release,
     .upload = cpu_copy,
     .download = cpu_copy,
     .synchronize = cpu_synchronize,

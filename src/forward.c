@@ -29,7 +29,7 @@ static void workspace_free(struct ra_backend *be, struct ra_workspace *ws)
     float *bufs[] = { ws->x, ws->xb, ws->q, ws->att, ws->hb, ws->hb2, ws->logits, ws->kf, ws->vf };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
-            be->ops->release(be, bufs[i]);
+            ra_backend_release(be, bufs[i]);
     free(ws);
 }
 
@@ -50,17 +50,17 @@ static int workspace_reserve(struct ra_model *m, int n, int narrow_kv)
         return ra_error_set(RA_ENOMEM, "forward: out of memory");
     const size_t d = (size_t)n * c->dim * sizeof(float), h = (size_t)n * c->hidden_dim * sizeof(float);
     ws->capacity = n;
-    ws->x = be->ops->alloc(be, d);
-    ws->xb = be->ops->alloc(be, d);
-    ws->q = be->ops->alloc(be, d);
-    ws->att = be->ops->alloc(be, d);
-    ws->hb = be->ops->alloc(be, h);
-    ws->hb2 = be->ops->alloc(be, h);
-    ws->logits = be->ops->alloc(be, (size_t)c->vocab_size * sizeof(float));
+    ws->x = ra_backend_alloc(be, d);
+    ws->xb = ra_backend_alloc(be, d);
+    ws->q = ra_backend_alloc(be, d);
+    ws->att = ra_backend_alloc(be, d);
+    ws->hb = ra_backend_alloc(be, h);
+    ws->hb2 = ra_backend_alloc(be, h);
+    ws->logits = ra_backend_alloc(be, (size_t)c->vocab_size * sizeof(float));
     if (narrow_kv) {
         const size_t kvb = (size_t)n * ra_config_kv_dim(c) * sizeof(float);
-        ws->kf = be->ops->alloc(be, kvb);
-        ws->vf = be->ops->alloc(be, kvb);
+        ws->kf = ra_backend_alloc(be, kvb);
+        ws->vf = ra_backend_alloc(be, kvb);
     }
     if (!ws->x || !ws->xb || !ws->q || !ws->att || !ws->hb || !ws->hb2 || !ws->logits ||
         (narrow_kv && (!ws->kf || !ws->vf))) {

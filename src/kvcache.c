@@ -27,8 +27,8 @@ int ra_kvcache_init_dtype(struct ra_kvcache *kv, struct ra_backend *be, int n_la
         goto oom;
     const size_t bytes = (size_t)capacity * ra_kvcache_row_bytes(kv);
     for (int l = 0; l < n_layers; l++) {
-        kv->k[l] = be->ops->alloc(be, bytes);
-        kv->v[l] = be->ops->alloc(be, bytes);
+        kv->k[l] = ra_backend_alloc(be, bytes);
+        kv->v[l] = ra_backend_alloc(be, bytes);
         if (!kv->k[l] || !kv->v[l])
             goto oom;
     }
@@ -59,9 +59,9 @@ void ra_kvcache_free(struct ra_kvcache *kv)
 {
     for (int l = 0; kv->k && !kv->borrowed && l < kv->n_layers; l++) {
         if (kv->k[l])
-            kv->backend->ops->release(kv->backend, kv->k[l]);
+            ra_backend_release(kv->backend, kv->k[l]);
         if (kv->v && kv->v[l])
-            kv->backend->ops->release(kv->backend, kv->v[l]);
+            ra_backend_release(kv->backend, kv->v[l]);
     }
     free(kv->k);
     free(kv->v);

@@ -33,7 +33,7 @@ static void fill(float *x, size_t n, float scale)
 /* A device copy of host floats. */
 static float *to_gpu(const float *x, size_t n)
 {
-    float *d = gpu->ops->alloc(gpu, n * sizeof(float));
+    float *d = ra_backend_alloc(gpu, n * sizeof(float));
     CHECK(d != NULL);
     if (d)
         CHECK_OK(gpu->ops->upload(gpu, d, x, n * sizeof(float)));
@@ -62,12 +62,12 @@ static void check_embed(void)
     struct ra_tensor t = { RA_DTYPE_F32, vocab, dim, table, NULL };
     const struct ra_tensor host = t; /* the CPU's view: T->device is the GPU's copy */
     CHECK_OK(gpu->ops->weight_prepare(gpu, &t, 1));
-    float *x = gpu->ops->alloc(gpu, sizeof(float) * n * dim);
+    float *x = ra_backend_alloc(gpu, sizeof(float) * n * dim);
     CHECK_OK(cpu->ops->embed(cpu, ref, &host, tokens, n));
     CHECK_OK(gpu->ops->embed(gpu, x, &t, tokens, n));
     from_gpu(got, x, (size_t)n * dim);
     report("embed (bf16 table)", test_max_rel_diff(got, ref, (size_t)n * dim), 1.0 / 128);
-    gpu->ops->release(gpu, x);
+    ra_backend_release(gpu, x);
     gpu->ops->weight_release(gpu, &t);
     free(table);
     free(ref);
@@ -96,8 +96,8 @@ static void check_matmul(enum ra_dtype dt, int rows, int k, int n)
     for (int i = 0; i < n; i++) /* the gaps between rows of y are left alone */
         for (int j = rows; j < ldy; j++)
             CHECK(got[(size_t)i * ldy + j] == 0.0f);
-    gpu->ops->release(gpu, dx);
-    gpu->ops->release(gpu, dy);
+    ra_backend_release(gpu, dx);
+    ra_backend_release(gpu, dy);
     gpu->ops->weight_release(gpu, &t);
     free(w);
     free(x);
@@ -120,8 +120,8 @@ static void check_rmsnorm(void)
     CHECK_OK(gpu->ops->rmsnorm(gpu, dy, dx, &t, n, dim, 1e-5f));
     from_gpu(got, dy, (size_t)n * dim);
     report("rmsnorm", test_max_rel_diff(got, ref, (size_t)n * dim), 1e-5);
-    gpu->ops->release(gpu, dx);
-    gpu->ops->release(gpu, dy);
+    ra_backend_release(gpu, dx);
+    ra_backend_release(gpu, dy);
     gpu->ops->weight_release(gpu, &t);
     free(x);
     free(w);
@@ -171,7 +171,7 @@ static void check_rope(int pos0)
     for (int i = 0; i < n; i++)
         for (int j = n_heads * hd; j < ld; j++)
             CHECK(got[(size_t)i * ld + j] == x[(size_t)i * ld + j]);
-    gpu->ops->release(gpu, dx);
+    ra_backend_release(gpu, dx);
     free(x);
     free(ref);
     free(got);
@@ -223,7 +223,7 @@ static void check_attention(int n_heads, int n_kv, int hd, int start, int n, flo
         vb[i] = ra_f32_to_bf16(v[i]);
     }
     float *dq = to_gpu(q, nq), *dout = to_gpu(q, nq);
-    void *dk = gpu->ops->alloc(gpu, sizeof(float) * nkv), *dv = gpu->ops->alloc(gpu, sizeof(float) * nkv);
+    void *dk = ra_backend_alloc(gpu, sizeof(float) * nkv), *dv = ra_backend_alloc(gpu, sizeof(float) * nkv);
     for (int bf = 0; bf < 2; bf++) {
         const struct ra_attention_shape s = { n_heads, n_kv, hd, n_heads * hd, n_kv * hd,
                                               bf ? RA_DTYPE_BF16 : RA_DTYPE_F32 };
@@ -248,10 +248,10 @@ static void check_attention(int n_heads, int n_kv, int hd, int start, int n, flo
             report(what, test_max_rel_diff(got, ref, nq), tol);
         }
     }
-    gpu->ops->release(gpu, dq);
-    gpu->ops->release(gpu, dk);
-    gpu->ops->release(gpu, dv);
-    gpu->ops->release(gpu, dout);
+    ra_backend_release(gpu, dq);
+    ra_backend_release(gpu, dk);
+    ra_backend_release(gpu, dv);
+    ra_backend_release(gpu, dout);
     free(q);
     free(k);
     free(v);
@@ -281,8 +281,8 @@ static void check_elementwise(void)
     CHECK_OK(gpu->ops->add(gpu, da, db, n));
     from_gpu(got, da, n);
     report("residual add", test_max_rel_diff(got, ref, n), 0.0);
-    gpu->ops->release(gpu, da);
-    gpu->ops->release(gpu, db);
+    ra_backend_release(gpu, da);
+    ra_backend_release(gpu, db);
     free(a);
     free(b);
     free(ref);
@@ -336,7 +336,7 @@ static void check_sampling(void)
     if (same < total)
         fprintf(stderr, "sampling: %d of %d draws differ from ra_sampler\n", total - same, total);
     CHECK(same >= total - 1);
-    gpu->ops->release(gpu, dl);
+    ra_backend_release(gpu, dl);
     ra_cuda_sampler_free(cs);
     free(logits);
     free(host);
@@ -351,7 +351,7 @@ static void check_memory_model(void)
     CHECK(op->mem_kind(gpu) == RA_MEM_DEVICE);
     float *pinned = op->alloc_mem(gpu, n * sizeof(float), RA_MEM_HOST_PINNED);
     float *host = op->alloc_mem(gpu, n * sizeof(float), RA_MEM_HOST);
-    float *d1 = op->alloc_mem(gpu, n * sizeof(float), RA_MEM_DEVICE), *d2 = op->alloc(gpu, n * sizeof(float));
+    float *d1 = op->alloc_mem(gpu, n * sizeof(float), RA_MEM_DEVICE), *d2 = ra_backend_alloc(gpu, n * sizeof(float));
     CHECK(pinned && host && d1 && d2);
     if (!pinned || !host || !d1 || !d2)
         return;
@@ -383,7 +383,7 @@ static void check_memory_model(void)
     op->release_mem(gpu, pinned, RA_MEM_HOST_PINNED);
     op->release_mem(gpu, host, RA_MEM_HOST);
     op->release_mem(gpu, d1, RA_MEM_DEVICE);
-    op->release(gpu, d2);
+    ra_backend_release(gpu, d2);
 }
 
 static void check_errors(void)

@@ -50,7 +50,7 @@ static void check_recompute(struct ra_model *m, struct ra_offload *o, const stru
 {
     struct ra_backend *be = m->backend;
     const int kvd = ra_config_kv_dim(&m->config);
-    float *k = be->ops->alloc(be, (size_t)n * kvd * sizeof(float)), *v = be->ops->alloc(be, (size_t)n * kvd * sizeof(float));
+    float *k = ra_backend_alloc(be, (size_t)n * kvd * sizeof(float)), *v = ra_backend_alloc(be, (size_t)n * kvd * sizeof(float));
     const int ls[] = { 2, 3, n / 2, n - 1, n };
     for (int layer = 0; layer < m->config.n_layers; layer++)
         for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
@@ -62,8 +62,8 @@ static void check_recompute(struct ra_model *m, struct ra_offload *o, const stru
                 test_failures++;
             }
         }
-    be->ops->release(be, k);
-    be->ops->release(be, v);
+    ra_backend_release(be, k);
+    ra_backend_release(be, v);
 }
 
 /* A policy of the test's own through ra_offload_create_policy: fetches like

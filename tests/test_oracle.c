@@ -129,8 +129,8 @@ static void bf16_attention_case(struct ra_backend *be, const struct ra_attention
     const struct ra_attention_shape s32 = { s16->n_heads, s16->n_kv_heads, s16->head_dim, s16->q_stride,
                                             s16->kv_stride, RA_DTYPE_F32 };
     const size_t nkv = (size_t)ATTN_T * s16->kv_stride, nout = (size_t)n * s16->q_stride;
-    uint16_t *bk16 = be->ops->alloc(be, nkv * 2), *bv16 = be->ops->alloc(be, nkv * 2);
-    float *bkw = be->ops->alloc(be, nkv * 4), *bvw = be->ops->alloc(be, nkv * 4);
+    uint16_t *bk16 = ra_backend_alloc(be, nkv * 2), *bv16 = ra_backend_alloc(be, nkv * 2);
+    float *bkw = ra_backend_alloc(be, nkv * 4), *bvw = ra_backend_alloc(be, nkv * 4);
     float *want = malloc(nq * sizeof(float));
     CHECK_OK(be->ops->upload(be, bk16, k16, nkv * 2));
     CHECK_OK(be->ops->upload(be, bv16, v16, nkv * 2));
@@ -160,10 +160,10 @@ static void bf16_attention_case(struct ra_backend *be, const struct ra_attention
     CHECK(err <= TOL_ATTN_BF16);
     CHECK(same);
     CHECK(!overrun);
-    be->ops->release(be, bk16);
-    be->ops->release(be, bv16);
-    be->ops->release(be, bkw);
-    be->ops->release(be, bvw);
+    ra_backend_release(be, bk16);
+    ra_backend_release(be, bv16);
+    ra_backend_release(be, bkw);
+    ra_backend_release(be, bvw);
     free(want);
 }
 
@@ -204,8 +204,8 @@ static void attention_case(const struct attn_case *ac)
         CHECK_OK(ra_backend_cpu_init(&be, 1));
         if (!be)
             continue;
-        float *bq = be->ops->alloc(be, nq * sizeof(float)), *bout = be->ops->alloc(be, nq * sizeof(float));
-        float *bk = be->ops->alloc(be, nkv * sizeof(float)), *bv = be->ops->alloc(be, nkv * sizeof(float));
+        float *bq = ra_backend_alloc(be, nq * sizeof(float)), *bout = ra_backend_alloc(be, nq * sizeof(float));
+        float *bk = ra_backend_alloc(be, nkv * sizeof(float)), *bv = ra_backend_alloc(be, nkv * sizeof(float));
         float *out = malloc(nq * sizeof(float));
         CHECK_OK(be->ops->upload(be, bq, q, nq * sizeof(float)));
         CHECK_OK(be->ops->upload(be, bk, k, nkv * sizeof(float)));
@@ -233,10 +233,10 @@ static void attention_case(const struct attn_case *ac)
                 bf16_attention_case(be, &shape16, bq + (size_t)start * qd, k16, v16, kw, vw, start, n, bout, out,
                                     ref + (size_t)start * qd, nq, (enum ra_cpu_isa)isa);
             }
-        be->ops->release(be, bq);
-        be->ops->release(be, bk);
-        be->ops->release(be, bv);
-        be->ops->release(be, bout);
+        ra_backend_release(be, bq);
+        ra_backend_release(be, bk);
+        ra_backend_release(be, bv);
+        ra_backend_release(be, bout);
         free(out);
         ra_backend_free(be);
     }
@@ -295,7 +295,7 @@ static void rope_case(int head_dim, int n_heads, enum ra_rope_style style, int s
         CHECK_OK(ra_backend_cpu_init(&be, 2));
         if (!be)
             continue;
-        float *bx = be->ops->alloc(be, count * sizeof(float));
+        float *bx = ra_backend_alloc(be, count * sizeof(float));
         CHECK_OK(be->ops->upload(be, bx, x, count * sizeof(float)));
         CHECK_OK(be->ops->rope(be, bx, ld, n, n_heads, head_dim, pos0, &rope));
         CHECK_OK(be->ops->download(be, got, bx, count * sizeof(float)));
@@ -305,7 +305,7 @@ static void rope_case(int head_dim, int n_heads, enum ra_rope_style style, int s
                n_heads, ra_rope_style_name(style), scaling_name(scaling), pos0, pos0 + n, err,
                err <= TOL_ROPE ? "" : "  FAIL");
         CHECK(err <= TOL_ROPE);
-        be->ops->release(be, bx);
+        ra_backend_release(be, bx);
         ra_backend_free(be);
     }
     free(x);
