@@ -101,21 +101,14 @@ static void pool_free(struct mpi_transport *m)
 
 /* ------------------------------------------------------------------ ordering against compute */
 
-/* Later work on `waiter` waits for what is queued on `s` now. */
+/* Later work on `waiter` waits for what is queued on `s` now (through the transport's event). */
 static int fence(struct mpi_transport *m, enum ra_stream s, enum ra_stream waiter)
 {
-    struct ra_backend *be = m->base.be;
-    int rc = be->ops->event_record(be, m->ev, s);
-    return rc == RA_OK ? be->ops->stream_wait(be, waiter, m->ev) : rc;
+    return ra_backend_fence(m->base.be, m->ev, s, waiter);
 }
 
 /* The host waits for what is queued on `s` now. */
-static int drain(struct mpi_transport *m, enum ra_stream s)
-{
-    struct ra_backend *be = m->base.be;
-    int rc = be->ops->event_record(be, m->ev, s);
-    return rc == RA_OK ? be->ops->event_sync(be, m->ev) : rc;
-}
+static int drain(struct mpi_transport *m, enum ra_stream s) { return ra_backend_drain(m->base.be, m->ev, s); }
 
 /* What MPI may read for device rows at `buf`: the rows themselves once compute
  * has written them (CUDA-aware), or a pinned copy of them (staged). */

@@ -60,14 +60,6 @@ struct nccl_transport {
 
 static struct nccl_transport *nccl_of(struct ra_transport *t) { return (struct nccl_transport *)t; }
 
-/* Later work on `waiter` waits for what is queued on `s` now. */
-static int fence(struct nccl_transport *n, enum ra_stream s, enum ra_stream waiter)
-{
-    struct ra_backend *be = n->base.be;
-    int rc = be->ops->event_record(be, n->ev, s);
-    return rc == RA_OK ? be->ops->stream_wait(be, waiter, n->ev) : rc;
-}
-
 /* An operation that failed on a peer or in the network shows up here, not at its call. */
 static int check_async(struct nccl_transport *n)
 {
@@ -83,7 +75,7 @@ static int nccl_begin(struct ra_transport *t)
     struct nccl_transport *n = nccl_of(t);
     n->reported = 0;
     n->fenced = n->in_group = 0;
-    return fence(n, RA_STREAM_COMPUTE, RA_STREAM_COMM);
+    return ra_backend_fence(t->be, n->ev, RA_STREAM_COMPUTE, RA_STREAM_COMM);
 }
 
 static int nccl_group_begin(struct ra_transport *t)
@@ -115,7 +107,8 @@ static int nccl_post_send(struct ra_transport *t, const void *buf, int rows, int
     if (t->n_send == t->max_send)
         return ra_error_set(RA_ECOMM, "rank %d: too many pending sends", t->rank);
     /* Queued before the group's kernels, which NCCL launches at ncclGroupEnd. */
-    if ((!n->in_group || !n->fenced) && (rc = fence(n, RA_STREAM_COMPUTE, RA_STREAM_COMM)) != RA_OK)
+    if ((!n->in_group || !n->fenced) &&
+        (rc = ra_backend_fence(t->be, n->ev, RA_STREAM_COMPUTE, RA_STREAM_COMM)) != RA_OK)
         return rc;
     n->fenced = 1;
     NCCL_CHECK(nccl->send(buf, bytes, dest, n->comm, n->stream));
@@ -152,7 +145,7 @@ static int nccl_wait(struct ra_transport *t, enum ra_wait how, int *n_done, int 
         *n_done = how == RA_WAIT_ALL ? 0 : -1;
         return RA_OK;
     }
-    if ((rc = fence(n, RA_STREAM_COMM, RA_STREAM_COMPUTE)) != RA_OK)
+    if ((rc = ra_backend_fence(t->be, n->ev, RA_STREAM_COMM, RA_STREAM_COMPUTE)) != RA_OK)
         return rc;
     *n_done = t->n_recv - n->reported;
     for (int k = 0, i = n->reported; i < t->n_recv; i++, k++) {
@@ -170,10 +163,7 @@ static int nccl_progress(struct ra_transport *t) { return check_async(nccl_of(t)
 static int nccl_wait_sends(struct ra_transport *t)
 {
     struct nccl_transport *n = nccl_of(t);
-    struct ra_backend *be = t->be;
-    int rc = be->ops->event_record(be, n->ev, RA_STREAM_COMM);
-    if (rc == RA_OK)
-        rc = be->ops->event_sync(be, n->ev);
+    int rc = ra_backend_drain(t->be, n->ev, RA_STREAM_COMM);
     return rc == RA_OK ? check_async(n) : rc;
 }
 
@@ -185,7 +175,7 @@ static int nccl_allgather(struct ra_transport *t, void *buf, const int *counts, 
     int rc, equal = 1;
     for (int r = 0; r < t->size; r++)
         equal &= counts[r] == counts[0] && displs[r] == r * counts[0];
-    if ((rc = fence(n, RA_STREAM_COMPUTE, RA_STREAM_COMM)) != RA_OK)
+    if ((rc = ra_backend_fence(t->be, n->ev, RA_STREAM_COMPUTE, RA_STREAM_COMM)) != RA_OK)
         return rc;
     if (equal) { /* in place: our block already sits at rank * count */
         NCCL_CHECK(nccl->allgather(b + (size_t)displs[t->rank] * rb, b, (size_t)counts[0] * rb, n->comm, n->stream));
@@ -197,7 +187,7 @@ static int nccl_allgather(struct ra_transport *t, void *buf, const int *counts, 
         }
         NCCL_CHECK(nccl->group_end());
     }
-    if ((rc = fence(n, RA_STREAM_COMM, RA_STREAM_COMPUTE)) != RA_OK)
+    if ((rc = ra_backend_fence(t->be, n->ev, RA_STREAM_COMM, RA_STREAM_COMPUTE)) != RA_OK)
         goto out;
     /* Counted as the MPI all-gather counts: the blocks it was told to move. */
     for (int r = 0; r < t->size; r++)

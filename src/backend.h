@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "model.h" /* struct ra_rope */
+#include "status.h"
 
 struct ra_tensor;
 
@@ -200,6 +201,20 @@ static inline void *ra_backend_alloc(struct ra_backend *be, size_t bytes)
 static inline void ra_backend_release(struct ra_backend *be, void *buf)
 {
     be->ops->release_mem(be, buf, be->ops->mem_kind(be));
+}
+
+/* Later work on `waiter` waits for what is queued on `s` now, through the event ev. */
+static inline int ra_backend_fence(struct ra_backend *be, struct ra_event *ev, enum ra_stream s, enum ra_stream waiter)
+{
+    int rc = be->ops->event_record(be, ev, s);
+    return rc == RA_OK ? be->ops->stream_wait(be, waiter, ev) : rc;
+}
+
+/* The host waits for what is queued on `s` now, through the event ev. */
+static inline int ra_backend_drain(struct ra_backend *be, struct ra_event *ev, enum ra_stream s)
+{
+    int rc = be->ops->event_record(be, ev, s);
+    return rc == RA_OK ? be->ops->event_sync(be, ev) : rc;
 }
 
 #endif
