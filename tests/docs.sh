@@ -20,7 +20,7 @@ MAX_TOP_LINES = 260
 GENERATED = re.compile(r'(^|/)(configure|Makefile\.in|aclocal\.m4|config\.(guess|sub|h\.in|status|log)|'
                        r'ltmain\.sh|libtool\.m4|lt[a-z~]*\.m4|compile|depcomp|install-sh|missing|'
                        r'test-driver|ar-lib|autom4te\.cache/.*)$')
-SKIP_DIRS = {'.git', 'autom4te.cache', 'corpus', 'figures', '__pycache__'}
+SKIP_DIRS = {'.git', 'autom4te.cache', 'build-aux', 'corpus', 'figures', '__pycache__', 'Testing'}
 SELF = 'tests/docs.sh'
 
 def tree_files():
@@ -35,7 +35,7 @@ def tree_files():
     found = []  # a tree without git (a release tarball): walk it, build directories left out
     for d, dirs, names in os.walk(root):
         dirs[:] = [x for x in dirs if x not in SKIP_DIRS and not x.startswith(('build', '_build', '_inst'))]
-        found += [os.path.relpath(os.path.join(d, n), root) for n in names]
+        found += [os.path.relpath(os.path.join(d, n), root) for n in names if not n.endswith('~')]
     return sorted(found)
 
 faults = []
