@@ -33,6 +33,7 @@
  * (--min-cpu, --retries). The table counts what was re-run and kept. */
 #include "config.h"
 #include "args.h"
+#include "bench_util.h"
 #include "partition.h"
 #include "prefill.h"
 #include "ra_mpi.h"
@@ -40,6 +41,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -72,16 +74,10 @@ struct options {
     enum ra_dtype kv_dtype;
 };
 
+const char bench_name[] = "bench-chain";
 static int rank, world;
 static double t_start;    /* for elapsed times in the progress lines */
 static char run_id[64];   /* groups the JSON lines of one invocation */
-
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Rank 0's count of runs: kept, re-run because disturbed, kept although disturbed. */
 static int n_kept, n_rerun, n_kept_disturbed;
@@ -143,13 +139,6 @@ static void fail(const char *fmt, ...)
     exit(1);
 }
 
-/* Positive integers, comma-separated: the count, or -1 (the caller names the flag). */
-static int parse_ints(const char *s, int *out, int max, const char *flag)
-{
-    int n = 0;
-    return ra_arg_int_list(s, flag, 1, 1 << 24, out, max, &n) == RA_OK ? n : -1;
-}
-
 static int parse_doubles(const char *s, double *out, int max)
 {
     int n = 0;
@@ -191,9 +180,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         { NULL, 0, NULL, 0 },
     };
     memset(o, 0, sizeof *o);
-    o->n_contexts = parse_ints("2048,4096,8192", o->contexts, MAX_LIST, "");
+    o->n_contexts = bench_parse_list("2048,4096,8192", o->contexts, MAX_LIST, "--contexts");
     o->n_splits = parse_doubles("0.5,0.55,0.575,0.6,0.625,0.65", o->splits, MAX_LIST);
-    o->n_single_threads = parse_ints("1,2", o->single_threads, MAX_LIST, "");
+    o->n_single_threads = bench_parse_list("1,2", o->single_threads, MAX_LIST, "--single-threads");
     o->repeat = 3;
     o->retries = 2;
     o->min_cpu = 0.9;
@@ -205,9 +194,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case O_CONTEXTS:
-            if ((n = parse_ints(optarg, o->contexts, MAX_LIST, "contexts")) < 0)
-                fail("--contexts '%s': need positive integers, comma-separated, at most %d", optarg, MAX_LIST);
-            o->n_contexts = n;
+            o->n_contexts = bench_parse_list(optarg, o->contexts, MAX_LIST, "--contexts");
             break;
         case O_SPLITS:
             if ((n = parse_doubles(optarg, o->splits, MAX_LIST)) < 0)
@@ -215,18 +202,14 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->n_splits = n;
             break;
         case O_SINGLE_THREADS:
-            if ((n = parse_ints(optarg, o->single_threads, MAX_LIST, "single-threads")) < 0)
-                fail("--single-threads '%s': need positive integers, comma-separated", optarg);
-            o->n_single_threads = n;
+            o->n_single_threads = bench_parse_list(optarg, o->single_threads, MAX_LIST, "--single-threads");
             break;
         case O_REPEAT:
-        case O_THREADS: {
-            int v[1];
-            if (parse_ints(optarg, v, 1, "") != 1 || v[0] > 1000)
-                fail("%s '%s': need an integer in 1..1000", c == O_REPEAT ? "--repeat" : "--threads", optarg);
-            *(c == O_REPEAT ? &o->repeat : &o->threads) = v[0];
+        case O_THREADS:
+            if (ra_arg_int(optarg, c == O_REPEAT ? "--repeat" : "--threads", 1, 1000,
+                           c == O_REPEAT ? &o->repeat : &o->threads) != RA_OK)
+                fail("%s", ra_error_message());
             break;
-        }
         case O_SEED: {
             char *end;
             o->seed = strtoull(optarg, &end, 10);
@@ -313,7 +296,7 @@ static void progress(const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "bench-chain [%7.1f s] ", wall_now() - t_start);
+    fprintf(stderr, "bench-chain [%7.1f s] ", ra_wall_s() - t_start);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -343,27 +326,32 @@ static void report_run(const struct options *o, const struct ra_config *c, const
 {
     if (!report)
         return;
-    fprintf(report, "{\"bench\":\"bench-chain\",\"run_id\":\"%s\",\"runahead_version\":\"%s\",\"model\":\"%s\","
-                    "\"model_shape\":{\"dim\":%d,\"hidden_dim\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,"
-                    "\"vocab\":%d},\"label\":\"%s\",\"method\":\"%s\",\"route\":%s%s%s,\"partition\":\"%s\","
-                    "\"bounds\":[",
-            run_id, PACKAGE_VERSION, o->model, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
-            c->vocab_size, label, method, route ? "\"" : "", route ? route : "null", route ? "\"" : "", spec);
+    json_t *bl = json_array(), *line;
     for (int r = 0; r <= ranks; r++)
-        fprintf(report, r ? ",%d" : "%d", bounds[r]);
-    fprintf(report, "],\"ranks\":%d,\"threads_per_rank\":%d,\"context_length\":%d,\"seed\":%llu,\"repeat_index\":%d,"
-                    "\"attempt\":%d,\"ttft_s\":%.6f,\"min_cpu_share\":%.4f,\"disturbed\":%s,\"kept\":%s",
-            ranks, threads, context, o->seed, rep, attempt, ttft, cpu, cpu < o->min_cpu ? "true" : "false",
-            kept ? "true" : "false");
+        json_array_append_new(bl, json_integer(bounds[r]));
+    line = json_pack("{s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i, s:i, s:i}, s:s, s:s, s:o, s:s, s:o}", "bench",
+                     "bench-chain", "run_id", run_id, "runahead_version", PACKAGE_VERSION, "model", o->model,
+                     "model_shape", "dim", c->dim, "hidden_dim", c->hidden_dim, "layers", c->n_layers, "heads",
+                     c->n_heads, "kv_heads", c->n_kv_heads, "vocab", c->vocab_size, "label", label, "method", method,
+                     "route", route ? json_string(route) : json_null(), "partition", spec, "bounds", bl);
+    json_t *more = json_pack("{s:i, s:i, s:i, s:I, s:i, s:i, s:f, s:f, s:b, s:b}", "ranks", ranks,
+                                       "threads_per_rank", threads, "context_length", context, "seed",
+                                       (json_int_t)o->seed, "repeat_index", rep, "attempt", attempt, "ttft_s", ttft,
+                                       "min_cpu_share", cpu, "disturbed", cpu < o->min_cpu, "kept", kept);
+    json_object_update(line, more);
+    json_decref(more);
     if (per_rank) {
-        fprintf(report, ",\"per_rank\":[");
+        json_t *pr = json_array();
         for (int r = 0; r < ranks; r++)
-            fprintf(report, "%s{\"rank\":%d,\"total_s\":%.6f,\"wait_s\":%.6f,\"drain_s\":%.6f,\"wait_layer0_s\":%.6f}",
-                    r ? "," : "", r, per_rank[4 * r], per_rank[4 * r + 1], per_rank[4 * r + 2], per_rank[4 * r + 3]);
-        fprintf(report, "]");
+            json_array_append_new(pr, json_pack("{s:i, s:f, s:f, s:f, s:f}", "rank", r, "total_s", per_rank[4 * r],
+                                                "wait_s", per_rank[4 * r + 1], "drain_s", per_rank[4 * r + 2],
+                                                "wait_layer0_s", per_rank[4 * r + 3]));
+        json_object_set_new(line, "per_rank", pr);
     }
-    fprintf(report, "}\n");
-    fflush(report);
+    if (!line || json_dumpf(line, report, JSON_COMPACT | JSON_PRESERVE_ORDER) != 0 || fputc('\n', report) == EOF ||
+        fflush(report) != 0)
+        fail("the report line of %s: cannot write it", label);
+    json_decref(line);
 }
 
 static double waited_quiet; /* seconds spent waiting for other processes (rank 0) */
@@ -375,19 +363,17 @@ static void wait_quiet(const struct options *o)
 {
     if (o->quiet_wait <= 0)
         return;
-    const double t0 = wall_now();
+    const double t0 = ra_wall_s();
     double last_note = t0;
     for (;;) {
-        double b0 = 0, n0 = 0, b1 = 0, n1 = 0, busy = 0;
+        double busy = 0;
         MPI_Barrier(MPI_COMM_WORLD);
-        if (rank == 0 && ra_cpu_jiffies(&b0, &n0) != 0)
-            b0 = n0 = 0;
-        struct timespec nap = { 0, 400000000 };
-        nanosleep(&nap, NULL);
-        if (rank == 0 && ra_cpu_jiffies(&b1, &n1) == 0 && n1 > n0)
-            busy = (b1 - b0) / (n1 - n0);
+        if (rank == 0 && ra_cpu_busy_share(0.4, &busy) != RA_OK) /* no /proc/stat: take the cores as idle */
+            busy = 0;
+        else if (rank != 0)
+            nanosleep(&(struct timespec){ 0, 400000000 }, NULL);
         MPI_Bcast(&busy, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        const double now = wall_now();
+        const double now = ra_wall_s();
         if (busy <= 0.10 || now - t0 > o->quiet_wait)
             break;
         if (now - last_note > 15 || last_note == t0) {
@@ -395,7 +381,7 @@ static void wait_quiet(const struct options *o)
             last_note = now;
         }
     }
-    waited_quiet += wall_now() - t0;
+    waited_quiet += ra_wall_s() - t0;
 }
 
 /* After a run: 1 to keep it, 0 to re-run it (rank 0 counts; every rank gets the same cpu). */
@@ -509,14 +495,14 @@ static int run_single(const struct options *o)
                      * setting, which the last ra_backend_cpu_init set: set it per run. */
                     omp_set_num_threads(o->single_threads[t]);
 #endif
-                    const double w0 = wall_now(), c0 = ra_process_cpu_s();
+                    const double w0 = ra_wall_s(), c0 = ra_process_cpu_s();
                     int rc = ra_exchange_init(&x, MPI_COMM_WORLD, RA_METHOD_SINGLE, RA_ROUTE_CHAIN, bounds,
                                               c->n_layers, ra_kvcache_row_bytes(&b[0].kv));
                     if (rc == RA_OK)
                         rc = ra_prefill_run(&b[t].model, &x, &b[0].kv, b[t].prompt, b[t].logits, v);
                     if (rc != RA_OK)
                         fail("single, %d threads, %d tokens: %s", o->single_threads[t], C, ra_error_message());
-                    const double cpu = (ra_process_cpu_s() - c0) / ((wall_now() - w0) * o->single_threads[t]);
+                    const double cpu = (ra_process_cpu_s() - c0) / ((ra_wall_s() - w0) * o->single_threads[t]);
                     ra_exchange_free(&x);
                     progress("context %d, round %d/%d: single-%dt  TTFT %.3f s  cpu %.0f%%", C, rep + 1, o->repeat,
                              o->single_threads[t], *v, 100 * cpu);
@@ -577,12 +563,12 @@ static double measure_chain(struct bench *b, struct config *cfg, double *per_ran
     double ttft = 0;
     int rc = ra_exchange_init(&x, MPI_COMM_WORLD, cfg->method, RA_ROUTE_CHAIN, cfg->bounds, c->n_layers,
                               ra_kvcache_row_bytes(&b->kv));
-    const double w0 = wall_now(), c0 = ra_process_cpu_s();
+    const double w0 = ra_wall_s(), c0 = ra_process_cpu_s();
     if (rc == RA_OK)
         rc = ra_prefill_run(&b->model, &x, &b->kv, b->prompt, b->logits, &ttft);
     if (rc != RA_OK)
         fail("%s: %s", cfg->label, ra_error_message());
-    const double share = (ra_process_cpu_s() - c0) / ((wall_now() - w0) * b->be->n_threads);
+    const double share = (ra_process_cpu_s() - c0) / ((ra_wall_s() - w0) * b->be->n_threads);
     const struct ra_layer_times *l0 = &x.stats.layers[0];
     /* Waits for K,V rows apart from the drain of the last sends (rank 0's only wait). */
     double mine[PR + 2] = { rank == world - 1 ? ttft : 0, x.stats.t_total, x.stats.t_wait, x.stats.t_drain,
@@ -1100,7 +1086,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *t0 = getenv("BENCH_CHAIN_T0");
-    t_start = t0 && *t0 ? strtod(t0, NULL) : wall_now();
+    t_start = t0 && *t0 ? strtod(t0, NULL) : ra_wall_s();
     const char *id = getenv("BENCH_CHAIN_RUN_ID");
     snprintf(run_id, sizeof run_id, "%s", id && *id ? id : "");
     if (!*run_id) {

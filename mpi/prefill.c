@@ -69,28 +69,22 @@ int ra_prefill_spread(struct ra_model *m, MPI_Comm comm, enum ra_method method, 
                       double spread[3])
 {
     struct ra_exchange x = { 0 };
-    double *ttft = calloc((size_t)repeats, sizeof *ttft);
+    struct ra_passes ps = { .ttft = calloc((size_t)repeats, sizeof(double)) };
     float *logits = malloc(sizeof(float) * (size_t)m->config.vocab_size);
     int rc = RA_OK;
-    if (!ttft || !logits) {
+    if (!ps.ttft || !logits) {
         rc = ra_error_set(RA_ENOMEM, "out of memory");
         goto out;
     }
     if ((rc = ra_exchange_init(&x, comm, method, route, bounds, m->config.n_layers,
                                ra_kvcache_row_bytes(kv))) != RA_OK)
         goto out;
-    for (int i = 0; i < repeats && rc == RA_OK; i++)
-        rc = ra_prefill_run(m, &x, kv, tokens, logits, &ttft[i]);
-    if (rc == RA_OK) {
-        spread_of(ttft, repeats, spread);
-        ra_watchdog_wait(RA_WATCH_RESULT, -1, x.size - 1);
-        MPI_CHECK(MPI_Bcast(spread, 3, MPI_DOUBLE, x.size - 1, comm));
-        ra_watchdog_done();
-    }
+    /* Every rank gets the last rank's TTFTs, so every rank computes the same spread. */
+    if ((rc = ra_prefill_repeat(m, &x, kv, tokens, logits, repeats, &ps)) == RA_OK)
+        spread_of(ps.ttft, repeats, spread);
 out:
-    ra_watchdog_done();
     ra_exchange_free(&x);
-    free(ttft);
+    free(ps.ttft);
     free(logits);
     return rc;
 }
