@@ -424,7 +424,8 @@ static void bench_init(struct bench *b, const struct options *o, int threads, in
         b->max_context = o->contexts[i] > b->max_context ? o->contexts[i] : b->max_context;
     if (b->max_context > c->seq_len)
         fail("context %d exceeds the model's %d tokens", b->max_context, c->seq_len);
-    if ((rc = ra_backend_cpu_init(&b->be, threads)) != RA_OK || (rc = ra_model_attach(&b->model, b->be)) != RA_OK)
+    if ((rc = ra_backend_open(&b->be, "cpu", &(struct ra_backend_params){ .threads = threads })) != RA_OK ||
+        (rc = ra_model_attach(&b->model, b->be)) != RA_OK)
         fail("%s", ra_error_message());
     if (with_kv &&
         (rc = ra_kvcache_init_dtype(&b->kv, b->be, c->n_layers, ra_config_kv_dim(c), b->max_context,
@@ -492,7 +493,7 @@ static int run_single(const struct options *o)
 #ifdef _OPENMP
                     /* The CPU backend's GEMMs use be->n_threads, but its other kernels
                      * (attention, norms, RoPE, SwiGLU) follow the process-wide OpenMP
-                     * setting, which the last ra_backend_cpu_init set: set it per run. */
+                     * setting, which the last ra_backend_open set: set it per run. */
                     omp_set_num_threads(o->single_threads[t]);
 #endif
                     const double w0 = ra_wall_s(), c0 = ra_process_cpu_s();

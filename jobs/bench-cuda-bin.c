@@ -175,7 +175,8 @@ int main(int argc, char **argv)
                 sh.kv_heads, sh.dim);
         return 2;
     }
-    int rc = ra_backend_cuda_init(&be, device);
+    const struct ra_backend_params params = { .device = device, .device_dtype = RA_DTYPE_BF16 };
+    int rc = ra_backend_open(&be, "cuda", &params);
     if (rc != RA_OK)
         bench_die("--device", rc);
     stream = (cudaStream_t)be->ops->stream_native(be, RA_STREAM_COMPUTE);

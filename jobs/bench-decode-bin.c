@@ -271,7 +271,7 @@ int main(int argc, char **argv)
     struct ra_backend *be = NULL;
     if ((rc = ra_model_load(&m, model)) != RA_OK)
         return ra_arg_fail("bench-decode");
-    if ((rc = ra_backend_cpu_init(&be, threads)) == RA_OK)
+    if ((rc = ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = threads })) == RA_OK)
         rc = ra_model_attach(&m, be);
     if (rc == RA_OK) {
         printf("# bench-decode %s: %d layers, dim %d, kv_dim %d; device budget %.0f%% of the KV; host link %.3g GB/s "

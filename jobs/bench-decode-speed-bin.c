@@ -374,7 +374,7 @@ int main(int argc, char **argv)
             if (!ln->on)
                 continue;
             ln->m = &models[li];
-            if ((rc = ra_backend_cpu_init(&ln->be, th)) != RA_OK)
+            if ((rc = ra_backend_open(&ln->be, "cpu", &(struct ra_backend_params){ .threads = th })) != RA_OK)
                 bench_die("backend", rc);
             ln->be->compute = li == LANE_F32 ? RA_COMPUTE_F32 : bf16_model ? RA_COMPUTE_AUTO : RA_COMPUTE_BF16;
             if ((rc = ra_model_attach(ln->m, ln->be)) != RA_OK)

@@ -235,7 +235,7 @@ static int model_open(const char *path, enum ra_compute compute, int threads, st
     int rc = ra_model_load(m, path);
     if (rc != RA_OK)
         return rc;
-    if ((rc = ra_backend_cpu_init(be, threads)) == RA_OK) {
+    if ((rc = ra_backend_open(be, "cpu", &(struct ra_backend_params){ .threads = threads })) == RA_OK) {
         (*be)->compute = compute;
         rc = ra_model_attach(m, *be);
     }

@@ -154,7 +154,7 @@ static void run_forward(struct ra_model *m)
     float *logits = malloc(sizeof *logits * (size_t)c->vocab_size);
     struct ra_kvcache kv;
 
-    if (!be && ra_backend_cpu_init(&be, 1) != RA_OK)
+    if (!be && ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }) != RA_OK)
         fuzz_fail("no CPU backend");
     if (ra_model_attach(m, be) != RA_OK || ra_kvcache_init(&kv, be, c->n_layers, ra_config_kv_dim(c), n) != RA_OK)
         fuzz_fail("cannot attach a model that loaded");

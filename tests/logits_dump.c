@@ -111,7 +111,8 @@ static int dump(const char *model_path, const char *ids_path, const char *out_pa
                           m.config.seq_len);
         goto out;
     }
-    if ((rc = ra_backend_cpu_init(&be, 1)) != RA_OK) /* one thread: see tests/hf_oracle.py */
+    /* One thread: see tests/hf_oracle.py. */
+    if ((rc = ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 })) != RA_OK)
         goto out;
     be->compute = RA_COMPUTE_F32; /* the oracle computes in fp32: so does this side */
     if ((rc = ra_model_attach(&m, be)) != RA_OK)

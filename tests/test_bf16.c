@@ -27,7 +27,7 @@ static void greedy(struct ra_model *m, enum ra_compute compute, int32_t *ids, fl
 {
     struct ra_backend *be;
     struct ra_kvcache kv;
-    CHECK_OK(ra_backend_cpu_init(&be, 2));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
     be->compute = compute;
     CHECK_OK(ra_model_attach(m, be));
     CHECK_OK(ra_kvcache_init(&kv, be, m->config.n_layers, ra_config_kv_dim(&m->config), N_IDS + 1));

@@ -277,7 +277,7 @@ static void check_model(const char *path, int n)
     srand(12345); /* the same prompt on every rank */
     for (int i = 0; i < n; i++)
         tokens[i] = 1 + rand() % (c->vocab_size - 1);
-    CHECK_OK(ra_backend_cpu_init(&be, 1));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
     CHECK_OK(ra_model_attach(&m, be));
     if (rank == world - 1) {
         ref.logits = malloc(sizeof(float) * (size_t)c->vocab_size);

@@ -150,8 +150,9 @@ int main(void)
     if (ra_cuda_device_count() == 0)
         return test_skip_no_device("test_cuda_forward", "no CUDA device (the CUDA backend compiled and linked)");
     struct ra_backend *cpu = NULL, *gpu = NULL;
-    CHECK_OK(ra_backend_cpu_init(&cpu, 2));
-    CHECK_OK(ra_backend_cuda_init(&gpu, 0));
+    CHECK_OK(ra_backend_open(&cpu, "cpu", &(struct ra_backend_params){ .threads = 2 }));
+    const struct ra_backend_params on0 = { .device = 0, .device_dtype = RA_DTYPE_BF16 };
+    CHECK_OK(ra_backend_open(&gpu, "cuda", &on0));
     if (!cpu || !gpu)
         return test_result("test_cuda_forward");
     test_rand_seed(7);

@@ -413,8 +413,9 @@ int main(void)
     if (gpus == 0)
         return test_skip_no_device("test_cuda_ops", "no CUDA device (the CUDA kernels compiled and linked)");
     test_rand_seed(42);
-    CHECK_OK(ra_backend_cpu_init(&cpu, 2));
-    CHECK_OK(ra_backend_cuda_init(&gpu, 0));
+    CHECK_OK(ra_backend_open(&cpu, "cpu", &(struct ra_backend_params){ .threads = 2 }));
+    const struct ra_backend_params on0 = { .device = 0, .device_dtype = RA_DTYPE_BF16 };
+    CHECK_OK(ra_backend_open(&gpu, "cuda", &on0));
     if (!cpu || !gpu)
         return test_result("test_cuda_ops");
     check_embed();

@@ -196,7 +196,7 @@ static void check_attention(const struct ra_cpu_kernels *kt, int n_heads, int n_
 static void check_backend(enum ra_dtype dt, enum ra_compute compute, int rows, int k, int threads, double tol)
 {
     struct ra_backend *be;
-    CHECK_OK(ra_backend_cpu_init(&be, threads));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = threads }));
     be->compute = compute;
     void *w;
     float *wf;

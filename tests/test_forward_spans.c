@@ -56,7 +56,7 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
     for (int i = 0; i < n; i++)
         tokens[i] = test_rand_int(0, c->vocab_size - 1);
 
-    CHECK_OK(ra_backend_cpu_init(&be, threads));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = threads }));
     be->compute = compute;
     CHECK_OK(ra_model_attach(m, be));
     CHECK_OK(ra_kvcache_init(&whole, be, c->n_layers, ra_config_kv_dim(c), n));
@@ -119,8 +119,8 @@ static void check_many_threads(struct ra_model *m, int threads)
     float *ref = malloc((size_t)c->vocab_size * sizeof(float)), *got = malloc((size_t)c->vocab_size * sizeof(float));
     for (int i = 0; i < 40; i++)
         tokens[i] = test_rand_int(0, c->vocab_size - 1);
-    CHECK_OK(ra_backend_cpu_init(&one, 1));
-    CHECK_OK(ra_backend_cpu_init(&many, threads));
+    CHECK_OK(ra_backend_open(&one, "cpu", &(struct ra_backend_params){ .threads = 1 }));
+    CHECK_OK(ra_backend_open(&many, "cpu", &(struct ra_backend_params){ .threads = threads }));
     CHECK(many->n_threads == threads);
     CHECK_OK(ra_model_attach(m, one));
     CHECK_OK(ra_kvcache_init(&kv, one, c->n_layers, ra_config_kv_dim(c), 40));
@@ -151,7 +151,7 @@ static int check_nonfinite(struct ra_model *m, const int32_t *tokens, int n, int
     int32_t out[3];
     int n_out = -1;
     float *logits = malloc((size_t)c->vocab_size * sizeof(float));
-    CHECK_OK(ra_backend_cpu_init(&be, 2));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
     CHECK_OK(ra_model_attach(m, be));
     CHECK_OK(ra_kvcache_init(&kv, be, c->n_layers, ra_config_kv_dim(c), n + 3));
     const int last = n - n / spans;

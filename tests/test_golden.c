@@ -27,7 +27,7 @@ int main(void)
     struct ra_kvcache kv;
     CHECK_OK(ra_model_load(&m, model));
     CHECK(m.config.dim == 64 && m.config.n_layers == 5 && m.config.n_kv_heads == 4 && m.weights.tied);
-    CHECK_OK(ra_backend_cpu_init(&be, 2));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
     CHECK_OK(ra_model_attach(&m, be));
     CHECK_OK(ra_kvcache_init(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config), N_IDS + 1));
     if (test_failures)

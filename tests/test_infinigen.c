@@ -249,7 +249,7 @@ static void check_full_selection_random(enum ra_rope_style style, int n_kv_heads
     test_random_model(&m, &cfg, RA_DTYPE_F32, 3.0f);
     for (int i = 0; i < 48; i++)
         tokens[i] = test_rand_int(0, cfg.vocab_size - 1);
-    CHECK_OK(ra_backend_cpu_init(&be, 1));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
     CHECK_OK(ra_model_attach(&m, be));
     const struct ra_infinigen_params all = { .ratio = 1, .alpha = INFINITY, .cap = 1, .skew = 1 };
     struct decode_result r;
@@ -295,7 +295,7 @@ static void check_sparse_attention_oracle(void)
 {
     const int H = 4, G = 2, d = 8, n = 20, kvd = G * d;
     struct ra_backend *be;
-    CHECK_OK(ra_backend_cpu_init(&be, 1));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
     struct ra_kvpool pool;
     CHECK_OK(ra_kvpool_init(&pool, 1, G, d, n + 1, 0));
     float k[kvd], v[kvd], q[H * d], kg[(n + 1) * kvd], vg[(n + 1) * kvd], out[H * d];
@@ -346,7 +346,7 @@ static void check_stories(void)
     struct ra_model m;
     struct ra_backend *be;
     CHECK_OK(ra_model_load(&m, path));
-    CHECK_OK(ra_backend_cpu_init(&be, 1));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
     CHECK_OK(ra_model_attach(&m, be));
     const struct ra_config *c = &m.config;
     /* a natural context: the model's own greedy continuation of BOS */

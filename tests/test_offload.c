@@ -221,7 +221,7 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
           *got = malloc((size_t)STEPS * V * sizeof(float));
     for (int i = 0; i < n; i++)
         tokens[i] = test_rand_int(0, V - 1);
-    CHECK_OK(ra_backend_cpu_init(&be, threads));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = threads }));
     CHECK_OK(ra_model_attach(m, be));
 
     struct ra_kvcache kv;

@@ -201,7 +201,7 @@ static void attention_case(const struct attn_case *ac)
         if (!use_isa((enum ra_cpu_isa)isa))
             continue;
         struct ra_backend *be = NULL;
-        CHECK_OK(ra_backend_cpu_init(&be, 1));
+        CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
         if (!be)
             continue;
         float *bq = ra_backend_alloc(be, nq * sizeof(float)), *bout = ra_backend_alloc(be, nq * sizeof(float));
@@ -292,7 +292,7 @@ static void rope_case(int head_dim, int n_heads, enum ra_rope_style style, int s
         if (!use_isa((enum ra_cpu_isa)isa))
             continue;
         struct ra_backend *be = NULL;
-        CHECK_OK(ra_backend_cpu_init(&be, 2));
+        CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
         if (!be)
             continue;
         float *bx = ra_backend_alloc(be, count * sizeof(float));
@@ -434,7 +434,7 @@ static void forward_case(struct ra_model *m, const char *name, const int *lens, 
          * again, which must then meet the fp32 tolerance. */
         for (int mode = 0; mode < (kv_dtype == RA_DTYPE_F32 ? 2 : 1); mode++) {
             struct ra_backend *be = NULL;
-            CHECK_OK(ra_backend_cpu_init(&be, 1));
+            CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
             if (!be)
                 continue;
             be->compute = mode ? RA_COMPUTE_BF16 : RA_COMPUTE_F32;
@@ -530,7 +530,7 @@ static void twin_case(struct ra_model *m, const char *name, int n, double tol)
     struct ra_backend *be = NULL;
     struct ra_kvcache kv[2];
     float *logits[2];
-    CHECK_OK(ra_backend_cpu_init(&be, 2));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
     for (int v = 0; v < 2; v++) {
         logits[v] = malloc((size_t)c->vocab_size * sizeof(float));
         CHECK_OK(ra_model_attach(models[v], be));

@@ -296,7 +296,7 @@ int main(int argc, char **argv)
     /* Uneven slices: rank r owns 3 + 2r rows. */
     for (int r = 0; r < world; r++)
         bounds[r + 1] = bounds[r] + 3 + 2 * r;
-    CHECK_OK(ra_backend_cpu_init(&be, 1));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
     CHECK_OK(ra_kvcache_init(&kv, be, LAYERS, KV_DIM, bounds[world]));
     CHECK(kv.mem == RA_MEM_HOST && be->ops->mem_kind(be) == RA_MEM_HOST);
     const size_t rb = ra_kvcache_row_bytes(&kv);
