@@ -24,18 +24,20 @@
 static void usage(FILE *fp)
 {
     fprintf(fp,
-            "usage: " PROG " show FILE\n"
-            "       " PROG " lookup FILE --model M --ranks P --context N [--hw-tag T]\n"
+            "usage: " PROG " show [KEY] FILE\n"
+            "       " PROG " lookup FILE --model M --ranks P --context N [--hw-tag T] [KEY]\n"
             "       " PROG " validate FILE\n"
             "       " PROG " merge [--lock-timeout S] OUT IN [IN ...]\n"
             "\n"
             "Partition lookup tables (HDF5: /<model-id>/<hardware-tag>/p<P>/, see partition/README.md).\n"
             "\n"
-            "  show       every table with its entries (context length, TTFTs, boundaries, ratios)\n"
-            "             and search attributes, and every cost-model profile\n"
+            "  show       every table with its key, its entries (context length, TTFTs, boundaries,\n"
+            "             ratios) and search attributes, and every cost-model profile; with KEY options\n"
+            "             only the tables whose key has those values\n"
             "  lookup     the partition for a context: the table's entry, or linear interpolation\n"
             "             between the two nearest; outside the table the nearest entry (said on stderr).\n"
-            "             Prints lines 'bounds:...' and 'ratios:...' usable as --partition specs\n"
+            "             Prints lines 'bounds:...' and 'ratios:...' usable as --partition specs. A table\n"
+            "             tuned for another key (default cpu, f32, f32) is refused\n"
             "  validate   checks the whole file and prints every problem; exit 1 if any\n"
             "  merge      merges every table and cost-model profile of each IN into OUT (created if\n"
             "             absent), as runahead-tune merges. Each entry keeps its own provenance.\n"
@@ -49,6 +51,8 @@ static void usage(FILE *fp)
             "  --ranks P      rank count\n"
             "  --context N    prompt length in tokens\n"
             "  --hw-tag T     hardware tag (default: this machine's, e.g. Intel_R_Xeon_R_Processor-2c)\n"
+            "  KEY: --backend B --compute-dtype D --kv-dtype T  what a table was tuned on: the backend\n"
+            "                 (cpu, cuda), the linear layers' dtype and the KV cache's (f32, bf16, ...)\n"
             "  --lock-timeout S  how long merge waits for another writer's lock on OUT.lock\n"
             "                 (default: RA_TABLE_LOCK_TIMEOUT, else 120 s); a timeout names the holder\n"
             "  --help, --version\n");
@@ -67,6 +71,39 @@ static int parse_int(const char *s, const char *flag, int min, int *v)
         return usage_error("%s '%s': want an integer >= %d", flag, s, min);
     *v = (int)x;
     return 0;
+}
+
+/* --backend, --compute-dtype, --kv-dtype: the values given (NULL: not given). */
+struct key_opts {
+    const char *backend, *compute, *kv;
+};
+
+enum { OPT_BACKEND = 300, OPT_COMPUTE, OPT_KV };
+#define KEY_OPTIONS                                                                                               \
+    { "backend", required_argument, NULL, OPT_BACKEND }, { "compute-dtype", required_argument, NULL, OPT_COMPUTE }, \
+        { "kv-dtype", required_argument, NULL, OPT_KV }
+
+/* 1 if c was a key option (stored), else 0. */
+static int key_option(int c, struct key_opts *k)
+{
+    const char **f = c == OPT_BACKEND ? &k->backend : c == OPT_COMPUTE ? &k->compute : c == OPT_KV ? &k->kv : NULL;
+    if (f)
+        *f = optarg;
+    return f != NULL;
+}
+
+/* The key the options name, the legacy key's values where not given. */
+static int key_from(const struct key_opts *o, struct ra_table_key *k)
+{
+    const struct ra_table_key legacy = RA_TABLE_KEY_LEGACY;
+    return ra_table_key_set(k, o->backend ? o->backend : legacy.backend, o->compute ? o->compute : legacy.compute,
+                            o->kv ? o->kv : legacy.kv);
+}
+
+static int key_matches(const struct key_opts *o, const struct ra_table_key *k)
+{
+    return (!o->backend || !strcmp(o->backend, k->backend)) && (!o->compute || !strcmp(o->compute, k->compute)) &&
+           (!o->kv || !strcmp(o->kv, k->kv));
 }
 
 /* ------------------------------------------------------------------ show */
@@ -114,15 +151,25 @@ static void print_entry(const struct ra_table_group *g, int i)
            ra_esc(pv->objective), pv->min_stride, pv->repeats, pv->version[0] ? ra_esc(pv->version) : "(unknown)");
 }
 
-static int show_table(const char *path, const char *m, const char *hw, int p)
+struct show_ctx {
+    const char *path;
+    struct key_opts filter;
+};
+
+static int show_table(const struct show_ctx *s, const char *m, const char *hw, int p)
 {
     struct ra_table_group g;
-    char summary[128];
-    if (ra_table_read(path, m, hw, p, &g) != RA_OK)
+    char summary[128], key[80];
+    if (ra_table_read(s->path, m, hw, p, &g) != RA_OK)
         return -1;
+    if (!key_matches(&s->filter, &g.key)) {
+        ra_table_group_free(&g);
+        return 0;
+    }
     search_summary(&g, summary, sizeof summary);
+    ra_table_key_format(&g.key, key, sizeof key);
     /* Names come from the file: escaped, so the listing stays plain lines of text. */
-    printf("\n/%s/%s/p%d: %d entr%s%s\n", ra_esc(m), ra_esc(hw), p, g.n, g.n == 1 ? "y" : "ies", summary);
+    printf("\n/%s/%s/p%d: %d entr%s; %s%s\n", ra_esc(m), ra_esc(hw), p, g.n, g.n == 1 ? "y" : "ies", key, summary);
     printf("  %8s %11s %11s %11s  %s\n", "context", "ttft_kvr_s", "ttft_even_s", "ttft_tsp_s", "boundaries / ratios");
     for (int i = 0; i < g.n; i++)
         print_entry(&g, i);
@@ -151,23 +198,39 @@ static int show_profile(const char *path, const char *m, const char *hw)
 
 static int show_one(const char *m, const char *hw, const char *leaf, void *ctx)
 {
-    const char *path = ctx;
+    const struct show_ctx *s = ctx;
     if (!strcmp(leaf, "profile"))
-        return show_profile(path, m, hw);
+        return show_profile(s->path, m, hw);
     if (leaf[0] == 'p' && atoi(leaf + 1) > 0)
-        return show_table(path, m, hw, atoi(leaf + 1));
-    return ra_error_set(RA_EFORMAT, "%s: /%s/%s/%s is not a table p<P> or a profile", path, ra_esc(m), ra_esc(hw),
-                        ra_esc(leaf));
+        return show_table(s, m, hw, atoi(leaf + 1));
+    return ra_error_set(RA_EFORMAT, "%s: /%s/%s/%s is not a table p<P> or a profile", s->path, ra_esc(m),
+                        ra_esc(hw), ra_esc(leaf));
 }
 
-static int cmd_show(const char *path)
+static const char *schema_note(int version)
 {
-    int version = 0;
-    if (ra_table_schema_version(path, &version) != RA_OK)
+    if (version == 1)
+        return " (provenance per group, no key: read as backend cpu, compute f32, KV f32; a merge rewrites it)";
+    if (version == 2)
+        return " (no key: read as backend cpu, compute f32, KV f32; a merge rewrites it)";
+    return "";
+}
+
+static int cmd_show(int argc, char **argv)
+{
+    static const struct option opts[] = { KEY_OPTIONS, { NULL, 0, NULL, 0 } };
+    struct show_ctx s = { 0 };
+    int version = 0, c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
+        if (!key_option(c, &s.filter))
+            return usage_error("show: unknown or incomplete option");
+    if (optind != argc - 1)
+        return usage_error("show needs one FILE");
+    s.path = argv[optind];
+    if (ra_table_schema_version(s.path, &version) != RA_OK)
         return fail();
-    printf("%s: schema_version %d%s\n", path, version,
-           version < RA_TABLE_SCHEMA_VERSION ? " (provenance per group; a merge rewrites it per entry)" : "");
-    return ra_table_each(path, show_one, (void *)path) == RA_OK ? 0 : fail();
+    printf("%s: schema_version %d%s\n", s.path, version, schema_note(version));
+    return ra_table_each(s.path, show_one, &s) == RA_OK ? 0 : fail();
 }
 
 /* ------------------------------------------------------------------ lookup */
@@ -208,16 +271,18 @@ static void print_source(const struct ra_table_group *g, int context, int extrap
         printf("from: interpolated between entries %d and %d\n", cl[i - 1], cl[i]);
 }
 
-static int lookup(const char *path, const char *model, const char *hw, int p, int context)
+static int lookup(const char *path, const char *model, const char *hw, int p, int context,
+                  const struct ra_table_key *key)
 {
     struct ra_table_group g;
-    char id[256];
+    char id[256], key_text[80];
     int *bounds = NULL, extrapolated = 0, rc = 1;
     double *ratios = NULL;
     if (resolve_model(model, id, sizeof id) != 0)
         return fail();
-    if (ra_table_read(path, id, hw, p, &g) != RA_OK)
+    if (ra_table_read_for(path, id, hw, p, key, &g) != RA_OK)
         return fail();
+    ra_table_key_format(key, key_text, sizeof key_text);
     bounds = malloc(sizeof *bounds * (size_t)(p + 1));
     ratios = malloc(sizeof *ratios * (size_t)p);
     if (!bounds || !ratios)
@@ -226,7 +291,7 @@ static int lookup(const char *path, const char *model, const char *hw, int p, in
              ra_table_ratios_at(&g, context, ratios, NULL) == RA_OK)
         rc = 0;
     if (rc == 0) {
-        printf("model: %s\nhw-tag: %s\nranks: %d\ncontext: %d\n", id, hw, p, context);
+        printf("model: %s\nhw-tag: %s\nkey: %s\nranks: %d\ncontext: %d\n", id, hw, key_text, p, context);
         print_source(&g, context, extrapolated);
         printf("bounds:");
         for (int r = 0; r <= p; r++)
@@ -248,12 +313,16 @@ static int cmd_lookup(int argc, char **argv)
     static const struct option opts[] = {
         { "model", required_argument, NULL, OPT_MODEL },     { "ranks", required_argument, NULL, OPT_RANKS },
         { "context", required_argument, NULL, OPT_CONTEXT }, { "hw-tag", required_argument, NULL, OPT_HW },
-        { NULL, 0, NULL, 0 },
+        KEY_OPTIONS, { NULL, 0, NULL, 0 },
     };
     const char *model = NULL, *hw = NULL;
     char hw_default[256];
+    struct key_opts ko = { 0 };
+    struct ra_table_key key;
     int p = 0, context = 0, c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (key_option(c, &ko))
+            continue;
         switch (c) {
         case OPT_MODEL: model = optarg; break;
         case OPT_HW: hw = optarg; break;
@@ -272,11 +341,13 @@ static int cmd_lookup(int argc, char **argv)
         return usage_error("lookup needs one FILE");
     if (!model || !p || !context)
         return usage_error("lookup needs --model, --ranks and --context");
+    if (key_from(&ko, &key) != RA_OK)
+        return usage_error("%s", ra_error_message());
     if (!hw) {
         ra_table_default_hw_tag(hw_default, sizeof hw_default);
         hw = hw_default;
     }
-    return lookup(argv[optind], model, hw, p, context);
+    return lookup(argv[optind], model, hw, p, context, &key);
 }
 
 /* ------------------------------------------------------------------ validate */
@@ -297,7 +368,7 @@ static int cmd_validate(const char *path)
 
 /* A small table for the tests and for trying the program: p2 at 2048 and 8192 tokens, p4 at
  * 4096, and a profile, under the given model id and hardware tag. */
-static int write_example(const char *path, const char *model, const char *hw)
+static int write_example(const char *path, const char *model, const char *hw, const struct ra_table_key *key)
 {
     struct ra_table_group g;
     const char *names[] = { "gemm_flops", "p2p_bandwidth_Bps", "p2p_latency_s" };
@@ -305,6 +376,7 @@ static int write_example(const char *path, const char *model, const char *hw)
     char id[256];
     int rc = resolve_model(model, id, sizeof id) == 0 ? RA_OK : RA_EINVAL;
     if (rc == RA_OK && (rc = ra_table_group_init(&g, id, hw, 2, 2)) == RA_OK) {
+        g.key = *key;
         ra_table_entry_set(&g, 0, (const int[]){ 0, 1126, 2048 }, 0.21, 0.25, 0.30);
         ra_table_entry_set(&g, 1, (const int[]){ 0, 5325, 8192 }, 1.9, 2.4, NAN);
         ra_table_group_set_search(&g, "measure", 16, 3);
@@ -312,6 +384,7 @@ static int write_example(const char *path, const char *model, const char *hw)
         ra_table_group_free(&g);
     }
     if (rc == RA_OK && (rc = ra_table_group_init(&g, id, hw, 4, 1)) == RA_OK) {
+        g.key = *key;
         ra_table_entry_set(&g, 0, (const int[]){ 0, 1434, 2458, 3318, 4096 }, 0.5, 0.6, 0.7);
         ra_table_group_set_search(&g, "model", 1, 1);
         rc = ra_table_merge(path, &g);
@@ -325,12 +398,17 @@ static int write_example(const char *path, const char *model, const char *hw)
 static int cmd_write_example(int argc, char **argv)
 {
     static const struct option opts[] = {
-        { "model", required_argument, NULL, 'm' }, { "hw-tag", required_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+        { "model", required_argument, NULL, 'm' }, { "hw-tag", required_argument, NULL, 'h' }, KEY_OPTIONS,
+        { NULL, 0, NULL, 0 },
     };
     const char *model = "example-model", *hw = NULL;
     char hw_default[256];
+    struct key_opts ko = { 0 };
+    struct ra_table_key key;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (key_option(c, &ko))
+            continue;
         if (c == 'm')
             model = optarg;
         else if (c == 'h')
@@ -340,11 +418,13 @@ static int cmd_write_example(int argc, char **argv)
     }
     if (optind != argc - 1)
         return usage_error("write-example needs one FILE");
+    if (key_from(&ko, &key) != RA_OK)
+        return usage_error("%s", ra_error_message());
     if (!hw) {
         ra_table_default_hw_tag(hw_default, sizeof hw_default);
         hw = hw_default;
     }
-    return write_example(argv[optind], model, hw);
+    return write_example(argv[optind], model, hw, &key);
 }
 
 /* ------------------------------------------------------------------ merge */
@@ -510,9 +590,11 @@ int main(int argc, char **argv)
         return cmd_write_example(argc - 1, argv + 1);
     if (!strcmp(cmd, "hold-lock"))
         return cmd_hold_lock(argc - 1, argv + 1);
-    if (strcmp(cmd, "show") && strcmp(cmd, "validate"))
+    if (!strcmp(cmd, "show"))
+        return cmd_show(argc - 1, argv + 1);
+    if (strcmp(cmd, "validate"))
         return usage_error("unknown command '%s'", cmd);
     if (argc != 3 || argv[2][0] == '-')
         return usage_error("%s needs one FILE", cmd);
-    return !strcmp(cmd, "show") ? cmd_show(argv[2]) : cmd_validate(argv[2]);
+    return cmd_validate(argv[2]);
 }

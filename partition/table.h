@@ -1,16 +1,19 @@
 /* Partition lookup tables (HDF5), paper §4.2; their interpolation is interp.h.
  *
- * Layout, schema_version 2 (partition/README.md):
+ * Layout, schema_version 3 (partition/README.md):
  *   /                          attribute schema_version (int) = RA_TABLE_SCHEMA_VERSION
- *   /<model-id>/<hw-tag>/p<P>/ datasets context_lengths[N] (int, ascending, unique),
+ *   /<model-id>/<hw-tag>/p<P>/ attributes backend, compute_dtype, kv_dtype (strings: the run key),
+ *                              datasets context_lengths[N] (int, ascending, unique),
  *                              boundaries[N][P+1] (int), ratios[N][P] (double),
  *                              ttft_kvr_s[N], ttft_even_s[N], ttft_tsp_s[N] (double, NaN = not measured),
  *                              and each entry's provenance: objective[N] ("measure"|"model"),
  *                              min_stride[N], repeats[N] (int), date[N], host[N],
  *                              runahead_version[N] (fixed-length strings)
  *   /<model-id>/<hw-tag>/profile  scalar double attributes of the cost model
- * Schema 1 (read, and rewritten as 2 by any write) held the provenance once per group, as
- * attributes objective, min_stride, repeats, date, runahead_version: a merge overwrote it.
+ * Schema 1 held the provenance once per group, as attributes objective, min_stride, repeats,
+ * date, runahead_version (a merge overwrote it); schemas 1 and 2 had no run key: their tables
+ * are read as the CPU backend in f32 with an f32 KV cache (RA_TABLE_KEY_LEGACY). Both are
+ * read, and any write rewrites the whole file as schema 3.
  *
  * Writers (merge, profile write) hold an fcntl lock on TABLE.lock beside the table from the read
  * to the rename (filelock.h), so concurrent writers never lose each other's entries, and write
@@ -29,7 +32,7 @@
 #include "interp.h"
 #include "model.h"
 
-#define RA_TABLE_SCHEMA_VERSION 2    /* written; 1 and 2 are read */
+#define RA_TABLE_SCHEMA_VERSION 3    /* written; 1 to 3 are read */
 #define RA_TABLE_MAX_RANKS 4096      /* guards allocations against corrupt shapes */
 #define RA_TABLE_MAX_ENTRIES 1000000
 #define RA_TABLE_MAX_PROFILE 256     /* attributes in one profile group */
@@ -44,8 +47,25 @@ struct ra_table_prov {
     char version[32];    /* the runahead version that searched it */
 };
 
+/* What a table was tuned on besides the model and the hardware: a split tuned for one backend
+ * or dtype is not the split for another. Each is 1..15 characters of [a-z0-9]. */
+struct ra_table_key {
+    char backend[16]; /* the backend's name: "cpu", "cuda" */
+    char compute[16]; /* the dtype the linear layers compute in: "f32", "bf16", "f16" */
+    char kv[16];      /* the KV cache rows' dtype: "f32", "bf16" */
+};
+
+#define RA_TABLE_KEY_LEGACY { "cpu", "f32", "f32" } /* the key of schema 1 and 2 tables */
+
+/* Sets k from the three names; RA_EINVAL naming the bad one. */
+int ra_table_key_set(struct ra_table_key *k, const char *backend, const char *compute, const char *kv);
+/* "backend cpu, compute f32, KV f32" */
+void ra_table_key_format(const struct ra_table_key *k, char *buf, size_t len);
+int ra_table_key_equal(const struct ra_table_key *a, const struct ra_table_key *b);
+
 struct ra_table_group {
     char model_id[128], hw_tag[128];
+    struct ra_table_key key;  /* RA_TABLE_KEY_LEGACY after ra_table_group_init */
     int p, n;                 /* ranks, entries */
     int *context_lengths;     /* [n] ascending */
     int *boundaries;          /* [n][p+1] */
@@ -93,8 +113,14 @@ int ra_table_entry_set(struct ra_table_group *g, int i, const int *bounds,
 int ra_table_read(const char *path, const char *model_id, const char *hw_tag, int p,
                   struct ra_table_group *g);
 
+/* ra_table_read for a run: also RA_EINVAL, with g freed, when the table's key is not the run's
+ * (one line naming the file, the group, the table's key and the run's). */
+int ra_table_read_for(const char *path, const char *model_id, const char *hw_tag, int p,
+                      const struct ra_table_key *run, struct ra_table_group *g);
+
 /* Adds g's entries to the file's group, keeping every other group and entry with its own
- * provenance. Creates the file if absent. Two entries for one context length are a conflict,
+ * provenance. Creates the file if absent. A group in the file with another key than g's is
+ * not merged into (RA_EINVAL naming both keys). Two entries for one context length are a conflict,
  * reported to w->notes and resolved by one rule, so merges in any order give the same table:
  * the newer search (its date) wins; at the same date the lower KVR-S TTFT; then the entry
  * already in the table stays. Identical entries are no conflict. g's entries need not be

@@ -17,6 +17,53 @@
 
 #define MAX_VALUES (1 << 24) /* n * (p + 1): a corrupt shape must not allocate gigabytes */
 
+/* ------------------------------------------------------------------ run keys */
+
+static int key_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n >= sizeof((struct ra_table_key *)0)->backend)
+        return 0;
+    return strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789") == n;
+}
+
+int ra_table_key_set(struct ra_table_key *k, const char *backend, const char *compute, const char *kv)
+{
+    const char *what[3] = { "backend", "compute dtype", "KV dtype" }, *v[3] = { backend, compute, kv };
+    for (int i = 0; i < 3; i++)
+        if (!v[i] || !key_name_ok(v[i]))
+            return ra_error_set(RA_EINVAL, "table: %s '%s' must be 1..15 characters of [a-z0-9]", what[i],
+                                v[i] ? ra_esc(v[i]) : "");
+    snprintf(k->backend, sizeof k->backend, "%s", backend);
+    snprintf(k->compute, sizeof k->compute, "%s", compute);
+    snprintf(k->kv, sizeof k->kv, "%s", kv);
+    return RA_OK;
+}
+
+void ra_table_key_format(const struct ra_table_key *k, char *buf, size_t len)
+{
+    snprintf(buf, len, "backend %s, compute %s, KV %s", k->backend, k->compute, k->kv);
+}
+
+int ra_table_key_equal(const struct ra_table_key *a, const struct ra_table_key *b)
+{
+    return !strcmp(a->backend, b->backend) && !strcmp(a->compute, b->compute) && !strcmp(a->kv, b->kv);
+}
+
+/* Schema 3: the key is the group's attributes backend, compute_dtype, kv_dtype. */
+static void load_key(hid_t grp, const char *where, struct ra_table_key *k, struct problems *pr)
+{
+    const char *names[3] = { "backend", "compute_dtype", "kv_dtype" };
+    char *fields[3] = { k->backend, k->compute, k->kv };
+    for (int i = 0; i < 3; i++) {
+        if (ra_tb_attr_read_str(grp, where, names[i], fields[i], sizeof k->backend, pr) != 0)
+            continue;
+        if (!key_name_ok(fields[i]))
+            ra_tb_problem(pr, "%s: attribute %s is '%s', want 1..15 characters of [a-z0-9]", where, names[i],
+                          fields[i]);
+    }
+}
+
 /* ------------------------------------------------------------------ groups in memory */
 
 int ra_tb_check_name(const char *what, const char *s)
@@ -59,6 +106,7 @@ int ra_table_group_init(struct ra_table_group *g, const char *model_id, const ch
                             n, p, RA_TABLE_MAX_RANKS, MAX_VALUES);
     snprintf(g->model_id, sizeof g->model_id, "%s", model_id);
     snprintf(g->hw_tag, sizeof g->hw_tag, "%s", hw_tag);
+    g->key = (struct ra_table_key)RA_TABLE_KEY_LEGACY;
     g->p = p;
     g->n = n;
     size_t m = n ? (size_t)n : 1; /* never malloc(0): NULL would look like a failure */
@@ -403,6 +451,8 @@ void ra_tb_load_group(hid_t grp, const char *where, const char *model_id, const 
         load_prov_attrs(grp, where, g, pr);
     else
         load_prov_datasets(grp, where, g, have & 1, pr);
+    if (version >= 3)
+        load_key(grp, where, &g->key, pr);
     ra_tb_check_entries(g, have, version != 1, where, pr);
 }
 
@@ -439,6 +489,20 @@ cleanup:
     ra_tb_h5_close(grp);
     ra_tb_h5_close(fid);
     return rc;
+}
+
+int ra_table_read_for(const char *path, const char *model_id, const char *hw_tag, int p,
+                      const struct ra_table_key *run, struct ra_table_group *g)
+{
+    char have[80], want[80];
+    int rc = ra_table_read(path, model_id, hw_tag, p, g);
+    if (rc != RA_OK || ra_table_key_equal(&g->key, run))
+        return rc;
+    ra_table_key_format(&g->key, have, sizeof have);
+    ra_table_key_format(run, want, sizeof want);
+    ra_table_group_free(g);
+    return ra_error_set(RA_EINVAL, "%s: /%s/%s/p%d was tuned for %s; this run is %s: not using it (tune a table "
+                        "for this run)", path, model_id, hw_tag, p, have, want);
 }
 
 /* ------------------------------------------------------------------ validating */

@@ -69,6 +69,25 @@ static int prov_write(hid_t grp, const struct ra_table_group *g)
     return bad ? -1 : 0;
 }
 
+/* A fixed-length NUL-padded string attribute, as the provenance strings. */
+static int attr_write_str(hid_t obj, const char *name, const char *s)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    int rc = -1;
+    if (t >= 0 && H5Tset_size(t, strlen(s) ? strlen(s) : 1) >= 0 && H5Tset_strpad(t, H5T_STR_NULLPAD) >= 0)
+        rc = ra_tb_attr_write(obj, name, t, t, s);
+    ra_tb_h5_close(t);
+    return rc;
+}
+
+static int key_write(hid_t grp, const struct ra_table_key *k)
+{
+    int bad = attr_write_str(grp, "backend", k->backend);
+    bad = bad || attr_write_str(grp, "compute_dtype", k->compute);
+    bad = bad || attr_write_str(grp, "kv_dtype", k->kv);
+    return bad ? -1 : 0;
+}
+
 static int group_write(hid_t fid, const char *path, const struct ra_table_group *g)
 {
     char leaf[16];
@@ -83,6 +102,7 @@ static int group_write(hid_t fid, const char *path, const struct ra_table_group 
     bad = bad || ra_tb_ds_write(grp, "ttft_even_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, &n, g->ttft_even_s);
     bad = bad || ra_tb_ds_write(grp, "ttft_tsp_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, &n, g->ttft_tsp_s);
     bad = bad || prov_write(grp, g);
+    bad = bad || key_write(grp, &g->key);
     int rc = bad ? ra_tb_h5_fail(path, "the table group") : RA_OK;
     ra_tb_h5_close(grp);
     return rc;
@@ -94,9 +114,10 @@ static herr_t copy_cb(hid_t src, const char *name, const H5L_info_t *info, void 
     return H5Ocopy(src, name, *(hid_t *)dst, name, H5P_DEFAULT, H5P_DEFAULT);
 }
 
-/* A schema-1 file's table groups, copied as they were into the new file, rewritten in the
- * current layout: its per-group provenance becomes each entry's. */
-static int upgrade_groups(hid_t old, hid_t fid, const char *path, const char *tmp)
+/* An older file's table groups, copied as they were into the new file, rewritten in the
+ * current layout: schema 1's per-group provenance becomes each entry's, and schema 1 and 2
+ * groups get the key they were tuned for (RA_TABLE_KEY_LEGACY). */
+static int upgrade_groups(hid_t old, hid_t fid, const char *path, const char *tmp, int version)
 {
     struct walk w;
     char *m, *hw, *leaf, where[1200];
@@ -112,12 +133,12 @@ static int upgrade_groups(hid_t old, hid_t fid, const char *path, const char *tm
         struct ra_table_group g;
         struct problems pr = { .path = path };
         hid_t grp = H5Gopen2(old, where, H5P_DEFAULT);
-        ra_tb_load_group(grp, where, m, hw, p, 1, &g, &pr);
+        ra_tb_load_group(grp, where, m, hw, p, version, &g, &pr);
         ra_tb_h5_close(grp);
         if (pr.n)
             rc = ra_error_set(RA_EFORMAT, "%s", pr.first);
         else if (H5Ldelete(fid, where, H5P_DEFAULT) < 0)
-            rc = ra_tb_h5_fail(tmp, "the file (upgrading a schema-1 group)");
+            rc = ra_tb_h5_fail(tmp, "the file (upgrading an older group)");
         else
             rc = group_write(fid, tmp, &g);
         ra_table_group_free(&g);
@@ -166,7 +187,8 @@ int ra_tb_file_rewrite(const char *path, const char *model_id, const char *hw_ta
         rc = ra_tb_h5_fail(of.tmp, "a copy of the other groups");
         goto cleanup;
     }
-    if (exists && old_version == 1 && (rc = upgrade_groups(old, fid, path, of.tmp)) != RA_OK)
+    if (exists && old_version < RA_TABLE_SCHEMA_VERSION &&
+        (rc = upgrade_groups(old, fid, path, of.tmp, old_version)) != RA_OK)
         goto cleanup;
     /* The copy's old group goes; HDF5 reuses its space for the new one within this session. */
     if (ra_tb_h5_exists(fid, gp, H5I_GROUP) == 1 && H5Ldelete(fid, gp, H5P_DEFAULT) < 0) {
@@ -399,6 +421,8 @@ static int entries_merge(struct merge_job *job, const struct ra_table_group *old
         }
     }
     rc = ra_table_group_init(out, g->model_id, g->hw_tag, g->p, n);
+    if (rc == RA_OK)
+        out->key = g->key;
     for (int i = 0; rc == RA_OK && i < n; i++)
         entry_copy(out, i, keys[i].src ? g : old, keys[i].idx);
     free(keys);
@@ -426,6 +450,13 @@ static int merge_locked(const char *path, const void *in, void *out)
         have_old = rc == RA_OK;
         if (rc == RA_EINVAL) /* the group is new */
             rc = RA_OK;
+    }
+    if (rc == RA_OK && have_old && !ra_table_key_equal(&old.key, &g->key)) {
+        char have[80], want[80];
+        ra_table_key_format(&old.key, have, sizeof have);
+        ra_table_key_format(&g->key, want, sizeof want);
+        rc = ra_error_set(RA_EINVAL, "%s: %s holds a table tuned for %s, not %s: not merging (write to another "
+                          "file or hardware tag)", path, where, have, want);
     }
     if (rc == RA_OK)
         rc = entries_merge(job, have_old ? &old : NULL, g, &merged);

@@ -15,16 +15,33 @@ expect_out() {
 }
 
 "$RT" --version | grep -q '^runahead-table [0-9]' || fail "--version"
-"$RT" --help | grep -q '^usage: runahead-table show FILE' || fail "--help"
+"$RT" --help | grep -q '^usage: runahead-table show \[KEY\] FILE' || fail "--help"
 
 "$RT" write-example "$T" --hw-tag "$HW" || fail "write-example failed"
-expect_out '^/example-model/test-hw/p2: 2 entries; objective measure, min_stride 16, repeats 3' "$RT" show "$T"
+expect_out '^/example-model/test-hw/p2: 2 entries; backend cpu, compute f32, KV f32; objective measure, min_stride 16, repeats 3' "$RT" show "$T"
 expect_out '^ +2048 +0\.210000 +0\.250000 +0\.300000  0,1126,2048 / 0\.549805,0\.450195$' "$RT" show "$T"
 expect_out '^ +8192 +1\.900000 +2\.400000 +-  0,5325,8192 /' "$RT" show "$T"
 # Each entry's provenance on the line below it.
 expect_out "^ +searched 20[0-9-]+T[0-9:]+Z on $(hostname), objective measure, min_stride 16, repeats 3, runahead [0-9]" "$RT" show "$T"
-expect_out '^[^ ]*example.h5: schema_version 2$' "$RT" show "$T"
-expect_out '^/example-model/test-hw/p4: 1 entry; objective model' "$RT" show "$T"
+expect_out '^[^ ]*example.h5: schema_version 3$' "$RT" show "$T"
+expect_out '^/example-model/test-hw/p4: 1 entry; backend cpu, compute f32, KV f32; objective model' "$RT" show "$T"
+
+# The run key: a table tuned for CUDA in bf16 is shown with its key, found by show's filter, used by
+# a lookup for that key, and refused (one line naming the file, the table's key and the run's) by
+# any other lookup, the default (cpu, f32, f32) included; merging it into a CPU table is refused.
+"$RT" write-example --hw-tag "$HW" --backend cuda --compute-dtype bf16 "$TMP/cuda.h5" || fail "write-example cuda"
+expect_out '^/example-model/test-hw/p2: 2 entries; backend cuda, compute bf16, KV f32;' "$RT" show "$TMP/cuda.h5"
+"$RT" show --backend cpu "$TMP/cuda.h5" | grep -q '^/example-model/test-hw/p[0-9]' && fail "show --backend cpu listed a cuda table"
+expect_out '^/example-model/test-hw/p4: 1 entry; backend cuda' "$RT" show --backend cuda --kv-dtype f32 "$TMP/cuda.h5"
+expect_out '^bounds:0,2389,4096$' "$RT" lookup "$TMP/cuda.h5" --model example-model --hw-tag "$HW" --ranks 2 --context 4096 --backend cuda --compute-dtype bf16
+expect_out '^key: backend cuda, compute bf16, KV f32$' "$RT" lookup "$TMP/cuda.h5" --model example-model --hw-tag "$HW" --ranks 2 --context 4096 --backend cuda --compute-dtype bf16
+expect_error 'cuda.h5: /example-model/test-hw/p2 was tuned for backend cuda, compute bf16, KV f32; this run is backend cpu, compute f32, KV f32: not using it' \
+    "$RT" lookup "$TMP/cuda.h5" --model example-model --hw-tag "$HW" --ranks 2 --context 4096
+expect_error 'was tuned for backend cuda, compute bf16, KV f32; this run is backend cuda, compute bf16, KV bf16' \
+    "$RT" lookup "$TMP/cuda.h5" --model example-model --hw-tag "$HW" --ranks 2 --context 4096 --backend cuda --compute-dtype bf16 --kv-dtype bf16
+expect_error 'holds a table tuned for backend cpu, compute f32, KV f32, not backend cuda, compute bf16, KV f32: not merging' \
+    "$RT" merge "$T" "$TMP/cuda.h5"
+expect_error "backend 'CUDA!' must be 1..15 characters" "$RT" lookup "$T" --model m --ranks 2 --context 10 --backend 'CUDA!'
 expect_out '^  p2p_latency_s +2e-06$' "$RT" show "$T"
 expect_out "^$TMP/example.h5: ok\$" "$RT" validate "$T"
 

@@ -1,5 +1,5 @@
 /* Partition lookup tables: write/merge/read round trips, per-entry provenance and the merge
- * conflict rule, reading and upgrading schema-1 tables, cost-model profiles, and malformed files
+ * conflict rule, reading and upgrading schema-1 and schema-2 tables, the run key, cost-model profiles, and malformed files
  * crafted with the HDF5 API (interpolation: test_interp). */
 #include "status.h"
 #include "table.h"
@@ -435,7 +435,7 @@ static void test_malformed(void)
     f = open_rw(path);
     write_attr_int(f, "schema_version", 99);
     H5Fclose(f);
-    expect_bad(path, "schema_version is 99; this runahead reads versions 1 to 2", 1);
+    expect_bad(path, "schema_version is 99; this runahead reads versions 1 to 3", 1);
 
     path = good_file("noschema.h5");
     f = open_rw(path);
@@ -552,6 +552,121 @@ static void test_schema1(void)
     ra_table_group_free(&add);
 }
 
+/* ------------------------------------------------------------------ schema 2 and the run key */
+
+static const char *const key_attrs[] = { "backend", "compute_dtype", "kv_dtype" };
+
+/* A schema-2 file, as runahead wrote them before the run key: good_file without the key
+ * attributes, stamped 2 (written here with HDF5 itself, not by the code under test). */
+static const char *v2_file(const char *name)
+{
+    const char *path = good_file(name);
+    hid_t f = open_rw(path);
+    const char *groups[] = { "/mA/hw1/p2", "/mB/hw1/p2" };
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++)
+            CHECK(H5Adelete_by_name(f, groups[k], key_attrs[i], H5P_DEFAULT) >= 0);
+    write_attr_int(f, "schema_version", 2);
+    H5Fclose(f);
+    return path;
+}
+
+/* The key attributes as HDF5 itself reads them from the file ("" when absent). */
+static void file_key(const char *path, const char *group, char out[3][16])
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    for (int i = 0; i < 3; i++) {
+        out[i][0] = '\0';
+        if (f < 0 || H5Aexists_by_name(f, group, key_attrs[i], H5P_DEFAULT) <= 0)
+            continue;
+        hid_t a = H5Aopen_by_name(f, group, key_attrs[i], H5P_DEFAULT, H5P_DEFAULT), ty = H5Aget_type(a);
+        size_t size = H5Tget_size(ty);
+        if (size < 16)
+            H5Aread(a, ty, out[i]), out[i][size] = '\0';
+        H5Tclose(ty);
+        H5Aclose(a);
+    }
+    if (f >= 0)
+        H5Fclose(f);
+}
+
+static void test_schema2_key(void)
+{
+    struct ra_table_group t, add, old;
+    const struct ra_table_key legacy = RA_TABLE_KEY_LEGACY;
+    struct ra_table_key cuda;
+    char fk[3][16];
+    int n = -1, version = 0;
+
+    /* A schema-2 table reads and validates as cpu/f32/f32, the only thing runahead-tune tuned then. */
+    const char *path = v2_file("v2.h5");
+    CHECK_OK(ra_table_validate(path, stderr, &n));
+    CHECK_OK(ra_table_schema_version(path, &version));
+    CHECK(n == 0 && version == 2);
+    CHECK_OK(ra_table_read(path, "mA", "hw1", 2, &old));
+    CHECK(!strcmp(old.key.backend, "cpu") && !strcmp(old.key.compute, "f32") && !strcmp(old.key.kv, "f32"));
+    CHECK_OK(ra_table_read_for(path, "mA", "hw1", 2, &legacy, &t));
+    ra_table_group_free(&t);
+
+    /* A run on another backend or dtype is refused in one line naming the file, both keys. */
+    CHECK_OK(ra_table_key_set(&cuda, "cuda", "bf16", "f32"));
+    CHECK(ra_table_read_for(path, "mA", "hw1", 2, &cuda, &t) == RA_EINVAL && !t.context_lengths);
+    CHECK(strstr(ra_error_message(), path) && !strchr(ra_error_message(), '\n') &&
+          strstr(ra_error_message(), "/mA/hw1/p2 was tuned for backend cpu, compute f32, KV f32; this run is backend "
+                                     "cuda, compute bf16, KV f32: not using it"));
+    struct ra_table_key kv = legacy;
+    snprintf(kv.kv, sizeof kv.kv, "bf16");
+    CHECK(ra_table_read_for(path, "mA", "hw1", 2, &kv, &t) == RA_EINVAL && strstr(ra_error_message(), "KV bf16"));
+    CHECK(ra_table_key_set(&kv, "cuda", "BF16", "f32") == RA_EINVAL && strstr(ra_error_message(), "compute dtype"));
+
+    /* A merge upgrades the whole file to schema 3: every group keeps its entries and gets the
+     * legacy key in the file, the untouched group mB included. */
+    make_group(&add, "mA", "hw1", 2, 1, (const int[]){ 4096 }, (const double[]){ 0.6, 0.4 });
+    CHECK_OK(ra_table_merge(path, &add));
+    CHECK_OK(ra_table_validate(path, stderr, &n));
+    CHECK_OK(ra_table_schema_version(path, &version));
+    CHECK(n == 0 && version == 3);
+    file_key(path, "/mB/hw1/p2", fk);
+    CHECK(!strcmp(fk[0], "cpu") && !strcmp(fk[1], "f32") && !strcmp(fk[2], "f32"));
+    CHECK_OK(ra_table_read(path, "mA", "hw1", 2, &t));
+    CHECK(t.n == 3 && t.context_lengths[1] == 4096 && same_prov(&t.prov[0], &old.prov[0]) &&
+          same_prov(&t.prov[2], &old.prov[1]));
+    ra_table_group_free(&t);
+    ra_table_group_free(&old);
+
+    /* Entries for another key are not merged into a group of this one; the file is unchanged. */
+    add.key = cuda;
+    CHECK(ra_table_merge(path, &add) == RA_EINVAL &&
+          strstr(ra_error_message(), "holds a table tuned for backend cpu, compute f32, KV f32, not backend cuda"));
+    CHECK_OK(ra_table_read(path, "mA", "hw1", 2, &t));
+    CHECK(t.n == 3 && !strcmp(t.key.backend, "cpu"));
+    ra_table_group_free(&t);
+
+    /* Into a new group it goes with its key, read back as written, and found only by its key. */
+    snprintf(add.model_id, sizeof add.model_id, "mC");
+    CHECK_OK(ra_table_merge(path, &add));
+    file_key(path, "/mC/hw1/p2", fk);
+    CHECK(!strcmp(fk[0], "cuda") && !strcmp(fk[1], "bf16") && !strcmp(fk[2], "f32"));
+    CHECK_OK(ra_table_read_for(path, "mC", "hw1", 2, &cuda, &t));
+    CHECK(t.n == 1 && ra_table_key_equal(&t.key, &cuda));
+    ra_table_group_free(&t);
+    CHECK(ra_table_read_for(path, "mC", "hw1", 2, &legacy, &t) == RA_EINVAL);
+    ra_table_group_free(&add);
+
+    /* A schema-3 group without its key, or with a malformed one, does not validate. */
+    path = good_file("v3-nokey.h5");
+    hid_t f = open_rw(path);
+    CHECK(H5Adelete_by_name(f, "/mA/hw1/p2", "kv_dtype", H5P_DEFAULT) >= 0);
+    H5Fclose(f);
+    expect_bad(path, "/mA/hw1/p2: attribute kv_dtype is missing", 1);
+    path = good_file("v3-badkey.h5");
+    f = open_rw(path);
+    CHECK(H5Adelete_by_name(f, "/mA/hw1/p2", "backend", H5P_DEFAULT) >= 0);
+    write_attr_fixed_str(f, "/mA/hw1/p2", "backend", "CPU/x");
+    H5Fclose(f);
+    expect_bad(path, "/mA/hw1/p2: attribute backend is 'CPU/x', want 1..15 characters of [a-z0-9]", 1);
+}
+
 /* ------------------------------------------------------------------ conflicts */
 
 /* Merges a one-entry group at 2048 with this date and KVR-S TTFT into path; returns its stats
@@ -658,6 +773,7 @@ int main(void)
     test_profile();
     test_malformed();
     test_schema1();
+    test_schema2_key();
     test_conflicts();
     test_ids();
     return test_result("test_table");
