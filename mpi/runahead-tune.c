@@ -23,7 +23,7 @@
 #include "ra_mpi.h"
 #include "ra_core.h"
 #include "search.h"
-#include "table.h"
+#include "spec.h"
 #include "watchdog.h"
 
 #include <getopt.h>
@@ -56,6 +56,7 @@ struct tune {
     struct ra_kvcache kv;
     int32_t *tokens;
     char model_id[128], hw_tag[128];
+    struct ra_table_key key; /* what the searches run on: written with every entry */
     struct ra_cost_profile profile;
     int have_profile;
     double t_start;
@@ -95,9 +96,10 @@ static void usage(FILE *f)
 "                          fresh runs: their median is the KVR-S TTFT stored)\n"
 "      --lock-timeout S    how long a merge into --out waits for another writer's lock\n"
 "                          on FILE.h5.lock (default: RA_TABLE_LOCK_TIMEOUT, else 120 s)\n"
-"      --evaluate SPEC     measure this partition (even, ratios:..., bounds:..., or\n"
-"                          table:FILE.h5 interpolated) at each context instead of searching,\n"
-"                          beside the cost model's prediction; writes no entries\n"
+"      --evaluate SPEC     measure this partition (any --partition spec of runahead: even,\n"
+"                          ratios:..., bounds:..., auto[:FILE.h5], table:FILE.h5) at each\n"
+"                          context instead of searching, beside the cost model's prediction;\n"
+"                          writes no entries\n"
 "  -T, --threads N         CPU threads per rank (default: the node's cores / its ranks)\n"
 "      --backend B         cpu or cuda (default: $RA_BACKEND, else cuda when built with\n"
 "                          CUDA and a GPU is visible, else cpu)\n"
@@ -359,17 +361,11 @@ static int tune_context(struct tune *t, struct ra_table_group *g, int i)
 /* The partition --evaluate names, at one context length. */
 static int evaluated_bounds(struct tune *t, int context, int *bounds, int *extrapolated)
 {
-    struct ra_table_group g;
-    const char *spec = t->o->evaluate;
-    *extrapolated = 0;
-    if (strncmp(spec, "table:", 6) != 0)
-        return ra_partition_parse(spec, context, world, bounds);
-    int rc = ra_table_read(spec + 6, t->model_id, t->hw_tag, world, &g);
-    if (rc == RA_OK) {
-        rc = ra_table_interpolate(&g, context, bounds, extrapolated);
-        ra_table_group_free(&g);
-    }
-    return rc;
+    struct ra_partition_spec spec;
+    const struct ra_partition_run run = { &t->m.config, context, world, t->hw_tag, &t->key };
+    char source[512];
+    int rc = ra_partition_spec_parse(t->o->evaluate, &spec);
+    return rc == RA_OK ? ra_partition_resolve(&spec, &run, bounds, source, sizeof source, extrapolated) : rc;
 }
 
 static int evaluate_all(struct tune *t)
@@ -405,6 +401,8 @@ static int tune_all(struct tune *t)
     const int p = t->o->model_objective ? t->o->ranks : world;
     const char *objective = t->o->model_objective ? "model" : "measure";
     int rc = ra_table_group_init(&g, t->model_id, t->hw_tag, p, t->o->n_contexts);
+    if (rc == RA_OK)
+        g.key = t->key;
     if (rc == RA_OK)
         rc = ra_table_group_set_search(&g, objective, t->o->min_stride, t->o->model_objective ? 1 : t->o->repeats);
     if (rc != RA_OK) {
@@ -572,6 +570,11 @@ static int setup(struct tune *t)
     if ((rc = open_backend(t, load.n_threads)) != RA_OK ||
         (rc = ra_model_attach(&t->m, t->be)) != RA_OK ||
         (rc = ra_kvcache_init(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), longest)) != RA_OK)
+        return rc;
+    /* The table's key: the CPU backend, its linear layers' dtype on these weights, f32 KV rows. */
+    enum ra_dtype compute = ra_backend_cpu_linear_dtype(t->be, t->m.weights.layers[0].wq.dtype);
+    if ((rc = ra_table_key_set(&t->key, t->be->ops->name, ra_dtype_name(compute), ra_dtype_name(t->kv.dtype))) !=
+        RA_OK)
         return rc;
     if (!(t->tokens = malloc(sizeof(int32_t) * (size_t)longest)))
         return ra_error_set(RA_ENOMEM, "out of memory");

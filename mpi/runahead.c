@@ -8,7 +8,6 @@
 #include "config.h"
 #include "args.h"
 #include "backend_cuda.h"
-#include "autosplit.h"
 #include "netem.h"
 #include "offload/offload.h"
 #include "partition.h"
@@ -19,7 +18,7 @@
 #include "chat.h"
 #include "vocab.h"
 #include "sysinfo.h"
-#include "table.h"
+#include "spec.h"
 #include "watchdog.h"
 
 #include <getopt.h>
@@ -73,7 +72,7 @@ struct result {
 };
 
 /* How the split was chosen, for stderr and the report (auto only). */
-static char partition_source[320];
+static char partition_source[512];
 
 static int rank, world;
 
@@ -512,78 +511,49 @@ out:
     return rc;
 }
 
-/* KVR-P: the split interpolated from a runahead-tune table for this model, hardware and rank count. */
-static int partition_from_table(const struct options *o, const struct ra_config *c, int n_prompt, int *bounds)
+/* What the run computes in, for --partition table:'s key: the backend's name, the dtype of its
+ * linear layers (CUDA: --device-dtype; CPU: its compute setting on these weights) and the KV
+ * cache's. */
+static int run_key(const struct options *o, const struct ra_model *m, struct ra_table_key *key)
 {
-    struct ra_table_group g;
-    char model_id[128], hw_tag[128];
-    int extrapolated = 0, rc;
-    const char *path = o->partition + 6;
-    ra_table_model_id(c, model_id, sizeof model_id);
-    if (o->hw_tag)
-        snprintf(hw_tag, sizeof hw_tag, "%s", o->hw_tag);
-    else
-        ra_table_default_hw_tag(hw_tag, sizeof hw_tag);
-    if ((rc = ra_table_read(path, model_id, hw_tag, world, &g)) != RA_OK)
-        return rc;
-    if (n_prompt < world)
-        rc = ra_error_set(RA_EINVAL, "the prompt has %d tokens, fewer than the %d ranks: every rank needs at least one",
-                          n_prompt, world);
-    else
-        rc = ra_table_interpolate(&g, n_prompt, bounds, &extrapolated);
-    if (rc == RA_OK && rank == 0) {
-        char b[256];
-        ra_partition_format(bounds, world, b, sizeof b);
-        fprintf(stderr, "runahead: partition for %d tokens %s %s's %d entries (%d..%d tokens): [%s]\n", n_prompt,
-                extrapolated ? "EXTRAPOLATED from the nearest of" : "interpolated from", path, g.n,
-                g.context_lengths[0], g.context_lengths[g.n - 1], b);
-    }
-    ra_table_group_free(&g);
-    return rc;
+    const struct ra_backend *be = m->backend;
+    enum ra_dtype compute = o->device_dtype;
+    if (!strcmp(be->ops->name, "cpu"))
+        compute = ra_backend_cpu_linear_dtype(be, m->weights.layers[0].wq.dtype);
+    return ra_table_key_set(key, be->ops->name, ra_dtype_name(compute), ra_dtype_name(o->kv_dtype));
 }
 
-/* auto: equal work from the config's FLOPs, or equal time (refined by the cost
- * model) from the profile of auto:FILE.h5 or $RA_PROFILE. Every rank computes
- * the same split from the same inputs. */
-static int partition_auto(const struct options *o, const struct ra_config *c, int n_prompt, int *bounds)
+/* The --partition spec resolved for this run (partition/spec.h); rank 0 says where a table's
+ * or auto's split came from. TSP always splits evenly. */
+static int choose_partition(const struct options *o, const struct ra_model *m, int n_prompt, int *bounds)
 {
-    struct ra_cost_profile pf;
-    const char *env = getenv("RA_PROFILE"), *path = o->partition[4] == ':' ? o->partition + 5 : NULL;
-    char model_id[128], hw_tag[128], how[256], note[512] = "";
-    int have = 0, rc;
-    if (!path && env && *env)
-        path = env;
-    if (path) {
-        ra_table_model_id(c, model_id, sizeof model_id);
-        if (o->hw_tag)
-            snprintf(hw_tag, sizeof hw_tag, "%s", o->hw_tag);
-        else
-            ra_table_default_hw_tag(hw_tag, sizeof hw_tag);
-        rc = ra_cost_profile_load(path, model_id, hw_tag, &pf);
-        if (rc != RA_OK && path != env) /* asked for by name: its absence is an error */
-            return ra_error_set(rc, "--partition %s: no usable profile for %s on %s (%s)", o->partition, model_id,
-                                hw_tag, ra_error_message());
-        if (rc != RA_OK) /* the environment's profile is for other models too: say so and go on */
-            snprintf(note, sizeof note, "; RA_PROFILE=%s has no usable profile for %s on %s", path, model_id, hw_tag);
-        have = rc == RA_OK;
-    }
-    if ((rc = ra_partition_auto(c, have ? &pf : NULL, n_prompt, world, bounds, how, sizeof how)) != RA_OK)
+    struct ra_partition_spec spec;
+    struct ra_table_key key;
+    const struct ra_partition_run run = { &m->config, n_prompt, world, o->hw_tag, &key };
+    int extrapolated = 0;
+    int rc = ra_partition_spec_parse(o->method == RA_METHOD_TSP ? "even" : o->partition, &spec);
+    if (rc == RA_OK)
+        rc = run_key(o, m, &key);
+    if (rc == RA_OK)
+        rc = ra_partition_resolve(&spec, &run, bounds, partition_source, sizeof partition_source, &extrapolated);
+    if (rc != RA_OK || (spec.kind != RA_PARTITION_AUTO && spec.kind != RA_PARTITION_TABLE)) {
+        partition_source[0] = '\0'; /* the spec says it all */
         return rc;
-    if (have)
-        snprintf(partition_source, sizeof partition_source, "%s; profile: %s", how, path);
-    else
-        snprintf(partition_source, sizeof partition_source, "%s%s", how, note);
+    }
     if (rank == 0) {
         char b[256];
         ra_partition_format(bounds, world, b, sizeof b);
-        fprintf(stderr, "runahead: partition auto for %d tokens on %d ranks: [%s] (%s)\n", n_prompt, world, b,
-                partition_source);
+        if (spec.kind == RA_PARTITION_TABLE)
+            fprintf(stderr, "runahead: partition for %d tokens %s: [%s]\n", n_prompt, partition_source, b);
+        else
+            fprintf(stderr, "runahead: partition auto for %d tokens on %d ranks: [%s] (%s)\n", n_prompt, world, b,
+                    partition_source);
     }
     return RA_OK;
 }
 
 static int check_fit(const struct options *o, const struct ra_model *m, const struct ra_vocab *tok,
-                     const char *tok_path, const struct result *r, int *bounds)
+                     const char *tok_path, const struct result *r)
 {
     const struct ra_config *c = &m->config;
     if (tok && tok->n_tokens != c->vocab_size)
@@ -599,11 +569,7 @@ static int check_fit(const struct options *o, const struct ra_model *m, const st
         if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab_size)
             return ra_error_set(RA_ERANGE, "prompt token id %d at position %d is outside the vocabulary (0..%d)",
                                 r->prompt[i], i, c->vocab_size - 1);
-    if (o->method != RA_METHOD_TSP && !strncmp(o->partition, "table:", 6))
-        return partition_from_table(o, c, r->n_prompt, bounds);
-    if (o->method != RA_METHOD_TSP && (!strcmp(o->partition, "auto") || !strncmp(o->partition, "auto:", 5)))
-        return partition_auto(o, c, r->n_prompt, bounds);
-    return ra_partition_parse(o->method == RA_METHOD_TSP ? "even" : o->partition, r->n_prompt, world, bounds);
+    return RA_OK;
 }
 
 static int print_output(const struct options *o, const struct ra_vocab *tok, const struct result *r)
@@ -802,11 +768,13 @@ static int run(int argc, char **argv)
                                           .n_threads = o.threads ? o.threads : ra_mpi_threads_per_rank() };
     rc = ra_model_load_opts(&m, o.model, &load);
     if (rc == RA_OK)
-        rc = check_fit(&o, &m, tok, tok_path, &r, bounds);
+        rc = check_fit(&o, &m, tok, tok_path, &r);
     const int local_rank = ra_mpi_local_rank(); /* collective: every rank, whatever rc is */
     if (rc == RA_OK)
         rc = open_backend(&o, load.n_threads, local_rank, &be);
     if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
+        rc = choose_partition(&o, &m, r.n_prompt, bounds);
+    if (rc == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_kv_row_bytes(ra_config_kv_dim(&m.config), o.kv_dtype));
     if (rc == RA_OK && last) { /* before the prefill: KVPR keeps the layer inputs of this rank's span */

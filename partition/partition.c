@@ -6,10 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Parses comma-separated finite numbers into v (at most max are stored; *n
- * counts them all, so a count error can say how many were given). A bad item
- * is named: "nan" is not a count problem. */
-static int parse_list(const char *spec, const char *s, double *v, int max, int *n)
+int ra_partition_parse_list(const char *spec, const char *s, double *v, int max, int *n)
 {
     *n = 0;
     while (*s) {
@@ -60,7 +57,7 @@ int ra_partition_parse(const char *spec, int n_tokens, int p, int *bounds)
         return ra_error_set(RA_ENOMEM, "out of memory");
     if (!strncmp(spec, "ratios:", 7)) {
         int n = 0;
-        if ((rc = parse_list(spec, spec + 7, v, p, &n)) != RA_OK)
+        if ((rc = ra_partition_parse_list(spec, spec + 7, v, p, &n)) != RA_OK)
             goto out;
         if (n != p) {
             rc = ra_error_set(RA_EINVAL, "partition '%s': need %d comma-separated ratios, one per rank (got %d)",
@@ -88,7 +85,7 @@ int ra_partition_parse(const char *spec, int n_tokens, int p, int *bounds)
         bounds[p] = n_tokens;
     } else if (!strncmp(spec, "bounds:", 7)) {
         int n = 0;
-        if ((rc = parse_list(spec, spec + 7, v, p + 1, &n)) != RA_OK)
+        if ((rc = ra_partition_parse_list(spec, spec + 7, v, p + 1, &n)) != RA_OK)
             goto out;
         if (n != p + 1) {
             rc = ra_error_set(RA_EINVAL, "partition '%s': need %d boundaries for %d ranks (0 first, the prompt length "

@@ -9,6 +9,11 @@
  * Every slice must hold at least one token. Errors name the spec and the cause. */
 int ra_partition_parse(const char *spec, int n_tokens, int p, int *bounds);
 
+/* Parses the comma-separated finite numbers s (the list of `spec`, named in errors) into v: at
+ * most max are stored (max 0: v may be NULL), *n counts them all, so a count error can say how
+ * many were given. A bad item is named: "nan" is not a count problem. */
+int ra_partition_parse_list(const char *spec, const char *s, double *v, int max, int *n);
+
 /* Writes "0,900,1700,..." into buf. */
 void ra_partition_format(const int *bounds, int p, char *buf, int len);
 

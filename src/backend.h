@@ -147,6 +147,9 @@ int ra_backend_cpu_init(struct ra_backend **out, int n_threads);
 /* One line on what runs a CPU backend's linear layers in bf16: "oneDNN
  * brg:avx512_core_amx" (the unit of its last bf16 GEMM), or "none (why)". */
 void ra_backend_cpu_describe_linear(const struct ra_backend *be, char *buf, size_t size);
+/* The dtype a CPU backend's linear layers compute in for weights stored as `weights`, after
+ * its compute setting and its bf16 unit: RA_DTYPE_BF16 for bf16 GEMMs, else RA_DTYPE_F32. */
+enum ra_dtype ra_backend_cpu_linear_dtype(const struct ra_backend *be, enum ra_dtype weights);
 void ra_backend_free(struct ra_backend *be);
 
 /* 1 when BE runs OP on DTYPE (enum ra_op says what the dtype is of), else 0.

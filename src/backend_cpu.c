@@ -537,6 +537,13 @@ void ra_backend_cpu_describe_linear(const struct ra_backend *be, char *buf, size
         ra_gemm_bf16_units(buf, size);
 }
 
+enum ra_dtype ra_backend_cpu_linear_dtype(const struct ra_backend *be, enum ra_dtype weights)
+{
+    const struct cpu_backend *cb = (const struct cpu_backend *)be;
+    int bf16 = cb->bf16 && be->compute != RA_COMPUTE_F32 && (be->compute == RA_COMPUTE_BF16 || weights != RA_DTYPE_F32);
+    return bf16 ? RA_DTYPE_BF16 : RA_DTYPE_F32;
+}
+
 const char *ra_compute_name(enum ra_compute c)
 {
     return c == RA_COMPUTE_F32 ? "f32" : c == RA_COMPUTE_BF16 ? "bf16" : "auto";

@@ -53,6 +53,16 @@ grep -q "EXTRAPOLATED" "$TMP/err" || fail "300 tokens lies past the table: no ex
 run 2 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$M" --prompt-ids-file "$TMP/p192" --generate 1 --output ids \
     --partition "table:$T" 2>&1 >/dev/null | grep -q "interpolated from" || fail "no interpolation notice"
 
+# The table was tuned on the CPU backend in f32 with f32 KV rows (its key, shown by runahead-table): a
+# run with a bf16 KV cache is refused in one line naming the file and both keys, never silently served.
+"$BUILD/runahead-table" show "$T" | grep -q "/p2: [0-9]* entries; backend cpu, compute f32, KV f32;" ||
+    fail "the table's key is not cpu/f32/f32"
+run 2 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$M" --prompt-ids-file "$TMP/p192" --generate 1 --output ids \
+    --kv-dtype bf16 --partition "table:$T" >/dev/null 2>"$TMP/err" && fail "a table of another KV dtype was used"
+[ "$(grep -c "was tuned for backend cpu, compute f32, KV f32; this run is backend cpu, compute f32, KV bf16: not using it" "$TMP/err")" -eq 1 ] ||
+    { fail "no one-line refusal of the table's key"; cat "$TMP/err" >&2; }
+grep "not using it" "$TMP/err" | grep -q "$T" || fail "the refusal does not name the file"
+
 # The stored KVR-S TTFT is a fresh median at the chosen split, reported with its spread.
 grep -Eq "C=128 done: .*medians of 1 fresh runs \[min\.\.max\]: KVR-S [0-9.]+ s \[" "$TMP/tune.err" ||
     fail "no re-measured KVR-S line"
@@ -79,7 +89,7 @@ run 2 $MPIEXEC_FLAGS env "RA_PROFILE=$T" "$BUILD/runahead" --model "$TMP/other" 
 # The cost model searches 8 ranks on one process, into the same file.
 "$BUILD/runahead-tune" --model "$M" --objective model --ranks 8 --contexts 1024,2048 --out "$T" \
     >"$TMP/model.out" 2>"$TMP/model.err" || { cat "$TMP/model.err" >&2; fail "--objective model"; }
-"$BUILD/runahead-table" show "$T" | grep -q "/p8: 2 entries; objective model" || fail "no p8 group from the model"
+"$BUILD/runahead-table" show "$T" | grep -q "/p8: 2 entries; backend cpu, compute f32, KV f32; objective model" || fail "no p8 group from the model"
 "$BUILD/runahead-table" validate "$T" >/dev/null || fail "the table does not validate after the model search"
 
 # Clear errors.
