@@ -571,10 +571,8 @@ static int setup(struct tune *t)
         (rc = ra_model_attach(&t->m, t->be)) != RA_OK ||
         (rc = ra_kvcache_init(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), longest)) != RA_OK)
         return rc;
-    /* The table's key: the CPU backend, its linear layers' dtype on these weights, f32 KV rows. */
-    enum ra_dtype compute = ra_backend_cpu_linear_dtype(t->be, t->m.weights.layers[0].wq.dtype);
-    if ((rc = ra_table_key_set(&t->key, t->be->ops->name, ra_dtype_name(compute), ra_dtype_name(t->kv.dtype))) !=
-        RA_OK)
+    if ((rc = ra_partition_run_key(&t->key, t->be, t->m.weights.layers[0].wq.dtype, o->device_dtype,
+                                   t->kv.dtype)) != RA_OK)
         return rc;
     if (!(t->tokens = malloc(sizeof(int32_t) * (size_t)longest)))
         return ra_error_set(RA_ENOMEM, "out of memory");

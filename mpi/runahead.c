@@ -511,20 +511,9 @@ out:
     return rc;
 }
 
-/* What the run computes in, for --partition table:'s key: the backend's name, the dtype of its
- * linear layers (CUDA: --device-dtype; CPU: its compute setting on these weights) and the KV
- * cache's. */
-static int run_key(const struct options *o, const struct ra_model *m, struct ra_table_key *key)
-{
-    const struct ra_backend *be = m->backend;
-    enum ra_dtype compute = o->device_dtype;
-    if (!strcmp(be->ops->name, "cpu"))
-        compute = ra_backend_cpu_linear_dtype(be, m->weights.layers[0].wq.dtype);
-    return ra_table_key_set(key, be->ops->name, ra_dtype_name(compute), ra_dtype_name(o->kv_dtype));
-}
-
-/* The --partition spec resolved for this run (partition/spec.h); rank 0 says where a table's
- * or auto's split came from. TSP always splits evenly. */
+/* The --partition spec resolved for this run and its key (backend, linear and KV dtypes:
+ * partition/spec.h); rank 0 says where a table's or auto's split came from. TSP always splits
+ * evenly. */
 static int choose_partition(const struct options *o, const struct ra_model *m, int n_prompt, int *bounds)
 {
     struct ra_partition_spec spec;
@@ -533,7 +522,7 @@ static int choose_partition(const struct options *o, const struct ra_model *m, i
     int extrapolated = 0;
     int rc = ra_partition_spec_parse(o->method == RA_METHOD_TSP ? "even" : o->partition, &spec);
     if (rc == RA_OK)
-        rc = run_key(o, m, &key);
+        rc = ra_partition_run_key(&key, m->backend, m->weights.layers[0].wq.dtype, o->device_dtype, o->kv_dtype);
     if (rc == RA_OK)
         rc = ra_partition_resolve(&spec, &run, bounds, partition_source, sizeof partition_source, &extrapolated);
     if (rc != RA_OK || (spec.kind != RA_PARTITION_AUTO && spec.kind != RA_PARTITION_TABLE)) {

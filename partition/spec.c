@@ -1,6 +1,7 @@
 /* The --partition grammar (spec.h): parse a spec, resolve it for a run. */
 #include "spec.h"
 #include "autosplit.h"
+#include "backend.h"
 #include "interp.h"
 #include "partition.h"
 #include "status.h"
@@ -37,6 +38,14 @@ int ra_partition_spec_parse(const char *text, struct ra_partition_spec *s)
         return ra_error_set(RA_EINVAL, "partition '%s' is not %s", ra_esc(text), grammar);
     }
     return RA_OK;
+}
+
+int ra_partition_run_key(struct ra_table_key *key, const struct ra_backend *be, enum ra_dtype weights,
+                         enum ra_dtype device_dtype, enum ra_dtype kv)
+{
+    const char *name = be->ops->name;
+    enum ra_dtype compute = !strcmp(name, "cpu") ? ra_backend_cpu_linear_dtype(be, weights) : device_dtype;
+    return ra_table_key_set(key, name, ra_dtype_name(compute), ra_dtype_name(kv));
 }
 
 static void run_hw_tag(const struct ra_partition_run *run, char *buf, size_t len)

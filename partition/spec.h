@@ -35,6 +35,14 @@ struct ra_partition_spec {
  * line naming the spec and the cause. */
 int ra_partition_spec_parse(const char *text, struct ra_partition_spec *s);
 
+struct ra_backend;
+
+/* The key of a run (table.h) on backend `be` with weights stored as `weights`: the backend's
+ * name; the dtype its linear layers compute in (the CPU's after its --compute-dtype and its bf16
+ * unit, ra_backend_cpu_linear_dtype; any other backend's device_dtype); the KV cache's kv. */
+int ra_partition_run_key(struct ra_table_key *key, const struct ra_backend *be, enum ra_dtype weights,
+                         enum ra_dtype device_dtype, enum ra_dtype kv);
+
 /* What a spec resolves against. */
 struct ra_partition_run {
     const struct ra_config *config;
