@@ -21,7 +21,7 @@ case " $cflags " in
 esac
 # The C compiler beneath an MPI wrapper: a user of the core needs no MPI.
 cc=$(sed -n 's/^CC = //p' "$BUILD/Makefile")
-cc=$($cc -showme:command 2>/dev/null) || true
+! base=$($cc -showme:command 2>/dev/null) || cc=$base
 
 cat > "$TMP/use.c" <<'C'
 #include <runahead/ra_core.h>
