@@ -1,4 +1,4 @@
-/* Fuzz harness: the partition-table reader (partition/table.c).
+/* Fuzz harness: the partition-table reader (partition/table_read.c, over table_h5.c).
  *
  * The input is not the HDF5 file itself but a recipe for one: this harness
  * writes the file with the HDF5 library (the 1.8 format, or the earliest one

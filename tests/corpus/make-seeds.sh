@@ -190,6 +190,19 @@ for name, args in {
         "fewer-tokens-than-ranks": (8, 3, "even"), "zero-ranks": (0, 10, "even"), "negative-ranks": (-3, 10, "even"),
         "negative-tokens": (2, -5, "even"), "unknown": (2, 10, "table:t.h5"), "max-ranks": (127, 100000, "even")}.items():
     put("partition", name, spec(*args))
+# The grammar's table: and auto: (their FILE is one of fuzz_partition.c's fixtures); the short-buffer
+# byte's bit 5 makes the run's key cuda/bf16/bf16, bit 6 sets RA_PROFILE to the fixture table.
+for name, args in {
+        "auto": (4, 3000, "auto"), "auto-env-profile": (4, 3000, "auto", 7 | 64), "auto-file": (4, 3000, "auto:t.h5"),
+        "auto-missing": (2, 100, "auto:none.h5"), "auto-text": (2, 100, "auto:text.h5"), "auto-empty": (2, 100, "auto:"),
+        "auto-one-rank": (1, 50, "auto:t.h5"), "table": (4, 100, "table:t.h5"), "table-extrapolated": (3, 1000, "table:t.h5"),
+        "table-cuda-key": (4, 100, "table:cuda.h5", 7 | 32), "table-key-mismatch": (4, 100, "table:cuda.h5"),
+        "table-cpu-on-cuda": (2, 100, "table:t.h5", 7 | 32), "table-other-model": (2, 100, "table:other.h5"),
+        "table-cut": (2, 100, "table:cut.h5"), "table-text": (2, 100, "table:text.h5"),
+        "table-missing": (2, 100, "table:none.h5"), "table-slash": (2, 100, "table:../t.h5"),
+        "table-p9": (9, 100, "table:t.h5"), "table-empty": (2, 100, "table:"), "ratios-empty": (2, 100, "ratios:"),
+        "table-fewer-tokens": (4, 3, "table:t.h5")}.items():
+    put("partition", name, spec(*args))
 
 # ---------------------------------------------------------------- table recipes (see tests/fuzz_table.c)
 def entry(slices, ttfts=(16, 32, 255)):
