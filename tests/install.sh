@@ -22,6 +22,10 @@ esac
 # The C compiler beneath an MPI wrapper: a user of the core needs no MPI.
 cc=$(sed -n 's/^CC = //p' "$BUILD/Makefile")
 ! base=$($cc -showme:command 2>/dev/null) || cc=$base
+# The build's own CFLAGS and LDFLAGS (jobs/sanitize's -fsanitize=...) are what a user of this
+# library needs too.
+build_cflags=$(sed -n 's/^CFLAGS = //p' "$BUILD/Makefile")
+build_ldflags=$(sed -n 's/^LDFLAGS = //p' "$BUILD/Makefile")
 
 cat > "$TMP/use.c" <<'C'
 #include <runahead/ra_core.h>
@@ -42,7 +46,7 @@ int main(int argc, char **argv)
 }
 C
 # shellcheck disable=SC2086 # pkg-config's words
-$cc $cflags -o "$TMP/use" "$TMP/use.c" $libs 2>"$TMP/cc.log" ||
+$cc $build_cflags $cflags -o "$TMP/use" "$TMP/use.c" $build_ldflags $libs 2>"$TMP/cc.log" ||
     { cat "$TMP/cc.log" >&2; fail "a program does not build with pkg-config's runahead"; }
 if [ -x "$TMP/use" ]; then
     [ -n "$("$TMP/use")" ] || fail "the installed library's ra_strerror printed nothing"
@@ -60,7 +64,7 @@ n=0
 for h in "$prefix"/include/runahead/*.h; do
     printf '#include <runahead/%s>\n' "$(basename "$h")" > "$TMP/one.c"
     # shellcheck disable=SC2086
-    $cc $cflags -std=gnu11 -fsyntax-only "$TMP/one.c" 2>"$TMP/one.log" ||
+    $cc $build_cflags $cflags -std=gnu11 -fsyntax-only "$TMP/one.c" 2>"$TMP/one.log" ||
         fail "installed header $(basename "$h") does not compile alone: $(grep -m1 error "$TMP/one.log")"
     n=$((n + 1))
 done
