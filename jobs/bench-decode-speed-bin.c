@@ -1,5 +1,5 @@
-/* bench-decode-speed: single-process decode (one token per step) on the CPU backend,
- * against the memory bandwidth bound.
+/* bench-decode-speed: single-process decode (one token per step) on the CPU backend
+ * (--backend cuda: on a GPU), against the memory bandwidth bound.
  *
  * A decode step reads every weight once (the linear layers, the classifier,
  * one embedding row) and, for attention, the K and V rows of every earlier
@@ -50,6 +50,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: bench-decode-speed [--model DIR] [--bf16-model DIR] [--contexts N,N,...] [--threads T,T,...]\n"
             "                          [--lanes f32,bf16] [--steps N] [--repeat N] [--membw-mib N]\n"
+            "                          [--backend cpu|cuda]\n"
             "\n"
             "Single-process decode on the CPU backend: tokens/s per step after a context of N\n"
             "positions, the bytes a step reads (weights + K/V rows), the read-only bandwidth (one\n"
@@ -70,6 +71,8 @@ static void usage(FILE *f)
             "  --repeat N        samples per figure (default 5)\n"
             "  --membw-mib N     MiB per bandwidth array (default 256): the read sums one, the triad\n"
             "                    streams three\n"
+            "  --backend B       cpu (default) or cuda: on cuda the lanes are the weights' dtype on the\n"
+            "                    device (f32, bf16), and no host bandwidth or bound is measured\n"
             "  --help\n"
             "\n"
             "RA_CPU_ISA forces the kernels; RA_GEMV=0 sends decode steps through the GEMM path;\n"
@@ -122,7 +125,7 @@ struct lane_kind {
 
 struct lane {
     const struct lane_kind *kind;
-    int on, bf16_compute;
+    int on, bf16_compute, cpu;
     struct ra_model *m;
     struct ra_backend *be;
     struct ra_kvcache kv;
@@ -162,20 +165,31 @@ static const struct lane_kind lane_kinds[N_LANES] = {
     { "bf16kv", RA_DTYPE_BF16, step_plain },
 };
 
-/* Synthetic K/V rows for positions [0, ctx): small values, as a context's. */
-static void fill_kv(struct ra_kvcache *kv, int ctx)
+/* Synthetic K/V rows for positions [0, ctx): small values, as a context's,
+ * written on the host and uploaded (a copy on the CPU backend). */
+static void fill_kv(struct ra_backend *be, struct ra_kvcache *kv, int ctx)
 {
-    for (int l = 0; l < kv->n_layers; l++)
-        for (size_t i = 0; i < (size_t)ctx * kv->kv_dim; i++) {
-            const float v = (float)((i * 2654435761u + (unsigned)l) % 1000) * 1e-3f - 0.5f;
+    const size_t n = (size_t)ctx * kv->kv_dim, bytes = n * ra_dtype_size(kv->dtype);
+    void *k = malloc(bytes), *v = malloc(bytes);
+    if (!k || !v)
+        bench_die("K/V rows", ra_error_set(RA_ENOMEM, "out of memory for %zu bytes", 2 * bytes));
+    for (int l = 0; l < kv->n_layers; l++) {
+        for (size_t i = 0; i < n; i++) {
+            const float x = (float)((i * 2654435761u + (unsigned)l) % 1000) * 1e-3f - 0.5f;
             if (kv->dtype == RA_DTYPE_F32) {
-                ((float *)kv->k[l])[i] = v;
-                ((float *)kv->v[l])[i] = -v;
+                ((float *)k)[i] = x;
+                ((float *)v)[i] = -x;
             } else {
-                ((uint16_t *)kv->k[l])[i] = ra_f32_to_bf16(v);
-                ((uint16_t *)kv->v[l])[i] = ra_f32_to_bf16(-v);
+                ((uint16_t *)k)[i] = ra_f32_to_bf16(x);
+                ((uint16_t *)v)[i] = ra_f32_to_bf16(-x);
             }
         }
+        int rc = be->ops->upload(be, kv->k[l], k, bytes);
+        if (rc != RA_OK || (rc = be->ops->upload(be, kv->v[l], v, bytes)) != RA_OK)
+            bench_die("K/V rows", rc);
+    }
+    free(k);
+    free(v);
 }
 
 /* What one (threads, context, lane) cell collects, one value per sample. */
@@ -202,7 +216,8 @@ static void lane_sample(struct lane *ln, int ctx, int steps, float *logits, doub
     const double tps = steps / t;
     const double bytes = ln->weight_bytes + kv_bytes(&ln->m->config, ctx, steps, ln->kind->kv_dtype);
     bench_add(&c->tps, tps);
-    bench_add(&c->share, 100 * tps * bytes / (bound_gbs * 1e9));
+    if (bound_gbs > 0) /* a device has no host-memory bound */
+        bench_add(&c->share, 100 * tps * bytes / (bound_gbs * 1e9));
     const double acc = st.t_linear + st.t_attention + st.t_other;
     bench_add(&c->lin, 100 * st.t_linear / acc);
     bench_add(&c->att, 100 * st.t_attention / acc);
@@ -216,249 +231,344 @@ static void free_models(struct ra_model *models)
             ra_model_free(&models[li]);
 }
 
-int main(int argc, char **argv)
-{
-    int ctx_list[MAX_LIST] = { 512, 2048, 8192 }, n_ctx = 3;
-    int threads_list[MAX_LIST] = { 1, 2 }, n_threads = 2;
-    int want[N_LANES] = { 1, 1, 1 };
-    int steps = 16, repeat = 5, membw_mib = 256;
-    const char *model_dir = NULL, *bf16_model = NULL;
-    char model_default[4096], bf16_default[4200];
+/* ----------------------------------------------------------- the run */
 
+struct options {
+    int contexts[MAX_LIST], n_ctx;
+    int threads[MAX_LIST], n_threads;
+    int want[N_LANES];
+    int steps, repeat, membw_mib;
+    const char *model_dir, *bf16_model, *backend;
+    char model_default[4096], bf16_default[4200];
+};
+
+/* --lanes LIST into o->want; 0, or the exit status of a bad name. */
+static int parse_lanes(const char *list, struct options *o)
+{
+    char *copy = strdup(list), *save = NULL;
+    int rc = 0;
+    memset(o->want, 0, sizeof o->want);
+    for (char *t = strtok_r(copy, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
+        int li = 0;
+        while (li < N_LANES && strcmp(t, lane_kinds[li].name) != 0)
+            li++;
+        if (li < N_LANES)
+            o->want[li] = 1;
+        else
+            rc = ra_arg_usage_error(bench_name, "--lanes: '%s' is not f32, bf16 or bf16kv", t);
+    }
+    free(copy);
+    return rc;
+}
+
+/* -1 to go on; else the exit status (0 after --help). */
+static int parse_options(int argc, char **argv, struct options *o)
+{
     static const struct option opts[] = {
         { "model", required_argument, 0, 'm' },   { "bf16-model", required_argument, 0, 'b' },
         { "contexts", required_argument, 0, 'c' }, { "threads", required_argument, 0, 't' },
         { "lanes", required_argument, 0, 'l' },   { "steps", required_argument, 0, 's' },
         { "repeat", required_argument, 0, 'r' },  { "membw-mib", required_argument, 0, 'T' },
-        { "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 },
+        { "backend", required_argument, 0, 'B' }, { "help", no_argument, 0, 'h' },
+        { 0, 0, 0, 0 },
     };
-    int c;
-    while ((c = getopt_long(argc, argv, "m:b:c:t:l:s:r:T:h", opts, NULL)) != -1) {
+    *o = (struct options){ .contexts = { 512, 2048, 8192 }, .n_ctx = 3, .threads = { 1, 2 }, .n_threads = 2,
+                           .want = { 1, 1, 1 }, .steps = 16, .repeat = 5, .membw_mib = 256, .backend = "cpu" };
+    int c, rc = -1;
+    while (rc < 0 && (c = getopt_long(argc, argv, "m:b:c:t:l:s:r:T:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model_dir = optarg; break;
-        case 'b': bf16_model = optarg; break;
-        case 'c': n_ctx = bench_parse_list(optarg, ctx_list, MAX_LIST, "--contexts"); break;
-        case 't': n_threads = bench_parse_list(optarg, threads_list, MAX_LIST, "--threads"); break;
-        case 'l': {
-            char *copy = strdup(optarg), *save = NULL;
-            memset(want, 0, sizeof want);
-            for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                int found = 0;
-                for (int i = 0; i < N_LANES; i++)
-                    if (strcmp(t, lane_kinds[i].name) == 0)
-                        want[i] = found = 1;
-                if (!found) {
-                    const int rc = ra_arg_usage_error("bench-decode-speed", "--lanes: '%s' is not f32, bf16 or bf16kv", t);
-                    free(copy);
-                    return rc;
-                }
-            }
-            free(copy);
-            break;
-        }
+        case 'm': o->model_dir = optarg; break;
+        case 'b': o->bf16_model = optarg; break;
+        case 'c': o->n_ctx = bench_parse_list(optarg, o->contexts, MAX_LIST, "--contexts"); break;
+        case 't': o->n_threads = bench_parse_list(optarg, o->threads, MAX_LIST, "--threads"); break;
+        case 'l': rc = parse_lanes(optarg, o) ? 2 : -1; break;
         case 's':
-            if (ra_arg_int(optarg, "--steps", 1, 100000, &steps) != RA_OK)
-                return ra_arg_usage_error("bench-decode-speed", "%s", ra_error_message());
+            if (ra_arg_int(optarg, "--steps", 1, 100000, &o->steps) != RA_OK)
+                rc = ra_arg_usage_error(bench_name, "%s", ra_error_message());
             break;
         case 'r':
-            if (ra_arg_int(optarg, "--repeat", 1, BENCH_MAX_REPEAT, &repeat) != RA_OK)
-                return ra_arg_usage_error("bench-decode-speed", "%s", ra_error_message());
+            if (ra_arg_int(optarg, "--repeat", 1, BENCH_MAX_REPEAT, &o->repeat) != RA_OK)
+                rc = ra_arg_usage_error(bench_name, "%s", ra_error_message());
             break;
         case 'T':
-            if (ra_arg_int(optarg, "--membw-mib", 1, 65536, &membw_mib) != RA_OK)
-                return ra_arg_usage_error("bench-decode-speed", "%s", ra_error_message());
+            if (ra_arg_int(optarg, "--membw-mib", 1, 65536, &o->membw_mib) != RA_OK)
+                rc = ra_arg_usage_error(bench_name, "%s", ra_error_message());
+            break;
+        case 'B':
+            o->backend = optarg;
+            if (!*optarg || ra_backend_name_check(optarg, "--backend") != RA_OK)
+                rc = ra_arg_usage_error(bench_name, "--backend: '%s' is not cpu or cuda", optarg);
             break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "bench-decode-speed: unexpected argument '%s'\n", argv[optind]);
+    if (rc < 0 && optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", bench_name, argv[optind]);
         usage(stderr);
-        return 2;
+        rc = 2;
     }
-    if (!model_dir) {
-        bench_default_model(model_default, sizeof model_default);
-        model_dir = model_default;
+    if (!o->model_dir) {
+        bench_default_model(o->model_default, sizeof o->model_default);
+        o->model_dir = o->model_default;
     }
-    if (!bf16_model && bench_bf16_beside(model_dir, bf16_default, sizeof bf16_default))
-        bf16_model = bf16_default;
-    /* Without a bf16 file the bf16 lane makes a bf16 copy of the f32 weights:
-     * plain, not oneDNN's blocked layout, which only its GEMM reads. */
-    if (!bf16_model)
-        setenv("RA_GEMM_PREPACK", "0", 1);
+    if (!o->bf16_model && bench_bf16_beside(o->model_dir, o->bf16_default, sizeof o->bf16_default))
+        o->bf16_model = o->bf16_default;
+    return rc;
+}
 
-    struct ra_model models[N_LANES];
-    struct lane lanes[N_LANES];
-    memset(models, 0, sizeof models);
-    memset(lanes, 0, sizeof lanes);
+/* Each lane its own model (the same file mapped twice when there is no bf16
+ * file: the page cache holds it once), so all stay attached. 0, or the exit
+ * status. */
+static int load_models(const struct options *o, struct ra_model *models)
+{
     int rc;
-    if ((rc = ra_model_load(&models[LANE_F32], model_dir)) != RA_OK)
+    if ((rc = ra_model_load(&models[LANE_F32], o->model_dir)) != RA_OK)
         bench_die("loading the model", rc);
-    /* Each lane its own model (the same file mapped twice when there is no
-     * bf16 file: the page cache holds it once), so both stay attached. */
     const struct ra_config *cfg = &models[LANE_F32].config;
     for (int li = LANE_BF16; li < N_LANES; li++) {
-        if (!want[li])
+        if (!o->want[li])
             continue;
-        if ((rc = ra_model_load(&models[li], bf16_model ? bf16_model : model_dir)) != RA_OK)
+        if ((rc = ra_model_load(&models[li], o->bf16_model ? o->bf16_model : o->model_dir)) != RA_OK)
             bench_die("loading the bf16 model", rc);
         if (memcmp(&models[li].config, cfg, sizeof *cfg) != 0) {
-            fprintf(stderr, "bench-decode-speed: %s does not have the shape of %s\n", bf16_model, model_dir);
-            free_models(models);
+            fprintf(stderr, "%s: %s does not have the shape of %s\n", bench_name, o->bf16_model, o->model_dir);
             return 2;
         }
     }
+    return 0;
+}
 
-    /* Contexts that fit the model's context with the steps after them. */
+/* The contexts that fit the model's with the steps after them, in o->contexts; their count, or 0
+ * (after one line) when none does. */
+static int fitting_contexts(struct options *o, const struct ra_config *cfg)
+{
     int nc = 0;
-    for (int i = 0; i < n_ctx; i++) {
-        if (ctx_list[i] + steps > cfg->seq_len)
-            printf("# context %d + %d steps exceeds the model's %d: skipped\n", ctx_list[i], steps, cfg->seq_len);
+    for (int i = 0; i < o->n_ctx; i++) {
+        if (o->contexts[i] + o->steps > cfg->seq_len)
+            printf("# context %d + %d steps exceeds the model's %d: skipped\n", o->contexts[i], o->steps,
+                   cfg->seq_len);
         else
-            ctx_list[nc++] = ctx_list[i];
+            o->contexts[nc++] = o->contexts[i];
     }
-    if (nc == 0 && cfg->seq_len > steps) {
-        ctx_list[nc++] = cfg->seq_len - steps;
-        printf("# using context %d instead\n", ctx_list[0]);
+    if (nc == 0 && cfg->seq_len > o->steps) {
+        o->contexts[nc++] = cfg->seq_len - o->steps;
+        printf("# using context %d instead\n", o->contexts[0]);
     }
-    if (nc == 0) {
-        fprintf(stderr, "bench-decode-speed: the model's context of %d holds no %d steps\n", cfg->seq_len, steps);
-        free_models(models);
-        return 2;
-    }
-    int max_ctx = 0;
-    for (int i = 0; i < nc; i++)
-        max_ctx = ctx_list[i] > max_ctx ? ctx_list[i] : max_ctx;
+    if (nc == 0)
+        fprintf(stderr, "%s: the model's context of %d holds no %d steps\n", bench_name, cfg->seq_len, o->steps);
+    return o->n_ctx = nc;
+}
 
+static void print_header(const struct options *o, const struct ra_model *models)
+{
+    const struct ra_config *cfg = &models[LANE_F32].config;
     char kernels[256], units[256];
     ra_cpu_isa_describe(kernels, sizeof kernels);
     ra_gemm_bf16_units(units, sizeof units);
     const char *wait = getenv("OMP_WAIT_POLICY");
-    printf("# runahead bench-decode-speed: single-process decode, CPU backend\n");
+    printf("# runahead bench-decode-speed: single-process decode, %s backend\n", o->backend);
     printf("# kernels : %s (RA_CPU_ISA forces one); bf16 units: %s\n", kernels, units);
     printf("# model   : %s: dim %d, %d layers, %d heads, %d KV heads, FFN %d, vocab %d, %s weights, %s\n",
-           model_dir, cfg->dim, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->hidden_dim, cfg->vocab_size,
+           o->model_dir, cfg->dim, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->hidden_dim, cfg->vocab_size,
            ra_dtype_name(models[LANE_F32].weights.layers[0].wq.dtype),
            ra_mapped_file_copy == 1 ? "read into huge pages (RA_MMAP=0)" : "mapped");
     printf("# timing  : %d greedy steps per sample, median [min-max] of %d samples; per round: read, triad,\n"
            "#           then each lane at each context, interleaved; K/V of the context synthetic (no prefill)\n",
-           steps, repeat);
+           o->steps, o->repeat);
     printf("# read    : sum of 1 array of %d MiB in huge pages, the run's thread count, best of 3 per sample (the bound)\n",
-           membw_mib);
+           o->membw_mib);
     printf("# triad   : a = b + s*c, 3 arrays of %d MiB, the same; for reference (writes a stream, so lower)\n",
-           membw_mib);
+           o->membw_mib);
     printf("# bound   : tok/s <= read GB/s / bytes per step (weights as read + K/V rows of the context);\n"
            "#           of bound = tok/s x bytes / read bandwidth of the same round. OMP_WAIT_POLICY=%s\n",
            wait ? wait : "(unset)");
+    if (strcmp(o->backend, "cpu") != 0)
+        printf("# on %s : no read, triad or bound (host memory); lin%%/attn%%/oth%% are host-side times\n",
+               o->backend);
     printf("# the machine may be shared: only interleaved comparisons with large differences mean much\n#\n");
     printf("%-3s %-6s %6s  %-22s %9s  %-22s %-16s %10s  %5s %5s %5s\n", "T", "lane", "ctx", "tok/s", "MB/step",
            "read GB/s", "of bound %", "triad GB/s", "lin%", "attn%", "oth%");
     fflush(stdout);
+}
 
-    float *logits = malloc((size_t)cfg->vocab_size * sizeof *logits);
-    if (!logits)
-        bench_die("logits", RA_ENOMEM);
-    static struct cell cells[MAX_LIST][MAX_LIST][N_LANES];
-    struct bench_samples readbw[MAX_LIST], triad[MAX_LIST];
-    memset(readbw, 0, sizeof readbw);
-    memset(triad, 0, sizeof triad);
+/* Lane li on th threads: its backend (on the CPU: f32 compute for f32, else
+ * bf16 where a unit runs it; on a device: the lane's weight dtype there), the
+ * model attached, its KV cache with a synthetic context, one line on what it
+ * runs (at the first thread count), a warm-up. */
+static void lane_open(struct lane *ln, int li, struct ra_model *m, const struct options *o, int th, int first,
+                      int max_ctx, float *logits)
+{
+    const struct ra_config *cfg = &m->config;
+    ln->m = m;
+    struct ra_backend_params p = RA_BACKEND_PARAMS_INIT;
+    p.threads = th;
+    p.compute = li == LANE_F32 ? RA_COMPUTE_F32 : o->bf16_model ? RA_COMPUTE_AUTO : RA_COMPUTE_BF16;
+    p.device_dtype = li == LANE_F32 ? RA_DTYPE_F32 : RA_DTYPE_BF16;
+    int rc = ra_backend_open(&ln->be, o->backend, &p);
+    if (rc != RA_OK)
+        bench_die("backend", rc);
+    ln->cpu = strcmp(ln->be->ops->name, "cpu") == 0;
+    if ((rc = ra_model_attach(ln->m, ln->be)) != RA_OK)
+        bench_die("attach", rc);
+    if ((rc = ra_kvcache_init_dtype(&ln->kv, ln->be, cfg->n_layers, ra_config_kv_dim(cfg), max_ctx + o->steps,
+                                    ln->kind->kv_dtype)) != RA_OK)
+        bench_die("KV cache", rc);
+    fill_kv(ln->be, &ln->kv, max_ctx);
+    char unit[128];
+    if (ln->cpu)
+        ra_backend_cpu_describe_linear(ln->be, unit, sizeof unit);
+    else
+        snprintf(unit, sizeof unit, "%s, %s weights on the device", ln->be->ops->name, ra_dtype_name(p.device_dtype));
+    ln->bf16_compute = li != LANE_F32 && (!ln->cpu || strncmp(unit, "none", 4) != 0);
+    ln->weight_bytes = weight_bytes(ln->m, ln->bf16_compute);
+    snprintf(ln->how, sizeof ln->how, "%s weights, %s compute (bf16 unit: %s), %s KV",
+             ra_dtype_name(ln->m->weights.layers[0].wq.dtype), ln->bf16_compute ? "bf16" : "f32", unit,
+             ra_dtype_name(ln->kind->kv_dtype));
+    if (first)
+        printf("# lane %-4s: %s; %.1f MB of weights per step\n", ln->kind->name, ln->how, ln->weight_bytes * 1e-6);
+    struct cell scratch; /* the warm-up faults in the weights and the cache rows */
+    memset(&scratch, 0, sizeof scratch);
+    lane_sample(ln, o->contexts[0], 2, logits, 1, &scratch);
+}
+
+static void lane_close(struct lane *ln)
+{
+    ra_kvcache_free(&ln->kv);
+    ra_model_detach(ln->m);
+    ra_backend_free(ln->be);
+    ln->be = NULL;
+}
+
+/* One thread count's bandwidths (on the CPU backend) and lanes' samples. */
+struct round_figs {
+    struct bench_samples readbw, triad;
+};
+
+static void print_row(const struct options *o, int th, const struct lane *ln, int ctx, const struct cell *cl,
+                      const struct round_figs *bw)
+{
     char f1[128], f2[128], f3[128];
+    const double mb = (ln->weight_bytes + kv_bytes(&ln->m->config, ctx, o->steps, ln->kind->kv_dtype)) * 1e-6;
+    if (bw->readbw.n)
+        printf("%-3d %-6s %6d  %-22s %9.1f  %-22s %-16s %10.1f  %5.1f %5.1f %5.1f\n", th, ln->kind->name, ctx,
+               bench_spread(f1, sizeof f1, &cl->tps, "%.1f"), mb, bench_spread(f2, sizeof f2, &bw->readbw, "%.1f"),
+               bench_spread(f3, sizeof f3, &cl->share, "%.0f"), bench_median(&bw->triad), bench_median(&cl->lin),
+               bench_median(&cl->att), bench_median(&cl->other));
+    else
+        printf("%-3d %-6s %6d  %-22s %9.1f  %-22s %-16s %10s  %5.1f %5.1f %5.1f\n", th, ln->kind->name, ctx,
+               bench_spread(f1, sizeof f1, &cl->tps, "%.1f"), mb, "-", "-", "-", bench_median(&cl->lin),
+               bench_median(&cl->att), bench_median(&cl->other));
+}
 
-    for (int ti = 0; ti < n_threads; ti++) {
-        const int th = threads_list[ti];
-        for (int li = 0; li < N_LANES; li++) {
-            struct lane *ln = &lanes[li];
-            ln->kind = &lane_kinds[li];
-            ln->on = want[li];
-            if (!ln->on)
-                continue;
-            ln->m = &models[li];
-            if ((rc = ra_backend_open(&ln->be, "cpu", &(struct ra_backend_params){ .threads = th })) != RA_OK)
-                bench_die("backend", rc);
-            ln->be->compute = li == LANE_F32 ? RA_COMPUTE_F32 : bf16_model ? RA_COMPUTE_AUTO : RA_COMPUTE_BF16;
-            if ((rc = ra_model_attach(ln->m, ln->be)) != RA_OK)
-                bench_die("attach", rc);
-            if ((rc = ra_kvcache_init_dtype(&ln->kv, ln->be, cfg->n_layers, ra_config_kv_dim(cfg), max_ctx + steps,
-                                            ln->kind->kv_dtype)) != RA_OK)
-                bench_die("KV cache", rc);
-            fill_kv(&ln->kv, max_ctx);
-            char unit[128];
-            ra_backend_cpu_describe_linear(ln->be, unit, sizeof unit);
-            ln->bf16_compute = li != LANE_F32 && strncmp(unit, "none", 4) != 0;
-            ln->weight_bytes = weight_bytes(ln->m, ln->bf16_compute);
-            snprintf(ln->how, sizeof ln->how, "%s weights, %s compute (bf16 unit: %s), %s KV",
-                     ra_dtype_name(ln->m->weights.layers[0].wq.dtype), ln->bf16_compute ? "bf16" : "f32", unit,
-                     ra_dtype_name(ln->kind->kv_dtype));
-            if (ti == 0)
-                printf("# lane %-4s: %s; %.1f MB of weights per step\n", ln->kind->name, ln->how,
-                       ln->weight_bytes * 1e-6);
-            /* Warm-up: faults in the weights and the cache rows. */
-            struct cell scratch;
-            memset(&scratch, 0, sizeof scratch);
-            lane_sample(ln, ctx_list[0], 2, logits, 1, &scratch);
-        }
-        for (int r = 0; r < repeat; r++) {
-            struct ra_membw rd, tr;
-            if ((rc = ra_membw_read((size_t)membw_mib << 20, th, 3, &rd)) != RA_OK)
-                bench_die("read bandwidth", rc);
-            if ((rc = ra_membw_triad((size_t)membw_mib << 20, th, 3, &tr)) != RA_OK)
-                bench_die("triad", rc);
-            bench_add(&readbw[ti], rd.best_gbs);
-            bench_add(&triad[ti], tr.best_gbs);
-            for (int ci = 0; ci < nc; ci++)
-                for (int li = 0; li < N_LANES; li++)
-                    if (lanes[li].on)
-                        lane_sample(&lanes[li], ctx_list[ci], steps, logits, rd.best_gbs, &cells[ti][ci][li]);
-        }
-        for (int ci = 0; ci < nc; ci++)
-            for (int li = 0; li < N_LANES; li++) {
-                const struct lane *ln = &lanes[li];
-                const struct cell *cl = &cells[ti][ci][li];
-                if (!ln->on)
-                    continue;
-                printf("%-3d %-6s %6d  %-22s %9.1f  %-22s %-16s %10.1f  %5.1f %5.1f %5.1f\n", th, ln->kind->name,
-                       ctx_list[ci], bench_spread(f1, sizeof f1, &cl->tps, "%.1f"),
-                       (ln->weight_bytes + kv_bytes(cfg, ctx_list[ci], steps, ln->kind->kv_dtype)) * 1e-6,
-                       bench_spread(f2, sizeof f2, &readbw[ti], "%.1f"), bench_spread(f3, sizeof f3, &cl->share, "%.0f"),
-                       bench_median(&triad[ti]), bench_median(&cl->lin), bench_median(&cl->att), bench_median(&cl->other));
-            }
-        fflush(stdout);
-        for (int li = 0; li < N_LANES; li++) {
-            struct lane *ln = &lanes[li];
-            if (!ln->on)
-                continue;
-            ra_kvcache_free(&ln->kv);
-            ra_model_detach(ln->m);
-            ra_backend_free(ln->be);
-        }
+/* Everything at one thread count: the lanes opened, --repeat rounds (read,
+ * triad, then every lane at every context), the rows printed. */
+static void run_threads(const struct options *o, struct ra_model *models, int ti, int max_ctx, float *logits,
+                        struct cell (*cells)[N_LANES], struct round_figs *bw)
+{
+    const int th = o->threads[ti];
+    struct lane lanes[N_LANES];
+    memset(lanes, 0, sizeof lanes);
+    for (int li = 0; li < N_LANES; li++) {
+        lanes[li].kind = &lane_kinds[li];
+        lanes[li].on = o->want[li];
+        if (lanes[li].on)
+            lane_open(&lanes[li], li, &models[li], o, th, ti == 0, max_ctx, logits);
     }
+    const int host = strcmp(o->backend, "cpu") == 0;
+    for (int r = 0; r < o->repeat; r++) {
+        struct ra_membw rd = { 0 }, tr;
+        int rc;
+        if (host && (rc = ra_membw_read((size_t)o->membw_mib << 20, th, 3, &rd)) != RA_OK)
+            bench_die("read bandwidth", rc);
+        if (host && (rc = ra_membw_triad((size_t)o->membw_mib << 20, th, 3, &tr)) != RA_OK)
+            bench_die("triad", rc);
+        if (host) {
+            bench_add(&bw->readbw, rd.best_gbs);
+            bench_add(&bw->triad, tr.best_gbs);
+        }
+        for (int ci = 0; ci < o->n_ctx; ci++)
+            for (int li = 0; li < N_LANES; li++)
+                if (lanes[li].on)
+                    lane_sample(&lanes[li], o->contexts[ci], o->steps, logits, rd.best_gbs, &cells[ci][li]);
+    }
+    for (int ci = 0; ci < o->n_ctx; ci++)
+        for (int li = 0; li < N_LANES; li++)
+            if (lanes[li].on)
+                print_row(o, th, &lanes[li], o->contexts[ci], &cells[ci][li], bw);
+    fflush(stdout);
+    for (int li = 0; li < N_LANES; li++)
+        if (lanes[li].on)
+            lane_close(&lanes[li]);
+}
 
+static void print_ratios(const struct options *o, struct cell (*cells)[MAX_LIST][N_LANES],
+                         const struct round_figs *bw)
+{
     printf("#\n# ratios of medians, this run\n%-3s %6s %12s %12s", "T", "ctx", "bf16/f32", "bf16kv/f32");
-    for (int ti = 1; ti < n_threads; ti++)
-        printf(" %9s T=%-2d", "f32", threads_list[ti]);
+    for (int ti = 1; ti < o->n_threads; ti++)
+        printf(" %9s T=%-2d", "f32", o->threads[ti]);
     printf("\n%-3s %6s %12s %12s", "", "", "tok/s", "tok/s");
-    for (int ti = 1; ti < n_threads; ti++)
-        printf(" %9s T=%-2d", "vs", threads_list[0]);
+    for (int ti = 1; ti < o->n_threads; ti++)
+        printf(" %9s T=%-2d", "vs", o->threads[0]);
     printf("\n");
-    for (int ti = 0; ti < n_threads; ti++)
-        for (int ci = 0; ci < nc; ci++) {
+    for (int ti = 0; ti < o->n_threads; ti++)
+        for (int ci = 0; ci < o->n_ctx; ci++) {
             const struct cell *cl = cells[ti][ci];
             char r[2][32] = { "-", "-" };
             for (int k = 0; k < 2; k++)
                 if (cl[LANE_F32].tps.n && cl[LANE_BF16 + k].tps.n)
-                    snprintf(r[k], sizeof r[k], "%.2fx", bench_median(&cl[LANE_BF16 + k].tps) / bench_median(&cl[LANE_F32].tps));
-            printf("%-3d %6d %12s %12s", threads_list[ti], ctx_list[ci], r[0], r[1]);
+                    snprintf(r[k], sizeof r[k], "%.2fx",
+                             bench_median(&cl[LANE_BF16 + k].tps) / bench_median(&cl[LANE_F32].tps));
+            printf("%-3d %6d %12s %12s", o->threads[ti], o->contexts[ci], r[0], r[1]);
             if (ti > 0 && cl[LANE_F32].tps.n)
                 printf(" %14.2fx", bench_median(&cl[LANE_F32].tps) / bench_median(&cells[0][ci][LANE_F32].tps));
             printf("\n");
         }
-    printf("#\n# read / triad bandwidth, medians:");
-    for (int ti = 0; ti < n_threads; ti++)
-        printf(" T=%d %.2fx", threads_list[ti], bench_median(&readbw[ti]) / bench_median(&triad[ti]));
+    if (bw[0].readbw.n) {
+        printf("#\n# read / triad bandwidth, medians:");
+        for (int ti = 0; ti < o->n_threads; ti++)
+            printf(" T=%d %.2fx", o->threads[ti], bench_median(&bw[ti].readbw) / bench_median(&bw[ti].triad));
+    }
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    /* Without a bf16 file the bf16 lane makes a bf16 copy of the f32 weights:
+     * plain, not oneDNN's blocked layout, which only its GEMM reads. */
+    if (!o.bf16_model)
+        setenv("RA_GEMM_PREPACK", "0", 1);
+    struct ra_model models[N_LANES];
+    memset(models, 0, sizeof models);
+    if ((rc = load_models(&o, models)) != 0 || fitting_contexts(&o, &models[LANE_F32].config) == 0) {
+        free_models(models);
+        return 2;
+    }
+    int max_ctx = 0;
+    for (int i = 0; i < o.n_ctx; i++)
+        max_ctx = o.contexts[i] > max_ctx ? o.contexts[i] : max_ctx;
+    struct ra_backend *probe; /* a device that is not there: one line before the header */
+    if ((rc = ra_backend_open(&probe, o.backend, NULL)) != RA_OK)
+        bench_die("backend", rc);
+    ra_backend_free(probe);
+    print_header(&o, models);
+
+    float *logits = malloc((size_t)models[LANE_F32].config.vocab_size * sizeof *logits);
+    if (!logits)
+        bench_die("logits", RA_ENOMEM);
+    static struct cell cells[MAX_LIST][MAX_LIST][N_LANES];
+    struct round_figs bw[MAX_LIST];
+    memset(bw, 0, sizeof bw);
+    for (int ti = 0; ti < o.n_threads; ti++)
+        run_threads(&o, models, ti, max_ctx, logits, cells[ti], &bw[ti]);
+    print_ratios(&o, cells, bw);
     printf("\n# pages   : weights in 2 MiB pages after the run (smaps):");
     for (int li = 0; li < N_LANES; li++)
-        if (want[li] && (li == LANE_F32 || li == LANE_BF16 || !want[LANE_BF16]))
+        if (o.want[li] && (li == LANE_F32 || li == LANE_BF16 || !o.want[LANE_BF16]))
             print_huge_share(&models[li], li == LANE_F32 ? "f32" : "bf16");
     printf("\n# targets: >= 80%% of the (read) bound on 1 and 2 threads; bf16 >= 1.8x f32 tok/s\n");
     free(logits);

@@ -24,4 +24,8 @@ expect_error "^bench-decode-speed: .*--threads" "$B" --threads 0
 expect_error "^bench-decode-speed: .*--lanes" "$B" --lanes f64
 expect_error "^bench-decode-speed: .*--membw-mib" "$B" --membw-mib 0
 expect_error "^bench-decode-speed: .*holds no" "$B" --model "$MODELS/stories260K.bin" --steps 100000
+expect_error "^bench-decode-speed: --backend: 'tpu' is not cpu or cuda" "$B" --backend tpu
+if [ ! -x "$BUILD/tests/cuda_devices" ] || [ "$("$BUILD/tests/cuda_devices")" = 0 ]; then
+    expect_error "^bench-decode-speed: backend: --backend cuda: " "$B" --model "$MODELS/stories260K.bin" --backend cuda
+fi
 finish
