@@ -10,11 +10,12 @@
  *   mpirun -np 2 --bind-to core bench-chain-bin --single-in F ...
  *       per context, in rounds (every configuration once per round, so slow
  *       drifts of the clock hit all of them alike): TSP (even) and KVR-E
- *       (even, route chain); then the sweep of explicit rank-0 shares (route
- *       chain), likewise in rounds, extended one share at a time past its edge
- *       while the best median sits on the edge. The best share is then
- *       measured afresh (KVR-S: the sweep's best median, the lowest of several
- *       noisy medians, is biased low). Then the no-communication bound of that
+ *       (even, route chain); then KVR-S's search: ra_search_partition
+ *       (partition/search.h, the search runahead-tune runs) over the rank-0
+ *       boundary, each partition it asks for measured --repeat times (route
+ *       chain). The split it finds is then measured afresh, in rounds (KVR-S:
+ *       the search's best median, the lowest of several noisy medians, is
+ *       biased low). Then the no-communication bound of that
  *       split: each rank computes its slice alone, the ranks taking turns (the
  *       others asleep), with the rows before the slice computed beforehand, the
  *       bound of a run being the slower rank; KVR-S below it is flagged.
@@ -38,6 +39,7 @@
 #include "prefill.h"
 #include "ra_mpi.h"
 #include "ra_core.h"
+#include "search.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -65,8 +67,7 @@ static const struct { int context; double split, tsp_over_kvr; } expected[] = {
 struct options {
     const char *model, *report_dir, *single_out, *single_in;
     int contexts[MAX_LIST], n_contexts;
-    double splits[MAX_LIST];
-    int n_splits;
+    int points, min_stride; /* KVR-S's search: grid values per level, smallest stride in tokens */
     int single_threads[MAX_LIST], n_single_threads;
     int repeat, threads, single, retries;
     double min_cpu, quiet_wait;
@@ -86,13 +87,13 @@ static double worst_cpu = 1;
 static void usage(FILE *f)
 {
     fprintf(f,
-"usage: bench-chain [--contexts LIST] [--repeat N] [--splits LIST] [--model DIR]\n"
+"usage: bench-chain [--contexts LIST] [--repeat N] [--points N] [--min-stride N] [--model DIR]\n"
 "                   [--report-dir DIR]\n"
 "\n"
 "KV-Runahead against the TSP all-gather baseline and a single process: TTFT of\n"
 "bench-small on 2 ranks (one thread each) for TSP, KVR-E (even split) and KVR-S\n"
-"(the best of the explicit rank-0 shares in --splits, extended past the sweep's\n"
-"edge while the best is on it, then re-measured with fresh runs), the single\n"
+"(the split runahead-tune's search finds, each trial the median of --repeat\n"
+"runs, then re-measured with fresh runs), the single\n"
 "process with 1 and 2 threads, and the no-communication bound (each KVR-S slice\n"
 "computed alone, its prefix rows present; the slower rank). Prints the medians,\n"
 "their ranges and the ratios, beside the TSP/KVR-S that the cost model\n"
@@ -100,7 +101,8 @@ static void usage(FILE *f)
 "\n"
 "  --contexts LIST    prompt lengths (default 2048,4096,8192)\n"
 "  --repeat N         median of N runs of everything (default 3)\n"
-"  --splits LIST      rank-0 shares tried for KVR-S (default 0.5,0.55,0.575,0.6,0.625,0.65)\n"
+"  --points N         KVR-S's search: grid values per level (default 5, as runahead-tune)\n"
+"  --min-stride N     KVR-S's search: its smallest stride in tokens (default 16)\n"
 "  --model DIR        model (default ${RA_BENCH_DIR:-$HOME/.cache/runahead}/bench-small,\n"
 "                     written by runahead-synth if missing)\n"
 "  --report-dir DIR   append one JSON line per measured run to DIR/bench-chain.jsonl\n"
@@ -139,31 +141,15 @@ static void fail(const char *fmt, ...)
     exit(1);
 }
 
-static int parse_doubles(const char *s, double *out, int max)
-{
-    int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        double v = strtod(p, &end);
-        if (end == p || errno || !(v > 0 && v < 1) || (*end && *end != ',') || n == max)
-            return -1;
-        out[n++] = v;
-        p = *end ? end + 1 : end;
-    }
-    return n ? n : -1;
-}
-
 /* Returns 0 to go on, 1 after --help; bad options end the program. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { O_CONTEXTS = 256, O_REPEAT, O_SPLITS, O_MODEL, O_REPORT_DIR, O_SINGLE, O_SINGLE_THREADS,
+    enum { O_CONTEXTS = 256, O_REPEAT, O_POINTS, O_MIN_STRIDE, O_MODEL, O_REPORT_DIR, O_SINGLE, O_SINGLE_THREADS,
            O_SINGLE_OUT, O_SINGLE_IN, O_THREADS, O_SEED, O_RETRIES, O_MIN_CPU, O_QUIET_WAIT, O_KV_DTYPE, O_HELP };
     static const struct option longopts[] = {
         { "contexts", required_argument, NULL, O_CONTEXTS },
         { "repeat", required_argument, NULL, O_REPEAT },
-        { "splits", required_argument, NULL, O_SPLITS },
+        { "points", required_argument, NULL, O_POINTS }, { "min-stride", required_argument, NULL, O_MIN_STRIDE },
         { "model", required_argument, NULL, O_MODEL },
         { "report-dir", required_argument, NULL, O_REPORT_DIR },
         { "single", no_argument, NULL, O_SINGLE },
@@ -181,7 +167,8 @@ static int parse_options(int argc, char **argv, struct options *o)
     };
     memset(o, 0, sizeof *o);
     o->n_contexts = bench_parse_list("2048,4096,8192", o->contexts, MAX_LIST, "--contexts");
-    o->n_splits = parse_doubles("0.5,0.55,0.575,0.6,0.625,0.65", o->splits, MAX_LIST);
+    o->points = 5;
+    o->min_stride = 16;
     o->n_single_threads = bench_parse_list("1,2", o->single_threads, MAX_LIST, "--single-threads");
     o->repeat = 3;
     o->retries = 2;
@@ -190,16 +177,18 @@ static int parse_options(int argc, char **argv, struct options *o)
     o->threads = 1;
     o->seed = 42;
     opterr = 0;
-    int c, n;
+    int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case O_CONTEXTS:
             o->n_contexts = bench_parse_list(optarg, o->contexts, MAX_LIST, "--contexts");
             break;
-        case O_SPLITS:
-            if ((n = parse_doubles(optarg, o->splits, MAX_LIST)) < 0)
-                fail("--splits '%s': need shares in (0,1), comma-separated, at most %d", optarg, MAX_LIST);
-            o->n_splits = n;
+        case O_POINTS:
+        case O_MIN_STRIDE:
+            if (ra_arg_int(optarg, c == O_POINTS ? "--points" : "--min-stride", c == O_POINTS ? 3 : 1,
+                           c == O_POINTS ? RA_SEARCH_MAX_POINTS_PER_AXIS : 1 << 20,
+                           c == O_POINTS ? &o->points : &o->min_stride) != RA_OK)
+                fail("%s", ra_error_message());
             break;
         case O_SINGLE_THREADS:
             o->n_single_threads = bench_parse_list(optarg, o->single_threads, MAX_LIST, "--single-threads");
@@ -541,8 +530,8 @@ static int run_single(const struct options *o)
 /* ------------------------------------------------------------------ 2 ranks */
 
 #define PR 4 /* figures per rank and run: total, wait for K,V rows, drain of the last sends, wait in layer 0 */
-#define MAX_CFG (2 + MAX_LIST + 2) /* TSP, KVR-E, the splits, KVR-S re-measured, the bound */
-#define MAX_EXTEND 6               /* splits added past the sweep's edge, per context */
+#define MAX_SPLITS 64                /* partitions KVR-S's search may measure per context */
+#define MAX_CFG (2 + MAX_SPLITS + 2) /* TSP, KVR-E, the search's splits, KVR-S re-measured, the bound */
 
 /* One configuration of the comparison and its runs. */
 struct config {
@@ -550,7 +539,6 @@ struct config {
     enum ra_method method;
     double share;                  /* rank-0 share (KVR splits), 0 otherwise */
     int bounds[3];
-    int added;                     /* a split added because the best was on the sweep's edge */
     double ttft[1024];             /* per repeat */
     double per_rank[1024][2 * PR]; /* per repeat: [rank][PR] */
     double med;
@@ -719,10 +707,9 @@ struct context_result {
     int bounds[3];
     double total[2], wait[2], drain[2], fill; /* KVR-S's median run (re-measured): per rank; rank 1's layer-0 wait */
     struct fig bound_rank[2];                 /* each rank's slice alone */
-    int n_split;                              /* the sweep, ascending by share */
-    double split_share[MAX_LIST];
-    struct fig split[MAX_LIST];
-    int split_added[MAX_LIST];
+    int n_split;                              /* the search's partitions, ascending by share */
+    double split_share[MAX_SPLITS];
+    struct fig split[MAX_SPLITS];
 };
 
 static void fmt_time(char *buf, size_t len, double v)
@@ -794,7 +781,7 @@ static void print_table(const struct options *o, const struct bench *b, const st
 {
     char a[9][48];
     print_header(o, b);
-    printf("#\n# TTFT [s], medians. KVR-S: the best share of the sweep below, re-measured with %d fresh\n"
+    printf("#\n# TTFT [s], medians. KVR-S: the split of the search below, re-measured with %d fresh\n"
            "# runs; bound: each rank's KVR-S slice computed alone (prefix rows present, the ranks taking\n"
            "# turns), the slower rank, median of %d runs\n", o->repeat, o->repeat);
     printf("# %7s %10s %10s %9s %9s %9s %7s %9s\n", "context", "single-1t", "single-2t", "TSP", "KVR-E", "KVR-S",
@@ -860,13 +847,14 @@ static void print_table(const struct options *o, const struct bench *b, const st
                r->total[0] - r->wait[0] - r->drain[0], r->bound_rank[0].med, r->drain[0],
                r->total[1] - r->wait[1] - r->drain[1], r->bound_rank[1].med, r->wait[1], r->fill);
     }
-    printf("#\n# the sweep: KVR TTFT [s] by rank-0 share, median [min..max] (* = KVR-S; + = added because the\n"
-           "# best share was on the sweep's edge)\n# %7s %7s %9s %16s\n", "context", "share", "median", "range");
+    printf("#\n# the search (partition/search.h, %d points per level down to a stride of %d): KVR TTFT [s] of\n"
+           "# every rank-0 share it measured, median [min..max] (* = KVR-S)\n# %7s %7s %9s %16s\n", o->points,
+           o->min_stride, "context", "share", "median", "range");
     for (int i = 0; i < n; i++)
         for (int s = 0; s < res[i].n_split; s++) {
             const struct fig *f = &res[i].split[s];
-            printf("  %7d %7.3f %9.3f %7.3f..%-7.3f %s%s\n", res[i].context, res[i].split_share[s], f->med, f->lo,
-                   f->hi, res[i].split_share[s] == res[i].share ? "*" : "", res[i].split_added[s] ? "+" : "");
+            printf("  %7d %7.3f %9.3f %7.3f..%-7.3f %s\n", res[i].context, res[i].split_share[s], f->med, f->lo,
+                   f->hi, res[i].split_share[s] == res[i].share ? "*" : "");
         }
     fflush(stdout);
 }
@@ -897,15 +885,15 @@ static void measure_rounds(const struct options *o, struct bench *b, struct conf
         cfg[k].med = ra_median(cfg[k].ttft, o->repeat);
 }
 
-/* A KVR configuration giving rank 0 `share` of C tokens; 0 if that is no partition. */
-static int split_config(struct config *g, double share, int C)
+/* The KVR configuration of a 2-rank partition. */
+static void split_config(struct config *g, const int *bounds)
 {
     memset(g, 0, sizeof *g);
-    g->share = share;
+    memcpy(g->bounds, bounds, sizeof g->bounds);
+    g->share = (double)bounds[1] / bounds[2];
     g->method = RA_METHOD_KVR;
-    snprintf(g->label, sizeof g->label, "KVR %.3f", share);
-    snprintf(g->spec, sizeof g->spec, "ratios:%.9g,%.9g", share, 1.0 - share);
-    return ra_partition_parse(g->spec, C, world, g->bounds) == RA_OK;
+    snprintf(g->label, sizeof g->label, "KVR %.3f", g->share);
+    snprintf(g->spec, sizeof g->spec, "bounds:%d,%d,%d", bounds[0], bounds[1], bounds[2]);
 }
 
 static int cmp_share(const void *a, const void *b)
@@ -914,53 +902,56 @@ static int cmp_share(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The index of the best split of sp[0..n) by median; rank 0 decides, all follow. */
-static int best_split(const struct config *sp, int n)
+/* What KVR-S's objective needs: every partition it measures goes to sp[n]. */
+struct search_run {
+    const struct options *o;
+    struct bench *b;
+    struct config *sp;
+    int n, C;
+};
+
+/* The search's objective: the median of --repeat runs of the partition, as
+ * runahead-tune measures it; rank 0's median goes to every rank, so that all
+ * take the search's same next step. */
+static int measure_split(void *ctx, const int *bounds, int p, double *value)
 {
-    int best = 0;
-    if (rank == 0)
-        for (int k = 1; k < n; k++)
-            if (sp[k].med < sp[best].med)
-                best = k;
-    MPI_Bcast(&best, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    return best;
+    struct search_run *s = ctx;
+    (void)p;
+    if (s->n == MAX_SPLITS)
+        fail("KVR-S's search asked for more than %d partitions (raise --min-stride)", MAX_SPLITS);
+    struct config *g = &s->sp[s->n++];
+    split_config(g, bounds);
+    measure_rounds(s->o, s->b, g, 1, s->C);
+    MPI_Bcast(&g->med, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    *value = g->med;
+    return RA_OK;
 }
 
-/* The sweep over the splits: measured in rounds; while the best share sits on
- * the sweep's edge, one more share a step beyond it (the step of the edge's
- * neighbour), measured the same way. Returns the number of splits, sorted. */
-static int sweep_splits(const struct options *o, struct bench *b, struct config *sp, int C)
+static void search_progress(void *ctx, int done, int planned, double best, const int *b)
 {
-    int n = 0;
-    for (int s = 0; s < o->n_splits; s++)
-        if (split_config(&sp[n], o->splits[s], C))
-            n++;
-    if (n == 0)
-        fail("no --splits share gives both ranks tokens of a %d-token prompt", C);
-    qsort(sp, (size_t)n, sizeof *sp, cmp_share);
-    measure_rounds(o, b, sp, n, C);
-    for (int ext = 0; ext < MAX_EXTEND && n >= 2 && n < MAX_LIST; ext++) {
-        const int best = best_split(sp, n), edge = best == 0 ? -1 : best == n - 1 ? 1 : 0;
-        if (!edge)
-            break;
-        const double step = fabs(sp[best].share - sp[best - edge].share), share = sp[best].share + edge * step;
-        if (!(share >= 0.02 && share <= 0.98))
-            break;
-        struct config *g = edge > 0 ? &sp[n] : &sp[0];
-        if (edge < 0)
-            memmove(&sp[1], &sp[0], sizeof *sp * (size_t)n);
-        if (!split_config(g, share, C)) {
-            if (edge < 0)
-                memmove(&sp[0], &sp[1], sizeof *sp * (size_t)n);
-            break;
-        }
-        g->added = 1;
-        n++;
-        progress("context %d: the best share %.3f is on the sweep's edge: adding %.3f", C, sp[best + (edge < 0)].share,
-                 share);
-        measure_rounds(o, b, g, 1, C);
-    }
-    return n;
+    const struct search_run *s = ctx;
+    progress("context %d: KVR-S's search, trial %d/%d: best %.3f s at [%d,%d,%d]", s->C, done, planned, best, b[0],
+             b[1], b[2]);
+}
+
+/* KVR-S's split: runahead-tune's search (ra_search_partition) with every
+ * trial measured. sp[0..n) gets every partition it measured, by share, n in
+ * *n_split; returns the index of the one it chose. */
+static int search_split(const struct options *o, struct bench *b, struct config *sp, int C, int *n_split)
+{
+    struct search_run s = { o, b, sp, 0, C };
+    const struct ra_search_opts so = { .points_per_axis = o->points, .min_stride = o->min_stride,
+                                       .progress = search_progress, .progress_ctx = &s };
+    int best[3], trials = 0;
+    double value = 0;
+    if (ra_search_partition(C, world, measure_split, &s, &so, best, &value, &trials) != RA_OK)
+        fail("KVR-S's search at %d tokens: %s", C, ra_error_message());
+    qsort(sp, (size_t)s.n, sizeof *sp, cmp_share);
+    *n_split = s.n;
+    for (int k = 0; k < s.n; k++)
+        if (sp[k].bounds[1] == best[1])
+            return k;
+    fail("KVR-S's search chose [%d,%d,%d], which it did not measure", best[0], best[1], best[2]);
 }
 
 /* Median, min, max of one figure of every run of cfg: per_rank[rep][idx]. */
@@ -1002,8 +993,8 @@ static int run_chain(const struct options *o)
     if (o->single_in && rank == 0)
         n_singles = read_single(o->single_in, singles, 4 * MAX_LIST);
 
-    /* cfg: TSP, KVR-E, then the splits (up to MAX_LIST); kvrs and bd apart. */
-    struct config *cfg = calloc(MAX_CFG, sizeof *cfg), *sp = cfg + 2, *kvrs = cfg + 2 + MAX_LIST, *bd = kvrs + 1;
+    /* cfg: TSP, KVR-E, then the search's splits (up to MAX_SPLITS); kvrs and bd apart. */
+    struct config *cfg = calloc(MAX_CFG, sizeof *cfg), *sp = cfg + 2, *kvrs = cfg + 2 + MAX_SPLITS, *bd = kvrs + 1;
     struct context_result res[MAX_LIST];
     int order[MAX_LIST];
     if (!cfg)
@@ -1023,11 +1014,11 @@ static int run_chain(const struct options *o)
             if (ra_partition_parse(g->spec, C, world, g->bounds) != RA_OK)
                 fail("%s", ra_error_message());
         }
-        /* The baselines in rounds, then the sweep (it may grow past its edge). */
+        /* The baselines in rounds, then KVR-S's search. */
         measure_rounds(o, &b, cfg, 2, C);
-        const int n_split = sweep_splits(o, &b, sp, C);
-        const int best = best_split(sp, n_split);
-        /* KVR-S: the chosen split measured afresh. The sweep's best median is the
+        int n_split = 0;
+        const int best = search_split(o, &b, sp, C, &n_split);
+        /* KVR-S: the chosen split measured afresh. The search's best median is the
          * lowest of several noisy medians and so biased low (the winner's curse);
          * the fresh runs are measured like TSP and KVR-E. */
         memcpy(kvrs, &sp[best], sizeof *kvrs);
@@ -1057,11 +1048,10 @@ static int run_chain(const struct options *o)
             for (int s = 0; s < n_split; s++) {
                 r->split_share[s] = sp[s].share;
                 r->split[s] = fig_of(sp[s].ttft, o->repeat);
-                r->split_added[s] = sp[s].added;
             }
             r->single1 = single_of(singles, n_singles, 1, C);
             r->single2 = single_of(singles, n_singles, 2, C);
-            progress("context %d: TSP %.3f  KVR-E %.3f  KVR-S %.3f (share %.3f; %.3f in the sweep)  bound %.3f  "
+            progress("context %d: TSP %.3f  KVR-E %.3f  KVR-S %.3f (share %.3f; %.3f in the search)  bound %.3f  "
                      "TSP/KVR-S %.2fx%s", C, r->tsp.med, r->kvr_e.med, r->kvr_s.med, r->share, sp[best].med,
                      r->bound.med, r->tsp.med / r->kvr_s.med,
                      r->kvr_s.med < r->bound.med ? "  (KVR-S BELOW ITS BOUND: disturbed runs?)" : "");

@@ -74,10 +74,11 @@ if [ "$plots" = 1 ]; then
     [ "$(grep -c "The figure below is" "$TMP/top/README.md")" -eq 1 ] || fail "--figure: two captions in the README"
 fi
 
-# bench-chain in a tiny configuration: the table, the sweep grown past its edge when its best
-# share sits there, KVR-S re-measured (its own runs), the bound's runs, drain apart from waits.
+# bench-chain in a tiny configuration: the table, KVR-S's search (partition/search.h: every share
+# it measured, the chosen one marked and re-measured with its own runs), the bound's runs, drain
+# apart from waits.
 RA_BUILDDIR=$BUILD BENCH_CHAIN_MPI_FLAGS="$MPIEXEC_FLAGS" "$J/bench-chain" --model "$TMP/tiny" --contexts 192 \
-    --repeat 3 --splits 0.1,0.15 --quiet-wait 0 --retries 0 --report-dir "$TMP/bc" >"$TMP/bc.txt" 2>"$TMP/err" ||
+    --repeat 3 --points 3 --min-stride 24 --quiet-wait 0 --retries 0 --report-dir "$TMP/bc" >"$TMP/bc.txt" 2>"$TMP/err" ||
     fail "bench-chain: $(tail -3 "$TMP/err")"
 python3 - "$TMP/bc.txt" "$TMP/bc/bench-chain.jsonl" <<'PY' || { fail "bench-chain: outputs"; cat "$TMP/bc.txt" >&2; }
 import json, sys
@@ -85,10 +86,15 @@ txt = open(sys.argv[1]).read()
 runs = [json.loads(l) for l in open(sys.argv[2])]
 labels = {r["label"] for r in runs}
 assert {"single-1t", "single-2t", "TSP", "KVR-E", "KVR-S", "bound"} <= labels, labels
-sweep = [l.split() for l in txt.split("# the sweep:")[1].splitlines() if l.split() and l.split()[0] == "192"]
-shares = [float(l[1]) for l in sweep]
-assert shares == sorted(shares) and len(shares) > 2 and any(l[-1].endswith("+") for l in sweep), sweep  # 0.1 and 0.15 are far too low
-assert sum(r["label"] == "KVR-S" and r["kept"] for r in runs) == 3, "KVR-S not re-measured with 3 runs"
+search = [l.split() for l in txt.split("# the search ")[1].splitlines() if l.split() and l.split()[0] == "192"]
+shares = [float(l[1]) for l in search]
+chosen = [l for l in search if l[-1] == "*"]
+# 3 points over [0, 192) zoomed to a stride of 24: at least the first level's 3 shares, none twice.
+assert shares == sorted(shares) and len(set(shares)) == len(shares) >= 3 and len(chosen) == 1, search
+kvrs = [r for r in runs if r["label"] == "KVR-S" and r["kept"]]
+assert len(kvrs) == 3, "KVR-S not re-measured with 3 runs"
+assert abs(kvrs[0]["bounds"][1] / 192 - float(chosen[0][1])) < 1e-3, (kvrs[0]["bounds"], chosen)
+assert sum(r["label"].startswith("KVR 0.") and r["kept"] for r in runs) == 3 * len(search), "a searched share without 3 runs"
 assert all("drain_s" in x for r in runs if r["label"] == "KVR-S" for x in r["per_rank"])
 assert "min..max" in txt and "KVR-S/bound" in txt
 PY
