@@ -43,6 +43,7 @@ struct options {
     enum ra_route route;
     enum ra_transport_kind transport;
     const char *partition, *report, *trace, *hw_tag;
+    struct ra_partition_spec spec; /* --partition parsed (resolved once the backend is attached) */
     int repeat;
     enum ra_compute compute;       /* --compute-dtype */
     int expect_ranks;              /* 0, or the world size the launcher must have started */
@@ -118,7 +119,8 @@ static void usage(FILE *f)
 "                            mpi through pinned host buffers), mpi, mpi-cuda or nccl\n"
 "      --partition SPEC      kvr: auto (default) | even (KVR-E) | ratios:0.35,0.25,...\n"
 "                            | bounds:0,900,...,C | table:FILE.h5 (interpolated from a\n"
-"                            runahead-tune table). auto gives every rank the same FLOPs\n"
+"                            runahead-tune table tuned on this backend, compute and KV\n"
+"                            dtypes; another's is refused). auto gives every rank the same FLOPs\n"
 "                            (linear layers + causal attention); with a calibrated profile\n"
 "                            (auto:FILE.h5, or RA_PROFILE=FILE.h5) the same predicted time,\n"
 "                            refined by the cost model when it has a measured link\n"
@@ -362,6 +364,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         o->partition = o->method == RA_METHOD_KVR ? "auto" : "even";
     if (o->method == RA_METHOD_TSP && strcmp(o->partition, "even") != 0)
         return ra_error_set(RA_EINVAL, "--method tsp always splits evenly; --partition %s is for kvr", o->partition);
+    if ((rc = ra_partition_spec_parse(o->partition, &o->spec)) != RA_OK) /* a bad spec fails before loading */
+        return rc;
     if (!(o->temperature >= 0))
         return ra_error_set(RA_EINVAL, "--temperature %g must be >= 0", o->temperature);
     if (!(o->top_p > 0 && o->top_p <= 1))
@@ -516,23 +520,21 @@ out:
  * evenly. */
 static int choose_partition(const struct options *o, const struct ra_model *m, int n_prompt, int *bounds)
 {
-    struct ra_partition_spec spec;
+    const struct ra_partition_spec *spec = &o->spec;
     struct ra_table_key key;
     const struct ra_partition_run run = { &m->config, n_prompt, world, o->hw_tag, &key };
     int extrapolated = 0;
-    int rc = ra_partition_spec_parse(o->method == RA_METHOD_TSP ? "even" : o->partition, &spec);
+    int rc = ra_partition_run_key(&key, m->backend, m->weights.layers[0].wq.dtype, o->device_dtype, o->kv_dtype);
     if (rc == RA_OK)
-        rc = ra_partition_run_key(&key, m->backend, m->weights.layers[0].wq.dtype, o->device_dtype, o->kv_dtype);
-    if (rc == RA_OK)
-        rc = ra_partition_resolve(&spec, &run, bounds, partition_source, sizeof partition_source, &extrapolated);
-    if (rc != RA_OK || (spec.kind != RA_PARTITION_AUTO && spec.kind != RA_PARTITION_TABLE)) {
+        rc = ra_partition_resolve(spec, &run, bounds, partition_source, sizeof partition_source, &extrapolated);
+    if (rc != RA_OK || (spec->kind != RA_PARTITION_AUTO && spec->kind != RA_PARTITION_TABLE)) {
         partition_source[0] = '\0'; /* the spec says it all */
         return rc;
     }
     if (rank == 0) {
         char b[256];
         ra_partition_format(bounds, world, b, sizeof b);
-        if (spec.kind == RA_PARTITION_TABLE)
+        if (spec->kind == RA_PARTITION_TABLE)
             fprintf(stderr, "runahead: partition for %d tokens %s: [%s]\n", n_prompt, partition_source, b);
         else
             fprintf(stderr, "runahead: partition auto for %d tokens on %d ranks: [%s] (%s)\n", n_prompt, world, b,

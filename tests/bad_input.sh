@@ -140,6 +140,10 @@ expect_error "--temperature: '1e-40' is below the smallest normal float" "$RA" -
 expect_error "--temperature: '1e300' is too large for a float" "$RA" --model "$M" --prompt-ids 1 --temperature 1e300
 expect_error "--temperature: 'nan' is not a finite number" "$RA" --model "$M" --prompt-ids 1 --temperature nan
 expect_error "partition 'ratios:nan': 'nan' is not a finite number" "$RA" --model "$M" --prompt-ids 1 --partition ratios:nan
+# The spec is parsed before anything is loaded: its error comes first, even with a model that is not there.
+expect_error "partition 'table:': the FILE after ':' is missing" "$RA" --model "$TMP/no-model" --prompt-ids 1 --partition table:
+expect_error "partition 'uneven' is not 'even', 'ratios:...', 'bounds:...', 'auto', 'auto:FILE' or 'table:FILE'" \
+    "$RA" --model "$TMP/no-model" --prompt-ids 1 --partition uneven
 # An error with context added to the one below it, intact (it once overlapped its own buffer).
 expect_error "no cost-model profile for .*: run runahead-tune --calibrate first \($TMP/none.h5: cannot open: No such file or directory\)$" \
     "$BUILD/runahead-tune" --model "$M" --objective model --contexts 64 --out "$TMP/none.h5"
