@@ -40,6 +40,8 @@ struct options {
     const char *backend;           /* --backend: cpu, cuda, NULL for the default (ra_backend_open) */
     int device;                    /* --device; -1: the rank's index on its node */
     enum ra_dtype device_dtype;    /* --device-dtype */
+    enum ra_compute compute;       /* --compute-dtype (CPU) */
+    enum ra_dtype kv_dtype;        /* --kv-dtype */
     struct ra_table_writer writer; /* how merges into --out wait for other writers */
     int contexts[MAX_CONTEXTS], n_contexts;
     int repeats, min_stride, points, ranks, threads, calibrate, baselines, no_check_weights;
@@ -105,6 +107,9 @@ static void usage(FILE *f)
 "                          CUDA and a GPU is visible, else cpu)\n"
 "      --device N          CUDA device of every rank (default: its index on the node)\n"
 "      --device-dtype D    weights on the GPU: bf16 (default), f16 or f32\n"
+"      --compute-dtype D   CPU linear layers: auto (default), f32 or bf16, as runahead's\n"
+"      --kv-dtype T        KV cache rows: f32 (default) or bf16. A table is used only by\n"
+"                          runs with its backend, compute and KV dtypes (its key)\n"
 "  -s, --seed S            seed of the synthetic prompt ids (default 1)\n"
 "      --watchdog SECONDS  abort the job when a rank has waited SECONDS for another in a\n"
 "                          prompt pass (a stopped or hung rank); set it above the time\n"
@@ -138,7 +143,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_HW = 256, OPT_OBJECTIVE, OPT_RANKS, OPT_CALIBRATE, OPT_MIN_STRIDE, OPT_POINTS, OPT_NO_BASE, OPT_EVAL,
            OPT_NO_CHECK, OPT_LOCK_TIMEOUT,
-           OPT_WATCHDOG, OPT_BACKEND, OPT_DEVICE, OPT_DEVICE_DTYPE };
+           OPT_WATCHDOG, OPT_BACKEND, OPT_DEVICE, OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_KV_DTYPE };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },     { "contexts", required_argument, NULL, 'c' },
         { "out", required_argument, NULL, 'o' },       { "hw-tag", required_argument, NULL, OPT_HW },
@@ -151,6 +156,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "watchdog", required_argument, NULL, OPT_WATCHDOG },
         { "backend", required_argument, NULL, OPT_BACKEND }, { "device", required_argument, NULL, OPT_DEVICE },
         { "device-dtype", required_argument, NULL, OPT_DEVICE_DTYPE },
+        { "compute-dtype", required_argument, NULL, OPT_COMPUTE_DTYPE },
+        { "kv-dtype", required_argument, NULL, OPT_KV_DTYPE },
         { "threads", required_argument, NULL, 'T' },   { "seed", required_argument, NULL, 's' },
         { "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -186,6 +193,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_BACKEND: o->backend = optarg; rc = ra_backend_name_check(optarg, "--backend"); break;
         case OPT_DEVICE: rc = ra_arg_int(optarg, "--device", 0, 1023, &o->device); break;
         case OPT_DEVICE_DTYPE: rc = ra_device_dtype_parse(optarg, &o->device_dtype); break;
+        case OPT_COMPUTE_DTYPE: rc = ra_compute_parse(optarg, &o->compute); break;
+        case OPT_KV_DTYPE: rc = ra_kv_dtype_parse(optarg, "--kv-dtype", &o->kv_dtype); break;
         case 's': rc = ra_arg_int(optarg, "--seed", 0, 1 << 30, &seed); break;
         case 'h': if (rank == 0) usage(stdout); return 1;
         case 'V': if (rank == 0) ra_print_version("runahead-tune"); return 1;
@@ -544,6 +553,7 @@ static int open_backend(struct tune *t, int threads)
     p.rank = rank;
     p.threads = threads;
     p.device_dtype = o->device_dtype;
+    p.compute = o->compute;
     return ra_backend_open(&t->be, o->backend, &p);
 }
 
@@ -569,7 +579,8 @@ static int setup(struct tune *t)
         ra_table_default_hw_tag(t->hw_tag, sizeof t->hw_tag);
     if ((rc = open_backend(t, load.n_threads)) != RA_OK ||
         (rc = ra_model_attach(&t->m, t->be)) != RA_OK ||
-        (rc = ra_kvcache_init(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), longest)) != RA_OK)
+        (rc = ra_kvcache_init_dtype(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), longest, t->o->kv_dtype)) !=
+            RA_OK)
         return rc;
     if ((rc = ra_partition_run_key(&t->key, t->be, t->m.weights.layers[0].wq.dtype, o->device_dtype,
                                    t->kv.dtype)) != RA_OK)

@@ -62,6 +62,18 @@ run 2 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$M" --prompt-ids-file "$TMP/p192
 [ "$(grep -c "was tuned for backend cpu, compute f32, KV f32; this run is backend cpu, compute f32, KV bf16: not using it" "$TMP/err")" -eq 1 ] ||
     { fail "no one-line refusal of the table's key"; cat "$TMP/err" >&2; }
 grep "not using it" "$TMP/err" | grep -q "$T" || fail "the refusal does not name the file"
+# A table tuned with a bf16 KV cache carries that key and serves the runs that have it.
+run 2 $MPIEXEC_FLAGS "$BUILD/runahead-tune" --model "$M" --contexts 128 --out "$TMP/kvbf16.h5" --kv-dtype bf16 \
+    --repeats 1 --min-stride 64 --points 3 --no-baselines >/dev/null 2>"$TMP/err" || { cat "$TMP/err" >&2; fail "runahead-tune --kv-dtype bf16"; }
+"$BUILD/runahead-table" show "$TMP/kvbf16.h5" | grep -q "/p2: 1 entry; backend cpu, compute f32, KV bf16;" ||
+    fail "runahead-tune --kv-dtype bf16 did not write its key"
+run 2 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$M" --prompt-ids-file "$TMP/p192" --generate 1 --output ids \
+    --kv-dtype bf16 --partition "table:$TMP/kvbf16.h5" 2>"$TMP/err" >/dev/null ||
+    fail "a bf16-KV run refused the bf16-KV table: $(grep runahead: "$TMP/err")"
+run 2 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$M" --prompt-ids-file "$TMP/p192" --generate 1 --output ids \
+    --partition "table:$TMP/kvbf16.h5" >/dev/null 2>"$TMP/err" && fail "an f32-KV run used the bf16-KV table"
+[ "$(grep -c "^runahead: rank 0: .*kvbf16.h5: .* was tuned for backend cpu, compute f32, KV bf16; this run is backend cpu, compute f32, KV f32: not using it" "$TMP/err")" -eq 1 ] ||
+    { fail "no one-line refusal of the bf16-KV table"; cat "$TMP/err" >&2; }
 
 # The stored KVR-S TTFT is a fresh median at the chosen split, reported with its spread.
 grep -Eq "C=128 done: .*medians of 1 fresh runs \[min\.\.max\]: KVR-S [0-9.]+ s \[" "$TMP/tune.err" ||
