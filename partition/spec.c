@@ -132,6 +132,8 @@ int ra_partition_resolve(const struct ra_partition_spec *s, const struct ra_part
         return rc;
     }
     case RA_PARTITION_AUTO: return resolve_auto(s, run, bounds, source, len);
-    default: snprintf(source, len, "%s", ra_esc(s->text)); return ra_partition_parse(s->text, run->n_tokens, run->p, bounds);
+    default:
+        snprintf(source, len, "%s", ra_esc(s->text));
+        return ra_partition_parse(s->text, run->n_tokens, run->p, bounds);
     }
 }

@@ -48,7 +48,8 @@ struct ra_partition_run {
     const struct ra_config *config;
     int n_tokens, p;
     const char *hw_tag;             /* NULL: this machine's (ra_table_default_hw_tag) */
-    const struct ra_table_key *key; /* the run's backend and dtypes (table: refuses other keys) */
+    const struct ra_table_key *key; /* the run's backend and dtypes (table: refuses other keys);
+                                     * NULL: RA_TABLE_KEY_LEGACY */
 };
 
 /* bounds[p+1] for the run, and in source[len] one line on where they came from (for the
