@@ -327,19 +327,27 @@ static int cuda_rmsnorm(struct ra_backend *be, float *y, const float *x, const s
                            cb->stream[RA_STREAM_COMPUTE]);
 }
 
-static int cuda_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0,
+static int cuda_rope(struct ra_backend *be, float *x, int ld, const struct ra_rows *rows, int n_heads, int head_dim,
                      const struct ra_rope *r)
 {
     struct cuda_backend *cb = cb_of(be);
-    return ra_cuda_rope(x, ld, n, n_heads, head_dim, pos0, r->theta, (int)r->style, r->factors,
+    if (rows->pos)
+        return ra_error_set(RA_EUNSUPPORTED, "cuda backend: RoPE at a position list");
+    return ra_cuda_rope(x, ld, rows->n, n_heads, head_dim, rows->start, r->theta, (int)r->style, r->factors,
                         cb->stream[RA_STREAM_COMPUTE]);
 }
 
 /* The kernel is chosen per call (attention.cuh); decode's needs scratch for its partial results. */
-static int cuda_attention(struct ra_backend *be, float *out, const float *q, const void *k_cache,
-                          const void *v_cache, int start, int n, const struct ra_attention_shape *s)
+static int cuda_attention(struct ra_backend *be, float *out, const float *q, const struct ra_rows *qrows,
+                          const void *k_cache, const void *v_cache, const struct ra_rows *krows,
+                          const struct ra_attention_shape *s)
 {
     struct cuda_backend *cb = cb_of(be);
+    const int start = qrows->start - krows->start, n = qrows->n;
+    if (qrows->pos || krows->pos || start < 0 || krows->n < start + n)
+        return ra_error_set(RA_EUNSUPPORTED, "cuda backend: attention at position lists");
+    if (n <= 0)
+        return RA_OK;
     const size_t need = ra_cuda_attention_work_bytes(start, n, s);
     if (need > cb->att_work_bytes) {
         /* the compute stream may still read the old scratch */

@@ -11,6 +11,8 @@ static const char *const op_names[RA_N_OPS] = {
     [RA_OP_EMBED] = "embed",       [RA_OP_MATMUL] = "matmul",       [RA_OP_RMSNORM] = "rmsnorm",
     [RA_OP_ROPE] = "rope",         [RA_OP_ATTENTION] = "attention", [RA_OP_SWIGLU] = "swiglu",
     [RA_OP_ADD] = "add",           [RA_OP_NARROW] = "narrow",       [RA_OP_WEIGHT_PREPARE] = "weight_prepare",
+    [RA_OP_GET_ROWS] = "get_rows", [RA_OP_SET_ROWS] = "set_rows",   [RA_OP_ROPE_SHIFT] = "rope_shift",
+    [RA_OP_POSITIONS] = "positions",
     [RA_OP_KV_CACHE] = "kv_cache", [RA_OP_COMPUTE] = "compute",     [RA_OP_WEIGHTS] = "weights",
 };
 
@@ -32,6 +34,10 @@ static int has_op(const struct ra_backend_ops *o, enum ra_op op)
     case RA_OP_ADD: return o->add != NULL;
     case RA_OP_NARROW: return o->narrow != NULL;
     case RA_OP_WEIGHT_PREPARE: return o->weight_prepare != NULL;
+    case RA_OP_GET_ROWS: return o->get_rows != NULL;
+    case RA_OP_SET_ROWS: return o->set_rows != NULL;
+    case RA_OP_ROPE_SHIFT: return o->rope_shift != NULL;
+    case RA_OP_POSITIONS: return o->set_rows != NULL; /* a list's K/V rows are written by set_rows */
     case RA_OP_KV_CACHE: return o->attention != NULL;
     case RA_OP_COMPUTE:
     case RA_OP_WEIGHTS: return o->matmul != NULL;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "model.h" /* struct ra_rope */
+#include "rows.h"
 #include "status.h"
 
 struct ra_tensor;
@@ -47,13 +48,15 @@ struct ra_event; /* opaque, backend-defined */
  * data of a dtype, or one of the dtypes a run chooses. The dtype is: for
  * EMBED, MATMUL and RMSNORM the weight's; for ATTENTION the KV cache rows';
  * for NARROW the target's; for ROPE, SWIGLU and ADD the activations' (f32);
- * for WEIGHT_PREPARE the weight's. KV_CACHE: the cache's rows (--kv-dtype);
+ * for WEIGHT_PREPARE the weight's; for GET_ROWS, SET_ROWS (the target's) and
+ * ROPE_SHIFT the rows'; POSITIONS: rope and attention at position lists
+ * (struct ra_rows with pos) over a KV cache of the dtype. KV_CACHE: the cache's rows (--kv-dtype);
  * COMPUTE: what the linear layers compute in (--compute-dtype on the CPU,
  * --device-dtype on CUDA); WEIGHTS: weight matrices as a model file holds
  * them. As ggml's supports_op: ask before a run, instead of failing in it. */
 enum ra_op {
     RA_OP_EMBED = 0, RA_OP_MATMUL, RA_OP_RMSNORM, RA_OP_ROPE, RA_OP_ATTENTION, RA_OP_SWIGLU, RA_OP_ADD,
-    RA_OP_NARROW, RA_OP_WEIGHT_PREPARE,
+    RA_OP_NARROW, RA_OP_WEIGHT_PREPARE, RA_OP_GET_ROWS, RA_OP_SET_ROWS, RA_OP_ROPE_SHIFT, RA_OP_POSITIONS,
     RA_OP_KV_CACHE, RA_OP_COMPUTE, RA_OP_WEIGHTS,
     RA_N_OPS
 };
@@ -96,16 +99,22 @@ struct ra_backend_ops {
     /* y[i] = x[i] / rms(x[i]) * weight, rows of `dim` floats */
     int (*rmsnorm)(struct ra_backend *be, float *y, const float *x, const struct ra_tensor *weight,
                    int n, int dim, float eps);
-    /* Rotates the pairs of each head of rows x[i] (stride ld) at positions pos0 + i:
-     * (2j, 2j+1) for RA_ROPE_INTERLEAVED, (j, j + head_dim/2) for RA_ROPE_HALF,
-     * pair j by the angle (pos0 + i) * theta^(-2j/head_dim) / factors[j] (model.h:
-     * struct ra_rope; no factors: the unscaled angle, computed as llama2.c does). */
-    int (*rope)(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0,
+    /* Rotates the pairs of each head of rows x[i] (stride ld, i < rows->n) at
+     * positions p = ra_rows_pos(rows, i): (2j, 2j+1) for RA_ROPE_INTERLEAVED,
+     * (j, j + head_dim/2) for RA_ROPE_HALF, pair j by the angle
+     * p * theta^(-2j/head_dim) / factors[j] (model.h: struct ra_rope; no
+     * factors: the unscaled angle, computed as llama2.c does). */
+    int (*rope)(struct ra_backend *be, float *x, int ld, const struct ra_rows *rows, int n_heads, int head_dim,
                 const struct ra_rope *rope);
-    /* Causal attention of n queries at positions [start, start+n) over cache rows [0, start+n)
-     * (elements of s->kv_dtype); softmax and sums in fp32 whatever the cache's dtype. */
-    int (*attention)(struct ra_backend *be, float *out, const float *q, const void *k_cache,
-                     const void *v_cache, int start, int n, const struct ra_attention_shape *s);
+    /* Causal attention of the query rows q (positions qrows) over the key and
+     * value rows k_cache, v_cache (row j at position ra_rows_pos(krows, j),
+     * elements of s->kv_dtype): query i attends to every key whose position
+     * is <= its own (a query before every key gets zeros). A cache is krows
+     * {len, first, NULL}; gathered keys a list. Softmax and sums in fp32
+     * whatever the cache's dtype. */
+    int (*attention)(struct ra_backend *be, float *out, const float *q, const struct ra_rows *qrows,
+                     const void *k_cache, const void *v_cache, const struct ra_rows *krows,
+                     const struct ra_attention_shape *s);
     /* gate[i] = silu(gate[i]) * up[i] */
     int (*swiglu)(struct ra_backend *be, float *gate, const float *up, size_t count);
     /* x[i] += y[i] */
@@ -124,6 +133,21 @@ struct ra_backend_ops {
 
     /* Optional: 1 when the backend runs op on dtype (ra_backend_supports). */
     int (*supports)(struct ra_backend *be, enum ra_op op, enum ra_dtype dtype);
+    /* Rows by index (as ggml's get_rows/set_rows), rows of `width` elements;
+     * idx: n host indices, each within the indexed buffer's rows.
+     * get_rows: dst row i = src row idx[i], both of dtype (f32 or bf16).
+     * set_rows: dst row idx[i] = src row i, src of src_dtype (f32, or dtype)
+     * rounded to dtype (to nearest even). */
+    int (*get_rows)(struct ra_backend *be, void *dst, const void *src, enum ra_dtype dtype, size_t width,
+                    const int32_t *idx, int n);
+    int (*set_rows)(struct ra_backend *be, void *dst, enum ra_dtype dtype, const void *src, enum ra_dtype src_dtype,
+                    size_t width, const int32_t *idx, int n);
+    /* Rows x[i] (i < n, stride ld elements of dtype, f32 or bf16) rotated as
+     * rope does at some positions p are rotated to p + delta: each pair by
+     * delta's angle (the same frequencies, scaling and conventions; bf16 rows
+     * are widened, rotated and rounded back). Re-positions stored K rows. */
+    int (*rope_shift)(struct ra_backend *be, void *x, enum ra_dtype dtype, int ld, int n, int n_heads, int head_dim,
+                      int delta, const struct ra_rope *rope);
 };
 
 /* What the linear layers compute in. AUTO: bf16 where the weights are bf16

@@ -378,30 +378,34 @@ static int cpu_rmsnorm(struct ra_backend *be, float *y, const float *x, const st
     return RA_OK;
 }
 
-/* Whether the cached cos/sin tables are those of these positions and frequencies. */
-static int rope_tables_match(const struct cpu_backend *cb, int n, int head_dim, int pos0, const struct ra_rope *r)
+/* Whether the cached cos/sin tables are those of these positions and
+ * frequencies (tables of a position list are never kept). */
+static int rope_tables_match(const struct cpu_backend *cb, const struct ra_rows *rows, int head_dim,
+                             const struct ra_rope *r)
 {
-    if (!cb->rope_cos || cb->rope_pos0 != pos0 || cb->rope_n != n || cb->rope_head_dim != head_dim ||
-        cb->rope_theta != r->theta || cb->rope_scaled != (r->factors != NULL))
+    if (rows->pos || !cb->rope_cos || cb->rope_pos0 != rows->start || cb->rope_n != rows->n ||
+        cb->rope_head_dim != head_dim || cb->rope_theta != r->theta || cb->rope_scaled != (r->factors != NULL))
         return 0;
     return !r->factors || !memcmp(cb->rope_factors, r->factors, (size_t)(head_dim / 2) * sizeof(float));
 }
 
-static int rope_tables(struct ra_backend *be, int n, int head_dim, int pos0, const struct ra_rope *r)
+/* cos/sin of rows->n rows at their positions; with `same`, every row at rows->start. */
+static int rope_tables(struct ra_backend *be, const struct ra_rows *rows, int same, int head_dim,
+                       const struct ra_rope *r)
 {
     struct cpu_backend *cb = (struct cpu_backend *)be;
-    const int half = head_dim / 2;
+    const int half = head_dim / 2, n = rows->n;
     if (r->factors && half > RA_ROPE_MAX_PAIRS)
         return ra_error_set(RA_EINVAL, "cpu backend: scaled RoPE with head dimension %d (at most %d)", head_dim,
                             2 * RA_ROPE_MAX_PAIRS);
     const size_t need = (size_t)n * half;
+    cb->rope_n = -1; /* until the tables are whole */
     if (need > cb->rope_floats) {
         free(cb->rope_cos);
         free(cb->rope_sin);
         cb->rope_cos = malloc(need * sizeof(float));
         cb->rope_sin = malloc(need * sizeof(float));
         cb->rope_floats = 0;
-        cb->rope_n = -1;
         if (!cb->rope_cos || !cb->rope_sin)
             return ra_error_set(RA_ENOMEM, "cpu backend: cannot allocate the RoPE table for %d positions", n);
         cb->rope_floats = need;
@@ -414,13 +418,17 @@ static int rope_tables(struct ra_backend *be, int n, int head_dim, int pos0, con
     }
     float *cs = cb->rope_cos, *sn = cb->rope_sin;
 #pragma omp parallel for schedule(static) if (n > 64) num_threads(be->n_threads)
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        const int p = same ? rows->start : ra_rows_pos(rows, i);
         for (int j = 0; j < half; j++) {
-            const float a = (float)(pos0 + i) * freq[j];
+            const float a = (float)p * freq[j];
             cs[(size_t)i * half + j] = cosf(a);
             sn[(size_t)i * half + j] = sinf(a);
         }
-    cb->rope_pos0 = pos0;
+    }
+    if (rows->pos || same)
+        return RA_OK;
+    cb->rope_pos0 = rows->start;
     cb->rope_n = n;
     cb->rope_head_dim = head_dim;
     cb->rope_theta = r->theta;
@@ -430,25 +438,108 @@ static int rope_tables(struct ra_backend *be, int n, int head_dim, int pos0, con
     return RA_OK;
 }
 
-static int cpu_rope(struct ra_backend *be, float *x, int ld, int n, int n_heads, int head_dim, int pos0,
+static void rope_apply(struct cpu_backend *cb, float *x, int ld, int n, int n_heads, int head_dim,
+                       enum ra_rope_style style)
+{
+    if (style == RA_ROPE_HALF)
+        cb->k->rope_half(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, cb->base.n_threads);
+    else
+        cb->k->rope(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, cb->base.n_threads);
+}
+
+static int cpu_rope(struct ra_backend *be, float *x, int ld, const struct ra_rows *rows, int n_heads, int head_dim,
                     const struct ra_rope *r)
 {
     struct cpu_backend *cb = (struct cpu_backend *)be;
-    const enum ra_rope_style style = r->style;
     int rc;
-    if (!rope_tables_match(cb, n, head_dim, pos0, r) && (rc = rope_tables(be, n, head_dim, pos0, r)) != RA_OK)
+    if (rows->n <= 0)
+        return RA_OK;
+    if (!rope_tables_match(cb, rows, head_dim, r) && (rc = rope_tables(be, rows, 0, head_dim, r)) != RA_OK)
         return rc;
-    if (style == RA_ROPE_HALF)
-        cb->k->rope_half(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, be->n_threads);
-    else
-        cb->k->rope(x, ld, n, n_heads, head_dim, cb->rope_cos, cb->rope_sin, be->n_threads);
+    rope_apply(cb, x, ld, rows->n, n_heads, head_dim, r->style);
     return RA_OK;
 }
 
-static int cpu_attention(struct ra_backend *be, float *out, const float *q, const void *k_cache,
-                         const void *v_cache, int start, int n, const struct ra_attention_shape *s)
+/* Rotating by delta's angle after p's is rotating by p + delta's: the angles
+ * add. f32 rows in place; bf16 rows widened into scratch, rotated, rounded
+ * back, a bounded batch of rows at a time. */
+static int cpu_rope_shift(struct ra_backend *be, void *x, enum ra_dtype dtype, int ld, int n, int n_heads,
+                          int head_dim, int delta, const struct ra_rope *r)
 {
-    return ((struct cpu_backend *)be)->k->attention(out, q, k_cache, v_cache, start, n, s, be->n_threads);
+    struct cpu_backend *cb = (struct cpu_backend *)be;
+    if (dtype != RA_DTYPE_F32 && dtype != RA_DTYPE_BF16)
+        return ra_error_set(RA_EUNSUPPORTED, "cpu backend: RoPE shift of %s rows", ra_dtype_name(dtype));
+    if (n <= 0 || delta == 0)
+        return RA_OK;
+    const int batch = n < 256 ? n : 256, width = n_heads * head_dim;
+    int rc = rope_tables(be, &(struct ra_rows){ batch, delta, NULL }, 1, head_dim, r);
+    if (rc != RA_OK)
+        return rc;
+    if (dtype == RA_DTYPE_F32) {
+        for (int i0 = 0; i0 < n; i0 += batch)
+            rope_apply(cb, (float *)x + (size_t)i0 * ld, ld, n - i0 < batch ? n - i0 : batch, n_heads, head_dim,
+                       r->style);
+        return RA_OK;
+    }
+    float *tmp = malloc((size_t)batch * width * sizeof(float));
+    if (!tmp)
+        return ra_error_set(RA_ENOMEM, "cpu backend: out of memory for a RoPE shift of %d rows", batch);
+    for (int i0 = 0; i0 < n; i0 += batch) {
+        const int nb = n - i0 < batch ? n - i0 : batch;
+        uint16_t *rows = (uint16_t *)x + (size_t)i0 * ld;
+        for (int i = 0; i < nb; i++)
+            cb->k->widen_bf16(tmp + (size_t)i * width, rows + (size_t)i * ld, (size_t)width);
+        rope_apply(cb, tmp, width, nb, n_heads, head_dim, r->style);
+        for (int i = 0; i < nb; i++)
+            cb->k->narrow_bf16(rows + (size_t)i * ld, tmp + (size_t)i * width, (size_t)width, 1);
+    }
+    free(tmp);
+    return RA_OK;
+}
+
+static int cpu_attention(struct ra_backend *be, float *out, const float *q, const struct ra_rows *qrows,
+                         const void *k_cache, const void *v_cache, const struct ra_rows *krows,
+                         const struct ra_attention_shape *s)
+{
+    return ((struct cpu_backend *)be)->k->attention_rows(out, q, qrows, k_cache, v_cache, krows, s, be->n_threads);
+}
+
+static int rows_dtype_ok(enum ra_dtype dt, const char *op)
+{
+    if (dt != RA_DTYPE_F32 && dt != RA_DTYPE_BF16)
+        return ra_error_set(RA_EUNSUPPORTED, "cpu backend: %s of %s rows (f32 or bf16)", op, ra_dtype_name(dt));
+    return RA_OK;
+}
+
+static int cpu_get_rows(struct ra_backend *be, void *dst, const void *src, enum ra_dtype dtype, size_t width,
+                        const int32_t *idx, int n)
+{
+    (void)be;
+    int rc = rows_dtype_ok(dtype, "get_rows");
+    const size_t row = width * ra_dtype_size(dtype);
+    for (int i = 0; i < n && rc == RA_OK; i++)
+        memcpy((char *)dst + (size_t)i * row, (const char *)src + (size_t)idx[i] * row, row);
+    return rc;
+}
+
+static int cpu_set_rows(struct ra_backend *be, void *dst, enum ra_dtype dtype, const void *src,
+                        enum ra_dtype src_dtype, size_t width, const int32_t *idx, int n)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)be;
+    int rc = rows_dtype_ok(dtype, "set_rows");
+    if (rc == RA_OK && src_dtype != RA_DTYPE_F32 && src_dtype != dtype)
+        rc = ra_error_set(RA_EUNSUPPORTED, "cpu backend: set_rows from %s rows into %s", ra_dtype_name(src_dtype),
+                          ra_dtype_name(dtype));
+    const size_t row = width * ra_dtype_size(dtype), src_row = width * ra_dtype_size(src_dtype);
+    for (int i = 0; i < n && rc == RA_OK; i++) {
+        char *d = (char *)dst + (size_t)idx[i] * row;
+        const char *sr = (const char *)src + (size_t)i * src_row;
+        if (src_dtype == dtype)
+            memcpy(d, sr, row);
+        else
+            cb->k->narrow_bf16((uint16_t *)d, (const float *)sr, width, 1);
+    }
+    return rc;
 }
 
 static int cpu_swiglu(struct ra_backend *be, float *gate, const float *up, size_t count)
@@ -583,6 +674,10 @@ static int cpu_supports(struct ra_backend *be, enum ra_op op, enum ra_dtype dtyp
     case RA_OP_WEIGHTS: return 1;
     case RA_OP_ATTENTION:
     case RA_OP_NARROW:
+    case RA_OP_GET_ROWS:
+    case RA_OP_SET_ROWS:
+    case RA_OP_ROPE_SHIFT:
+    case RA_OP_POSITIONS:
     case RA_OP_KV_CACHE: return dtype == RA_DTYPE_F32 || dtype == RA_DTYPE_BF16;
     case RA_OP_COMPUTE: return dtype == RA_DTYPE_F32 || (dtype == RA_DTYPE_BF16 && ((struct cpu_backend *)be)->bf16);
     default: return dtype == RA_DTYPE_F32;
@@ -610,6 +705,9 @@ static const struct ra_backend_ops cpu_ops = {
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attention = cpu_attention,
+    .get_rows = cpu_get_rows,
+    .set_rows = cpu_set_rows,
+    .rope_shift = cpu_rope_shift,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .weight_prepare = cpu_weight_prepare,

@@ -23,6 +23,12 @@ struct ra_cpu_kernels {
      * widened block by block; the arithmetic is then the fp32 kernel's. */
     int (*attention)(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
                      const struct ra_attention_shape *s, int n_threads);
+    /* Attention at positions; see ra_backend_ops.attention. A contiguous span
+     * over the keys up to it is `attention`'s call; otherwise the decode
+     * path's, a few tokens at a time, with each query's visible keys. */
+    int (*attention_rows)(float *out, const float *q, const struct ra_rows *qrows, const void *k_cache,
+                          const void *v_cache, const struct ra_rows *krows, const struct ra_attention_shape *s,
+                          int n_threads);
     /* y[i] = x[i] / rms(x[i]) * w for n rows of dim floats; w is fp32. */
     void (*rmsnorm)(float *y, const float *x, const float *w, int n, int dim, float eps, int n_threads);
     /* Rotates pair j of every head of n rows (stride ld) by the angle whose

@@ -373,10 +373,19 @@ static void dec_run_chunk(const struct dec_chunk *c, const struct dec_rows *q, c
 static __thread float *dec_buf;
 static __thread size_t dec_floats;
 
+/* Queries t < n at positions start + t over keys [0, start + n); with LAST,
+ * query t sees keys [0, last[t]] instead (any row of keys), and the keys read
+ * are [0, max last[t] + 1). */
 static int attention_decode(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
-                            const struct ra_attention_shape *s, int round_qp, int n_threads)
+                            const struct ra_attention_shape *s, int round_qp, int n_threads, const int *last)
 {
-    const int hd = s->head_dim, nh = s->n_heads, rows = nh * n, keys = start + n;
+    const int hd = s->head_dim, nh = s->n_heads, rows = nh * n;
+    int keys = start + n;
+    if (last) {
+        keys = 0;
+        for (int t = 0; t < n; t++)
+            keys = last[t] + 1 > keys ? last[t] + 1 : keys;
+    }
     const size_t ldo = (size_t)((hd + 15) / 16 * 16);
     int nc = (keys + DEC_CHUNK_MIN - 1) / DEC_CHUNK_MIN;
     nc = nc > DEC_CHUNKS ? DEC_CHUNKS : nc;
@@ -402,7 +411,7 @@ static int attention_decode(float *out, const float *q, const void *k_cache, con
     for (int r = 0; r < rows; r++) {
         const int t = r / nh, h = r % nh;
         koff[r] = h / (nh / s->n_kv_heads) * hd;
-        pos[r] = start + t;
+        pos[r] = last ? last[t] : start + t;
         for (int d = 0; d < hd; d++) {
             const float x = q[(size_t)t * s->q_stride + (size_t)h * hd + d] * scale;
             if (round_qp)
@@ -441,8 +450,7 @@ static int attention_decode(float *out, const float *q, const void *k_cache, con
     return RA_OK;
 }
 
-static int attention(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
-                     const struct ra_attention_shape *s, int n_threads)
+static int attention_check(const struct ra_attention_shape *s)
 {
     if (s->head_dim > RA_ATTN_MAX_HEAD_DIM || s->n_heads % s->n_kv_heads != 0)
         return ra_error_set(RA_EUNSUPPORTED, "attention: head dimension %d exceeds %d or heads %d/%d do not group",
@@ -450,16 +458,76 @@ static int attention(float *out, const float *q, const void *k_cache, const void
     if (s->kv_dtype != RA_DTYPE_F32 && s->kv_dtype != RA_DTYPE_BF16)
         return ra_error_set(RA_EUNSUPPORTED, "attention: %s KV rows are not supported (f32 or bf16)",
                             ra_dtype_name(s->kv_dtype));
+    return RA_OK;
+}
+
+/* Whether Q and P are rounded to bf16 for the products. */
+static int attention_round_qp(const struct ra_attention_shape *s)
+{
 #if defined(RA_KERNELS_BF16DP)
     /* bf16 rows take bf16 products in this build's prefill (Q and P rounded
      * to bf16 for vdpbf16ps); a decode step rounds Q and P alike, so that a
      * span of a few tokens computes what the block kernel would, up to the
      * order of the sums (and P rounded at its chunk's running max). */
-    const int round_qp = s->kv_dtype == RA_DTYPE_BF16 && s->head_dim % 2 == 0;
+    return s->kv_dtype == RA_DTYPE_BF16 && s->head_dim % 2 == 0;
 #else
-    const int round_qp = 0;
+    (void)s;
+    return 0;
 #endif
+}
+
+static int attention(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
+                     const struct ra_attention_shape *s, int n_threads)
+{
+    int rc = attention_check(s);
+    if (rc != RA_OK)
+        return rc;
+    const int round_qp = attention_round_qp(s);
     if (n <= DEC_MAX_N && s->n_heads * n <= RA_ATTN_MAX_HEADS_DEC)
-        return attention_decode(out, q, k_cache, v_cache, start, n, s, round_qp, n_threads);
+        return attention_decode(out, q, k_cache, v_cache, start, n, s, round_qp, n_threads, NULL);
     return attention_items(out, q, k_cache, v_cache, start, n, s, n_threads);
+}
+
+/* Attention at positions (see struct ra_cpu_kernels.attention_rows). One
+ * contiguous span of queries over the contiguous keys up to it is the span
+ * kernel's call, decided here once. Otherwise both lists are sorted, so the
+ * keys a query sees are a prefix of the key rows, [0, last[t]]: the decode
+ * path takes exactly that, for up to RA_ATTN_MAX_HEADS_DEC query rows (heads
+ * x tokens) a call, each call reading the keys up to its last query's. */
+static int attention_rows(float *out, const float *q, const struct ra_rows *qr, const void *k_cache,
+                          const void *v_cache, const struct ra_rows *kr, const struct ra_attention_shape *s,
+                          int n_threads)
+{
+    int rc = attention_check(s);
+    if (rc != RA_OK)
+        return rc;
+    const int rel = qr->start - kr->start; /* the first query's row among the keys */
+    if (!qr->pos && !kr->pos && rel >= 0 && kr->n >= rel + qr->n)
+        return qr->n > 0 ? attention(out, q, k_cache, v_cache, rel, qr->n, s, n_threads) : RA_OK;
+    if (s->n_heads > RA_ATTN_MAX_HEADS_DEC)
+        return ra_error_set(RA_EUNSUPPORTED, "attention: %d heads at position lists (at most %d)", s->n_heads,
+                            RA_ATTN_MAX_HEADS_DEC);
+    const int per = RA_ATTN_MAX_HEADS_DEC / s->n_heads, round_qp = attention_round_qp(s);
+    int last[RA_ATTN_MAX_HEADS_DEC];
+    int j = 0; /* keys [0, j) are at or before the current query's position */
+    for (int t0 = 0; t0 < qr->n && rc == RA_OK; t0 += per) {
+        const int nb = qr->n - t0 < per ? qr->n - t0 : per;
+        int seen = 0;
+        for (int t = 0; t < nb; t++) {
+            const int p = ra_rows_pos(qr, t0 + t);
+            while (j < kr->n && ra_rows_pos(kr, j) <= p)
+                j++;
+            last[t] = j - 1;
+            seen |= j > 0;
+        }
+        if (seen)
+            rc = attention_decode(out + (size_t)t0 * s->q_stride, q + (size_t)t0 * s->q_stride, k_cache, v_cache, 0,
+                                  nb, s, round_qp, n_threads, last);
+        for (int t = 0; t < nb; t++) /* a query before every key attends to nothing (not 0/0) */
+            if (last[t] < 0)
+                for (int h = 0; h < s->n_heads; h++)
+                    memset(out + (size_t)(t0 + t) * s->q_stride + (size_t)h * s->head_dim, 0,
+                           sizeof(float) * (size_t)s->head_dim);
+    }
+    return rc;
 }

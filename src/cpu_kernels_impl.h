@@ -53,6 +53,7 @@
 const struct ra_cpu_kernels KERNELS_TABLE = {
     .isa = KERNELS_ISA,
     .attention = attention,
+    .attention_rows = attention_rows,
     .rmsnorm = rmsnorm,
     .rope = rope,
     .rope_half = rope_half,

@@ -169,7 +169,23 @@ void ra_forward_flops(const struct ra_config *c, int start, int n, double *linea
     *attention = L * 4.0 * d * pairs; /* QKᵀ and PV over the visible keys */
 }
 
-static int check_span(const struct ra_model *m, const int32_t *tokens, int start, int n, const struct ra_kvcache *kv)
+/* A position list: sorted, strictly increasing, not negative; takes no exchange. */
+static int check_positions(const struct ra_rows *rows, const struct ra_kv_exchange *xchg)
+{
+    if (!rows->pos)
+        return RA_OK;
+    if (xchg)
+        return ra_error_set(RA_EINVAL, "forward: a position list takes no KV exchange");
+    for (int i = 0; i < rows->n; i++)
+        if (rows->pos[i] < 0 || (i > 0 && rows->pos[i] <= rows->pos[i - 1]))
+            return ra_error_set(RA_EINVAL, "forward: position %d (row %d) is negative or not above the one before",
+                                rows->pos[i], i);
+    return RA_OK;
+}
+
+/* Rows of positions [start, start+n) (a list: its first to its last) fit the model and the cache. */
+static int check_span(const struct ra_model *m, const int32_t *tokens, const struct ra_rows *rows, int start, int n,
+                      const struct ra_kvcache *kv)
 {
     const struct ra_config *c = &m->config;
     if (!m->backend)
@@ -191,10 +207,10 @@ static int check_span(const struct ra_model *m, const int32_t *tokens, int start
     if (!ra_backend_supports(m->backend, RA_OP_KV_CACHE, kv->dtype))
         return ra_error_set(RA_EUNSUPPORTED, "forward: the %s backend has no %s KV cache", m->backend->ops->name,
                             ra_dtype_name(kv->dtype));
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < rows->n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             return ra_error_set(RA_ERANGE, "forward: token id %d at position %d is outside the vocabulary (0..%d)",
-                                tokens[i], start + i, c->vocab_size - 1);
+                                tokens[i], ra_rows_pos(rows, i), c->vocab_size - 1);
     return RA_OK;
 }
 
@@ -277,13 +293,27 @@ static int probe_rows(struct ra_model *m, struct probe *p, const float *buf, int
 
 /* The forward pass; with PROBE set, also the diagnostic pass that checks each
  * stage's output for non-finite values and stops at the first. */
-static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, struct ra_kvcache *kv,
+/* The K and V rows of a position list are made in the workspace and written
+ * to the cache at their positions with set_rows (the cache rows between them
+ * must be there already); attention then reads the cache's rows up to the
+ * last position, each query the keys at or before its own. */
+static int forward(struct ra_model *m, const int32_t *tokens, const struct ra_rows *rows, struct ra_kvcache *kv,
                    const struct ra_kv_exchange *xchg, float *logits_last, struct probe *probe)
 {
     int rc;
+    const int n = rows->n, gapped = rows->pos != NULL;
+    const int start = ra_rows_pos(rows, 0), end = rows->n > 0 ? ra_rows_pos(rows, n - 1) + 1 : start;
     const int narrow_kv = kv->dtype != RA_DTYPE_F32;
-    if ((rc = check_span(m, tokens, start, n, kv)) != RA_OK || (rc = workspace_reserve(m, n, narrow_kv)) != RA_OK)
+    int32_t *idx = NULL; /* a list's cache rows, per layer */
+    if ((rc = check_positions(rows, xchg)) != RA_OK ||
+        (rc = check_span(m, tokens, rows, start, end - start, kv)) != RA_OK ||
+        (rc = workspace_reserve(m, n, narrow_kv || gapped)) != RA_OK)
         return rc;
+    if (gapped && !ra_backend_supports(m->backend, RA_OP_POSITIONS, kv->dtype))
+        return ra_error_set(RA_EUNSUPPORTED, "forward: the %s backend takes no position lists over a %s KV cache",
+                            m->backend->ops->name, ra_dtype_name(kv->dtype));
+    if (gapped && !(idx = malloc(sizeof *idx * (size_t)n)))
+        return ra_error_set(RA_ENOMEM, "forward: out of memory");
     struct ra_backend *be = m->backend;
     const struct ra_backend_ops *op = be->ops;
     const struct ra_config *c = &m->config;
@@ -303,30 +333,38 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
         OP(t_linear, op->matmul(be, ws->q, d, ws->xb, d, &w->wq, n));
         /* An fp32 cache takes K and V straight from the GEMMs; another is
          * written once K is rotated, each value rounded once. */
-        float *kf = narrow_kv ? ws->kf : ra_kvcache_k(kv, l, start);
-        float *vf = narrow_kv ? ws->vf : ra_kvcache_v(kv, l, start);
+        float *kf = narrow_kv || gapped ? ws->kf : ra_kvcache_k(kv, l, start);
+        float *vf = narrow_kv || gapped ? ws->vf : ra_kvcache_v(kv, l, start);
         OP(t_linear, op->matmul(be, kf, kvd, ws->xb, d, &w->wk, n));
         OP(t_linear, op->matmul(be, vf, kvd, ws->xb, d, &w->wv, n));
-        OP(t_other, op->rope(be, ws->q, d, n, c->n_heads, c->head_dim, start, &rope));
-        OP(t_other, op->rope(be, kf, kvd, n, c->n_kv_heads, c->head_dim, start, &rope));
-        if (narrow_kv) {
+        OP(t_other, op->rope(be, ws->q, d, rows, c->n_heads, c->head_dim, &rope));
+        OP(t_other, op->rope(be, kf, kvd, rows, c->n_kv_heads, c->head_dim, &rope));
+        const int first = ra_kvcache_first(kv, l);
+        if (gapped) {
+            for (int i = 0; i < n; i++)
+                idx[i] = rows->pos[i] - first;
+            void *k0 = ra_kvcache_k(kv, l, first), *v0 = ra_kvcache_v(kv, l, first);
+            OP(t_other, op->set_rows(be, k0, kv->dtype, kf, RA_DTYPE_F32, (size_t)kvd, idx, n));
+            OP(t_other, op->set_rows(be, v0, kv->dtype, vf, RA_DTYPE_F32, (size_t)kvd, idx, n));
+        } else if (narrow_kv) {
             OP(t_other, op->narrow(be, ra_kvcache_k(kv, l, start), kv->dtype, kf, (size_t)n * kvd));
             OP(t_other, op->narrow(be, ra_kvcache_v(kv, l, start), kv->dtype, vf, (size_t)n * kvd));
         }
         HOOK(kv_ready);
         /* every row attention will read, the earlier positions' too: the
-         * layer's buffer holds positions [first, start + n) */
-        const int first = ra_kvcache_first(kv, l);
+         * layer's buffer holds positions [first, end) */
         const float *ak = ra_kvcache_k(kv, l, first), *av = ra_kvcache_v(kv, l, first);
-        PROBE_DT(ak, kv->dtype, start + n - first, kvd, first, l, "keys");
-        PROBE_DT(av, kv->dtype, start + n - first, kvd, first, l, "values");
-        int rows = start + n - first;
+        PROBE_DT(ak, kv->dtype, end - first, kvd, first, l, "keys");
+        PROBE_DT(av, kv->dtype, end - first, kvd, first, l, "values");
+        int nk = end - first;
         if (xchg && xchg->attend) {
             const struct ra_layer_acts acts = { ws->x, ws->xb, ws->q };
-            if ((rc = xchg->attend(xchg->ctx, l, kv, start, n, &acts, &ak, &av, &rows)) != RA_OK)
+            if ((rc = xchg->attend(xchg->ctx, l, kv, start, n, &acts, &ak, &av, &nk)) != RA_OK)
                 goto out;
         }
-        OP(t_attention, op->attention(be, ws->att, ws->q, ak, av, rows - n, n, &shape));
+        /* the keys end at the last query: nk rows up to position end - 1 */
+        const struct ra_rows keys = { nk, end - nk, NULL };
+        OP(t_attention, op->attention(be, ws->att, ws->q, rows, ak, av, &keys, &shape));
         OP(t_linear, op->matmul(be, ws->xb, d, ws->att, d, &w->wo, n));
         OP(t_other, op->add(be, ws->x, ws->xb, (size_t)n * d));
         OP(t_other, op->rmsnorm(be, ws->xb, ws->x, &w->ffn_norm, n, d, c->norm_eps));
@@ -341,26 +379,44 @@ static int forward(struct ra_model *m, const int32_t *tokens, int start, int n, 
     if (logits_last) { /* only the span's last token needs the classifier */
         float *last = ws->x + (size_t)(n - 1) * d;
         OP(t_other, op->rmsnorm(be, ws->xb, last, &m->weights.final_norm, 1, d, c->norm_eps));
-        PROBE(ws->xb, 1, d, start + n - 1, -1, "final norm");
+        PROBE(ws->xb, 1, d, end - 1, -1, "final norm");
         OP(t_other, op->matmul(be, ws->logits, c->vocab_size, ws->xb, d, &m->weights.output, 1));
-        PROBE(ws->logits, 1, c->vocab_size, start + n - 1, -1, "classifier's output");
+        PROBE(ws->logits, 1, c->vocab_size, end - 1, -1, "classifier's output");
         OP(t_other, op->download(be, logits_last, ws->logits, (size_t)c->vocab_size * sizeof(float)));
     }
     if (m->stats) {
         double lin, att;
         ra_forward_flops(c, start, n, &lin, &att);
+        if (gapped) { /* each query against the keys up to its position */
+            double pairs = 0;
+            for (int i = 0; i < n; i++)
+                pairs += rows->pos[i] + 1.0;
+            att = c->n_layers * 4.0 * d * pairs;
+        }
         m->stats->flop_linear += lin;
         m->stats->flop_attention += att;
         m->stats->tokens += n;
     }
 out:
+    free(idx);
     return rc;
 }
 
 int ra_forward_span(struct ra_model *m, const int32_t *tokens, int start, int n,
                     struct ra_kvcache *kv, const struct ra_kv_exchange *xchg, float *logits_last)
 {
-    return forward(m, tokens, start, n, kv, xchg, logits_last, NULL);
+    const struct ra_rows rows = { n, start, NULL };
+    return forward(m, tokens, &rows, kv, xchg, logits_last, NULL);
+}
+
+int ra_forward_rows(struct ra_model *m, const int32_t *tokens, const struct ra_rows *rows, struct ra_kvcache *kv,
+                    float *logits_last)
+{
+    if (!rows || rows->n <= 0)
+        return ra_error_set(RA_EINVAL, "forward: no rows");
+    if (rows->pos && m->tap)
+        return ra_error_set(RA_EINVAL, "forward: a position list takes no layer tap");
+    return forward(m, tokens, rows, kv, NULL, logits_last, NULL);
 }
 
 /* Re-runs the span locally (its KV rows are recomputed to the same values,
@@ -373,7 +429,8 @@ static int locate_nonfinite(struct ra_model *m, const int32_t *tokens, int start
     if (!logits)
         return ra_error_set(RA_ENOMEM, "forward: out of memory while locating non-finite logits");
     m->stats = NULL; /* the diagnosis is no part of the run's timings */
-    int rc = forward(m, tokens, start, n, kv, NULL, logits, p);
+    const struct ra_rows rows = { n, start, NULL };
+    int rc = forward(m, tokens, &rows, kv, NULL, logits, p);
     m->stats = stats;
     free(logits);
     free(p->host);

@@ -12,6 +12,7 @@
 
 #include "kvcache.h"
 #include "model.h"
+#include "rows.h"
 
 /* A layer's activations (backend buffers, n rows each) for the hooks that need them. */
 struct ra_layer_acts {
@@ -63,6 +64,15 @@ void ra_model_detach(struct ra_model *m);
 int ra_forward_span(struct ra_model *m, const int32_t *tokens, int start, int n,
                     struct ra_kvcache *kv, const struct ra_kv_exchange *xchg,
                     float *logits_last /* host [vocab]; NULL unless this span ends the prompt */);
+
+/* The forward pass over token rows at positions `rows` (rows.h): a span
+ * (rows->pos NULL) is ra_forward_span's; a position list (sorted, with gaps)
+ * writes its K and V rows at those positions and attends, each row, to the
+ * cache's rows at or before its position, which must be there already (from
+ * an earlier pass): e.g. some rows recomputed at their original positions
+ * over a full cache. logits_last: the last row's, or NULL. */
+int ra_forward_rows(struct ra_model *m, const int32_t *tokens, const struct ra_rows *rows, struct ra_kvcache *kv,
+                    float *logits_last);
 
 /* RA_OK if logits[vocab] (the last logits of span [start, start+n) of TOKENS)
  * are all finite. Otherwise RA_ERANGE naming the first layer and position

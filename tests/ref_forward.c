@@ -136,6 +136,46 @@ void ref_rope(double *x, int n_heads, int head_dim, int pos, float theta, enum r
         }
 }
 
+int ref_attention_rows(double *out, const double *q, const int *qpos, int n, const double *k, const double *v,
+                       const int *kpos, int nk, int n_heads, int n_kv_heads, int head_dim)
+{
+    const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
+    double *att = malloc((size_t)(nk > 0 ? nk : 1) * sizeof(double));
+    if (!att)
+        return -1;
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < n_heads; h++) {
+            const double *qh = q + (size_t)i * q_dim + h * head_dim;
+            const int g = h / group;
+            double max = -INFINITY, sum = 0;
+            for (int t = 0; t < nk; t++) {
+                att[t] = -INFINITY; /* masked: weight 0 */
+                if (kpos[t] > qpos[i])
+                    continue;
+                const double *kt = k + (size_t)t * kv_dim + g * head_dim;
+                double score = 0;
+                for (int d = 0; d < head_dim; d++)
+                    score += qh[d] * kt[d];
+                att[t] = score / sqrt((double)head_dim);
+                max = att[t] > max ? att[t] : max;
+            }
+            for (int t = 0; t < nk; t++) {
+                att[t] = kpos[t] <= qpos[i] ? exp(att[t] - max) : 0;
+                sum += att[t];
+            }
+            double *oh = out + (size_t)i * q_dim + h * head_dim;
+            for (int d = 0; d < head_dim; d++)
+                oh[d] = 0;
+            for (int t = 0; t < nk && sum > 0; t++) {
+                const double *vt = v + (size_t)t * kv_dim + g * head_dim;
+                for (int d = 0; d < head_dim; d++)
+                    oh[d] += att[t] / sum * vt[d];
+            }
+        }
+    free(att);
+    return 0;
+}
+
 int ref_attention(double *out, const double *q, const double *k, const double *v, int start, int n,
                   int n_heads, int n_kv_heads, int head_dim)
 {

@@ -43,6 +43,12 @@ void ref_rope(double *x, int n_heads, int head_dim, int pos, float theta, enum r
 int ref_attention(double *out, const double *q, const double *k, const double *v, int start, int n,
                   int n_heads, int n_kv_heads, int head_dim);
 
+/* Causal attention at positions: query i (at qpos[i]) over the key rows j < nk
+ * (at kpos[j]) whose position is <= qpos[i], as ref_attention; a query with
+ * no such key gets zeros. 0, or -1 out of memory. */
+int ref_attention_rows(double *out, const double *q, const int *qpos, int n, const double *k, const double *v,
+                       const int *kpos, int nk, int n_heads, int n_kv_heads, int head_dim);
+
 /* Runs tokens [start, start+n) through the Llama model m, appending their K,V
  * rows to kv (which must hold rows [0, start) already). logits: NULL, or
  * [n][vocab_size]: the classifier's output at every position of the span.

@@ -73,6 +73,8 @@ static void test_cpu_supports(void)
         CHECK(ra_backend_supports(be, RA_OP_ADD, t) == f32);
         CHECK(ra_backend_supports(be, RA_OP_ATTENTION, t) == kv && ra_backend_supports(be, RA_OP_KV_CACHE, t) == kv);
         CHECK(ra_backend_supports(be, RA_OP_NARROW, t) == kv);
+        CHECK(ra_backend_supports(be, RA_OP_GET_ROWS, t) == kv && ra_backend_supports(be, RA_OP_SET_ROWS, t) == kv);
+        CHECK(ra_backend_supports(be, RA_OP_ROPE_SHIFT, t) == kv && ra_backend_supports(be, RA_OP_POSITIONS, t) == kv);
     }
     CHECK(ra_backend_supports(be, RA_OP_COMPUTE, RA_DTYPE_F32));
     CHECK(!ra_backend_supports(be, RA_OP_COMPUTE, RA_DTYPE_F16));
@@ -100,10 +102,10 @@ static int fake_matmul(struct ra_backend *be, float *y, int ldy, const float *x,
     return RA_OK;
 }
 
-static int fake_attention(struct ra_backend *be, float *out, const float *q, const void *k, const void *v, int start,
-                          int n, const struct ra_attention_shape *s)
+static int fake_attention(struct ra_backend *be, float *out, const float *q, const struct ra_rows *qr, const void *k,
+                          const void *v, const struct ra_rows *kr, const struct ra_attention_shape *s)
 {
-    (void)be, (void)out, (void)q, (void)k, (void)v, (void)start, (void)n, (void)s;
+    (void)be, (void)out, (void)q, (void)qr, (void)k, (void)v, (void)kr, (void)s;
     return RA_OK;
 }
 
@@ -114,6 +116,7 @@ static void test_default_answers(void)
     CHECK(ra_backend_supports(&be, RA_OP_MATMUL, RA_DTYPE_F32) && !ra_backend_supports(&be, RA_OP_MATMUL, RA_DTYPE_BF16));
     CHECK(ra_backend_supports(&be, RA_OP_KV_CACHE, RA_DTYPE_F32) && !ra_backend_supports(&be, RA_OP_KV_CACHE, RA_DTYPE_BF16));
     CHECK(!ra_backend_supports(&be, RA_OP_ROPE, RA_DTYPE_F32) && !ra_backend_supports(&be, RA_OP_NARROW, RA_DTYPE_F32));
+    CHECK(!ra_backend_supports(&be, RA_OP_SET_ROWS, RA_DTYPE_F32) && !ra_backend_supports(&be, RA_OP_POSITIONS, RA_DTYPE_F32));
     CHECK(!strcmp(ra_op_name(RA_OP_KV_CACHE), "kv_cache") && !strcmp(ra_op_name(RA_OP_EMBED), "embed"));
     CHECK(!strcmp(ra_op_name(RA_N_OPS), "?"));
 }

@@ -144,16 +144,16 @@ static void check_rope(int pos0)
      * the tolerance grows with the position (an ulp of 4000 rad is 2.4e-4). */
     const double tol = 2e-6 + 1e-7 * pos0;
     struct ra_rope r = { 10000.0f, RA_ROPE_INTERLEAVED, NULL };
-    CHECK_OK(cpu->ops->rope(cpu, ref, ld, n, n_heads, hd, pos0, &r));
-    CHECK_OK(gpu->ops->rope(gpu, dx, ld, n, n_heads, hd, pos0, &r));
+    CHECK_OK(cpu->ops->rope(cpu, ref, ld, &(struct ra_rows){ n, pos0, NULL }, n_heads, hd, &r));
+    CHECK_OK(gpu->ops->rope(gpu, dx, ld, &(struct ra_rows){ n, pos0, NULL }, n_heads, hd, &r));
     from_gpu(got, dx, (size_t)n * ld);
     report("rope (interleaved)", test_max_rel_diff(got, ref, (size_t)n * ld), tol);
 
     memcpy(ref, x, sizeof(float) * n * ld);
     r.style = RA_ROPE_HALF;
-    CHECK_OK(cpu->ops->rope(cpu, ref, ld, n, n_heads, hd, pos0, &r));
+    CHECK_OK(cpu->ops->rope(cpu, ref, ld, &(struct ra_rows){ n, pos0, NULL }, n_heads, hd, &r));
     CHECK_OK(gpu->ops->upload(gpu, dx, x, sizeof(float) * n * ld));
-    CHECK_OK(gpu->ops->rope(gpu, dx, ld, n, n_heads, hd, pos0, &r));
+    CHECK_OK(gpu->ops->rope(gpu, dx, ld, &(struct ra_rows){ n, pos0, NULL }, n_heads, hd, &r));
     from_gpu(got, dx, (size_t)n * ld);
     report("rope (rotate-half)", test_max_rel_diff(got, ref, (size_t)n * ld), tol);
 
@@ -162,9 +162,9 @@ static void check_rope(int pos0)
     CHECK_OK(ra_rope_set_llama3(&sc, 8, 1, 4, 64, "test"));
     r.factors = sc.rope_factors;
     memcpy(ref, x, sizeof(float) * n * ld);
-    CHECK_OK(cpu->ops->rope(cpu, ref, ld, n, n_heads, hd, pos0, &r));
+    CHECK_OK(cpu->ops->rope(cpu, ref, ld, &(struct ra_rows){ n, pos0, NULL }, n_heads, hd, &r));
     CHECK_OK(gpu->ops->upload(gpu, dx, x, sizeof(float) * n * ld));
-    CHECK_OK(gpu->ops->rope(gpu, dx, ld, n, n_heads, hd, pos0, &r));
+    CHECK_OK(gpu->ops->rope(gpu, dx, ld, &(struct ra_rows){ n, pos0, NULL }, n_heads, hd, &r));
     from_gpu(got, dx, (size_t)n * ld);
     report("rope (rotate-half, llama3-scaled)", test_max_rel_diff(got, ref, (size_t)n * ld), tol);
     /* the padding after the heads is not touched */
@@ -196,7 +196,8 @@ static int gpu_attention(enum att_kernel kern, float *out, const float *q, const
     case ATT_REF: return ra_cuda_attention_ref(out, q, k, v, start, n, s, st);
     case ATT_TC: return ra_cuda_attention_tc(out, q, k, v, start, n, s, st);
     case ATT_SPLIT: return ra_cuda_attention_split(out, q, k, v, start, n, s, work, work_bytes, st);
-    default: return gpu->ops->attention(gpu, out, q, k, v, start, n, s);
+    default: return gpu->ops->attention(gpu, out, q, &(struct ra_rows){ n, start, NULL }, k, v,
+                                        &(struct ra_rows){ start + n, 0, NULL }, s);
     }
 }
 
@@ -231,7 +232,8 @@ static void check_attention(int n_heads, int n_kv, int hd, int start, int n, flo
         const size_t bytes = nkv * (bf ? sizeof(uint16_t) : sizeof(float));
         CHECK_OK(gpu->ops->upload(gpu, dk, hk, bytes));
         CHECK_OK(gpu->ops->upload(gpu, dv, hv, bytes));
-        CHECK_OK(cpu->ops->attention(cpu, ref, q, hk, hv, start, n, &s));
+        CHECK_OK(cpu->ops->attention(cpu, ref, q, &(struct ra_rows){ n, start, NULL }, hk, hv,
+                                     &(struct ra_rows){ start + n, 0, NULL }, &s));
         for (int kern = ATT_AUTO; kern <= ATT_SPLIT; kern++) {
             if ((kern == ATT_TC && !ra_cuda_attention_tc_takes(dk, dv, &s)) ||
                 (kern == ATT_SPLIT && n > RA_CUDA_ATTN_SPLIT_MAX_Q))
@@ -393,7 +395,8 @@ static void check_errors(void)
     CHECK(strstr(ra_error_message(), "device 1000") != NULL);
     /* a shape the kernel refuses: one clear error, nothing launched */
     const struct ra_attention_shape s = { 2, 2, 512, 1024, 1024, RA_DTYPE_F32 };
-    CHECK(gpu->ops->attention(gpu, NULL, NULL, NULL, NULL, 0, 1, &s) == RA_EUNSUPPORTED);
+    CHECK(gpu->ops->attention(gpu, NULL, NULL, &(struct ra_rows){ 1, 0, NULL }, NULL, NULL,
+                              &(struct ra_rows){ 1, 0, NULL }, &s) == RA_EUNSUPPORTED);
     /* a weight that was never uploaded */
     float w[4] = { 0 };
     struct ra_tensor t = { RA_DTYPE_F32, 2, 2, w, NULL };

@@ -316,7 +316,8 @@ static void check_sparse_attention_oracle(void)
         vg[n_sel * kvd + i] = test_frand();
     }
     const struct ra_attention_shape shape = { H, G, d, H * d, kvd, RA_DTYPE_F32 };
-    CHECK_OK(be->ops->attention(be, out, q, kg, vg, n_sel, 1, &shape));
+    CHECK_OK(be->ops->attention(be, out, q, &(struct ra_rows){ 1, n_sel, NULL }, kg, vg,
+                                &(struct ra_rows){ n_sel + 1, 0, NULL }, &shape));
     /* the oracle, head group by head group over its own selection */
     double qd[H * d], kd[(n_sel + 1) * kvd], vd[(n_sel + 1) * kvd], od[H * d], worst = 0;
     for (int i = 0; i < H * d; i++)

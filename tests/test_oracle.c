@@ -136,12 +136,14 @@ static void bf16_attention_case(struct ra_backend *be, const struct ra_attention
     CHECK_OK(be->ops->upload(be, bv16, v16, nkv * 2));
     CHECK_OK(be->ops->upload(be, bkw, kw, nkv * 4));
     CHECK_OK(be->ops->upload(be, bvw, vw, nkv * 4));
-    CHECK_OK(be->ops->attention(be, bout, bq, bkw, bvw, start, n, &s32));
+    CHECK_OK(be->ops->attention(be, bout, bq, &(struct ra_rows){ n, start, NULL }, bkw, bvw,
+                                &(struct ra_rows){ start + n, 0, NULL }, &s32));
     CHECK_OK(be->ops->download(be, want, bout, nout * sizeof(float)));
     for (size_t i = 0; i < nq; i++)
         out[i] = 12345.0f;
     CHECK_OK(be->ops->upload(be, bout, out, nq * sizeof(float)));
-    CHECK_OK(be->ops->attention(be, bout, bq, bk16, bv16, start, n, s16));
+    CHECK_OK(be->ops->attention(be, bout, bq, &(struct ra_rows){ n, start, NULL }, bk16, bv16,
+                                &(struct ra_rows){ start + n, 0, NULL }, s16));
     CHECK_OK(be->ops->download(be, out, bout, nq * sizeof(float)));
     const double err = max_err(out, ref, nout);
     int same = memcmp(out, want, nout * sizeof(float)) == 0;
@@ -219,7 +221,8 @@ static void attention_case(const struct attn_case *ac)
                 for (size_t i = 0; i < nq; i++)
                     out[i] = 12345.0f;
                 CHECK_OK(be->ops->upload(be, bout, out, nq * sizeof(float)));
-                CHECK_OK(be->ops->attention(be, bout, bq + (size_t)start * qd, bk, bv, start, n, &shape));
+                CHECK_OK(be->ops->attention(be, bout, bq + (size_t)start * qd, &(struct ra_rows){ n, start, NULL }, bk,
+                                            bv, &(struct ra_rows){ start + n, 0, NULL }, &shape));
                 CHECK_OK(be->ops->download(be, out, bout, nq * sizeof(float)));
                 const double err = max_err(out, ref + (size_t)start * qd, (size_t)n * qd);
                 int overrun = 0;
@@ -297,7 +300,7 @@ static void rope_case(int head_dim, int n_heads, enum ra_rope_style style, int s
             continue;
         float *bx = ra_backend_alloc(be, count * sizeof(float));
         CHECK_OK(be->ops->upload(be, bx, x, count * sizeof(float)));
-        CHECK_OK(be->ops->rope(be, bx, ld, n, n_heads, head_dim, pos0, &rope));
+        CHECK_OK(be->ops->rope(be, bx, ld, &(struct ra_rows){ n, pos0, NULL }, n_heads, head_dim, &rope));
         CHECK_OK(be->ops->download(be, got, bx, count * sizeof(float)));
         /* the padding between rows is compared too: it must stay untouched */
         const double err = max_err(got, ref, count);
@@ -357,6 +360,260 @@ static double kv_err(const struct ra_kvcache *kv, const struct ref_kv *ref, int 
     return worst;
 }
 
+/* ---------------------------------------------------------------- positions as data */
+
+/* n sorted positions below `below` with gaps of 1 to 4 (and runs without). */
+static void gapped_positions(int32_t *pos, int n, int first)
+{
+    int p = first;
+    for (int i = 0; i < n; i++) {
+        pos[i] = p;
+        p += (i % 5 == 4) ? 1 : test_rand_int(1, 4);
+    }
+}
+
+/* Rotating by d rows already rotated at p (rope_shift) is rotating at p + d,
+ * up to the float rounding of the angles: the oracle computes (p+d)*freq as one
+ * float, the shift p*freq and d*freq apart, each off by up to half an ulp of
+ * angles up to ~700 radians (3e-5): worst seen 2.5e-5; a wrong delta, pair or
+ * frequency moves values by 1e-2 or more. bf16 rows: rounded before and after
+ * the shift, 2^-9 relative each: worst seen 5.1e-3. */
+#define TOL_ROPE_SHIFT 1e-4
+#define TOL_ROPE_SHIFT_BF16 1e-2
+
+/* rope at a position list with gaps, then rope_shift by +73 and -29 (f32 and
+ * bf16 rows), against the oracle's rotation at the final positions. */
+static void rope_rows_case(int head_dim, int n_heads, enum ra_rope_style style, int scaling)
+{
+    const int n = 150, width = n_heads * head_dim, ld = width + 8, deltas[] = { 73, -29 };
+    const float theta = head_dim == 128 ? 500000.0f : 10000.0f;
+    struct ra_config sc = { .head_dim = head_dim, .rope_theta = theta };
+    set_scaling(&sc, scaling);
+    const struct ra_rope rope = { theta, style, sc.rope_scaled ? sc.rope_factors : NULL };
+    const size_t count = (size_t)n * ld;
+    int32_t pos[150];
+    gapped_positions(pos, n, 30);
+    float *x = malloc(count * sizeof(float)), *got = malloc(count * sizeof(float));
+    uint16_t *x16 = malloc(count * sizeof(uint16_t));
+    double *ref = malloc(count * sizeof(double)), *refd = malloc(count * sizeof(double));
+    for (size_t i = 0; i < count; i++)
+        ref[i] = x[i] = test_frand();
+    for (int i = 0; i < n; i++)
+        ref_rope(ref + (size_t)i * ld, n_heads, head_dim, pos[i], theta, style, rope.factors);
+    const struct ra_rows rows = { n, 0, pos };
+    for (int isa = 0; isa < RA_CPU_ISA_COUNT; isa++) {
+        if (!use_isa((enum ra_cpu_isa)isa))
+            continue;
+        struct ra_backend *be = NULL;
+        CHECK_OK(ra_backend_cpu_init(&be, 2));
+        if (!be)
+            continue;
+        float *bx = ra_backend_alloc(be, count * sizeof(float));
+        uint16_t *bx16 = ra_backend_alloc(be, count * sizeof(uint16_t));
+        CHECK_OK(be->ops->upload(be, bx, x, count * sizeof(float)));
+        CHECK_OK(be->ops->rope(be, bx, ld, &rows, n_heads, head_dim, &rope));
+        CHECK_OK(be->ops->download(be, got, bx, count * sizeof(float)));
+        double err = max_err(got, ref, count);
+        printf("rope      %-8s hd %3d heads %d %-11s %-6s at %d gapped positions  worst %.2e%s\n",
+               ra_cpu_isa_name(isa), head_dim, n_heads, ra_rope_style_name(style), scaling_name(scaling), n, err,
+               err <= TOL_ROPE ? "" : "  FAIL");
+        CHECK(err <= TOL_ROPE);
+        for (size_t i = 0; i < count; i++)
+            x16[i] = ra_f32_to_bf16(got[i]);
+        CHECK_OK(be->ops->upload(be, bx16, x16, count * sizeof(uint16_t)));
+        int total = 0;
+        for (int di = 0; di < 2; di++) {
+            total += deltas[di];
+            for (size_t i = 0; i < count; i++)
+                refd[i] = x[i];
+            for (int i = 0; i < n; i++)
+                ref_rope(refd + (size_t)i * ld, n_heads, head_dim, pos[i] + total, theta, style, rope.factors);
+            CHECK_OK(be->ops->rope_shift(be, bx, RA_DTYPE_F32, ld, n, n_heads, head_dim, deltas[di], &rope));
+            CHECK_OK(be->ops->rope_shift(be, bx16, RA_DTYPE_BF16, ld, n, n_heads, head_dim, deltas[di], &rope));
+            CHECK_OK(be->ops->download(be, got, bx, count * sizeof(float)));
+            err = max_err(got, refd, count);
+            CHECK_OK(be->ops->download(be, x16, bx16, count * sizeof(uint16_t)));
+            const double err16 = rows_err(x16, RA_DTYPE_BF16, refd, count);
+            printf("rope      %-8s hd %3d heads %d %-11s %-6s shifted by %+d: f32 %.2e%s  bf16 %.2e%s\n",
+                   ra_cpu_isa_name(isa), head_dim, n_heads, ra_rope_style_name(style), scaling_name(scaling), total,
+                   err, err <= TOL_ROPE_SHIFT ? "" : "  FAIL", err16, err16 <= TOL_ROPE_SHIFT_BF16 ? "" : "  FAIL");
+            CHECK(err <= TOL_ROPE_SHIFT);
+            CHECK(err16 <= TOL_ROPE_SHIFT_BF16);
+        }
+        ra_backend_release(be, bx);
+        ra_backend_release(be, bx16);
+        ra_backend_free(be);
+    }
+    free(x);
+    free(x16);
+    free(got);
+    free(ref);
+    free(refd);
+}
+
+/* get_rows and set_rows move whole rows by index, exactly: f32 and bf16 rows,
+ * and f32 rows rounded into bf16 as a cache holds them; rows not indexed stay
+ * as they were. */
+static void rows_copy_case(struct ra_backend *be)
+{
+    enum { R = 40, N = 9, W = 24 };
+    const int32_t idx[N] = { 0, 3, 4, 5, 17, 18, 30, 38, 39 };
+    float src[R * W], got[R * W], want[R * W];
+    uint16_t s16[R * W], g16[R * W], w16[R * W];
+    for (int i = 0; i < R * W; i++)
+        s16[i] = ra_f32_to_bf16(src[i] = test_frand());
+    float *bs = ra_backend_alloc(be, sizeof src), *bd = ra_backend_alloc(be, sizeof src);
+    uint16_t *bs16 = ra_backend_alloc(be, sizeof s16), *bd16 = ra_backend_alloc(be, sizeof s16);
+    CHECK_OK(be->ops->upload(be, bs, src, sizeof src));
+    CHECK_OK(be->ops->upload(be, bs16, s16, sizeof s16));
+    /* get_rows: dst row i = src row idx[i] */
+    CHECK_OK(be->ops->get_rows(be, bd, bs, RA_DTYPE_F32, W, idx, N));
+    CHECK_OK(be->ops->get_rows(be, bd16, bs16, RA_DTYPE_BF16, W, idx, N));
+    CHECK_OK(be->ops->download(be, got, bd, sizeof(float) * N * W));
+    CHECK_OK(be->ops->download(be, g16, bd16, sizeof(uint16_t) * N * W));
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        bad += memcmp(got + i * W, src + idx[i] * W, sizeof(float) * W) != 0;
+        bad += memcmp(g16 + i * W, s16 + idx[i] * W, sizeof(uint16_t) * W) != 0;
+    }
+    /* set_rows: dst row idx[i] = src row i, into zeroed buffers */
+    memset(want, 0, sizeof want);
+    memset(w16, 0, sizeof w16);
+    for (int i = 0; i < N; i++) {
+        memcpy(want + idx[i] * W, src + i * W, sizeof(float) * W);
+        memcpy(w16 + idx[i] * W, s16 + i * W, sizeof(uint16_t) * W); /* s16 is src rounded */
+    }
+    for (int pass = 0; pass < 2; pass++) { /* bf16 from bf16 rows, then from f32 rows */
+        memset(got, 0, sizeof got);
+        memset(g16, 0, sizeof g16);
+        CHECK_OK(be->ops->upload(be, bd, got, sizeof got));
+        CHECK_OK(be->ops->upload(be, bd16, g16, sizeof g16));
+        CHECK_OK(be->ops->set_rows(be, bd, RA_DTYPE_F32, bs, RA_DTYPE_F32, W, idx, N));
+        CHECK_OK(be->ops->set_rows(be, bd16, RA_DTYPE_BF16, pass ? (const void *)bs : bs16,
+                                   pass ? RA_DTYPE_F32 : RA_DTYPE_BF16, W, idx, N));
+        CHECK_OK(be->ops->download(be, got, bd, sizeof got));
+        CHECK_OK(be->ops->download(be, g16, bd16, sizeof g16));
+        bad += memcmp(got, want, sizeof got) != 0;
+        bad += memcmp(g16, w16, sizeof g16) != 0;
+    }
+    printf("rows      get_rows/set_rows of f32 and bf16 rows: %s\n", bad ? "WRONG ROWS  FAIL" : "exact");
+    CHECK(bad == 0);
+    ra_backend_release(be, bs);
+    ra_backend_release(be, bd);
+    ra_backend_release(be, bs16);
+    ra_backend_release(be, bd16);
+}
+
+/* Attention at position lists, against the oracle: queries at gapped
+ * positions over a whole cache [0, T) (the oracle's answer at a position is
+ * the same whatever the other queries are); queries over gathered keys (a
+ * gapped subset of the cache's rows fetched by get_rows, which the oracle
+ * attends over by their positions), including queries before every key; and
+ * a contiguous span over a cache whose rows start at a later position. f32
+ * and bf16 rows (within the bf16 tolerances above), MHA and GQA, more query
+ * rows than one call of the gapped path takes. */
+static void attention_rows_case(const struct attn_case *ac)
+{
+    enum { T = 400, NQ = 120, NK = 150 };
+    const int hd = ac->head_dim, qd = ac->n_heads * hd, kvd = ac->n_kv_heads * hd;
+    const size_t nq = (size_t)T * qd, nkv = (size_t)T * kvd;
+    float *q = malloc(nq * sizeof(float)), *k = malloc(nkv * sizeof(float)), *v = malloc(nkv * sizeof(float));
+    float *qs = malloc((size_t)NQ * qd * sizeof(float)), *out = malloc((size_t)NQ * qd * sizeof(float));
+    double *qr = malloc(nq * sizeof(double)), *kr = malloc(nkv * sizeof(double)), *vr = malloc(nkv * sizeof(double));
+    double *ref = malloc(nq * sizeof(double)), *refq = malloc((size_t)NQ * qd * sizeof(double));
+    double *refg = malloc((size_t)NQ * qd * sizeof(double)), *krg = malloc((size_t)NK * kvd * sizeof(double));
+    double *vrg = malloc((size_t)NK * kvd * sizeof(double));
+    uint16_t *k16 = malloc(nkv * sizeof(uint16_t)), *v16 = malloc(nkv * sizeof(uint16_t));
+    int32_t qpos[NQ], kpos[NK];
+    int all[T];
+    for (size_t i = 0; i < nq; i++)
+        qr[i] = q[i] = 8.0f * test_frand();
+    for (size_t i = 0; i < nkv; i++) {
+        kr[i] = k[i] = test_frand();
+        vr[i] = v[i] = test_frand();
+        k16[i] = ra_f32_to_bf16(k[i]);
+        v16[i] = ra_f32_to_bf16(v[i]);
+    }
+    for (int i = 0; i < T; i++)
+        all[i] = i;
+    CHECK(ref_attention(ref, qr, kr, vr, 0, T, ac->n_heads, ac->n_kv_heads, hd) == 0);
+    gapped_positions(qpos, NQ, 5);
+    gapped_positions(kpos, NK, 9); /* the first queries come before every key */
+    for (int i = 0; i < NQ; i++) {
+        memcpy(qs + (size_t)i * qd, q + (size_t)qpos[i] * qd, sizeof(float) * qd);
+        memcpy(refq + (size_t)i * qd, ref + (size_t)qpos[i] * qd, sizeof(double) * qd);
+    }
+    for (int j = 0; j < NK; j++) {
+        memcpy(krg + (size_t)j * kvd, kr + (size_t)kpos[j] * kvd, sizeof(double) * kvd);
+        memcpy(vrg + (size_t)j * kvd, vr + (size_t)kpos[j] * kvd, sizeof(double) * kvd);
+    }
+    double *qsr = malloc((size_t)NQ * qd * sizeof(double));
+    for (size_t i = 0; i < (size_t)NQ * qd; i++)
+        qsr[i] = qs[i];
+    CHECK(ref_attention_rows(refg, qsr, qpos, NQ, krg, vrg, kpos, NK, ac->n_heads, ac->n_kv_heads, hd) == 0);
+    const struct ra_rows qrows = { NQ, 0, qpos }, cache = { T, 0, NULL }, gathered = { NK, 0, kpos };
+    /* a span [250, 290) over a cache holding positions [200, 300) */
+    const struct ra_rows span = { 40, 250, NULL }, late = { 100, 200, NULL };
+    for (int isa = 0; isa < RA_CPU_ISA_COUNT; isa++) {
+        if (!use_isa((enum ra_cpu_isa)isa))
+            continue;
+        struct ra_backend *be = NULL;
+        CHECK_OK(ra_backend_cpu_init(&be, 2));
+        if (!be)
+            continue;
+        if (ac->head_dim == 64 && ac->n_heads == 4 && ac->n_kv_heads == 4)
+            rows_copy_case(be);
+        for (int bf = 0; bf < 2; bf++) {
+            const enum ra_dtype dt = bf ? RA_DTYPE_BF16 : RA_DTYPE_F32;
+            const size_t es = ra_dtype_size(dt);
+            const struct ra_attention_shape s = { ac->n_heads, ac->n_kv_heads, hd, qd, kvd, dt };
+            const double tol = bf ? TOL_ATTN_BF16 : TOL_ATTN;
+            void *bk = ra_backend_alloc(be, nkv * es), *bv = ra_backend_alloc(be, nkv * es);
+            void *bkg = ra_backend_alloc(be, (size_t)NK * kvd * es), *bvg = ra_backend_alloc(be, (size_t)NK * kvd * es);
+            float *bq = ra_backend_alloc(be, (size_t)NQ * qd * sizeof(float));
+            float *bo = ra_backend_alloc(be, (size_t)NQ * qd * sizeof(float));
+            CHECK_OK(be->ops->upload(be, bk, bf ? (const void *)k16 : k, nkv * es));
+            CHECK_OK(be->ops->upload(be, bv, bf ? (const void *)v16 : v, nkv * es));
+            CHECK_OK(be->ops->upload(be, bq, qs, (size_t)NQ * qd * sizeof(float)));
+            CHECK_OK(be->ops->attention(be, bo, bq, &qrows, bk, bv, &cache, &s));
+            CHECK_OK(be->ops->download(be, out, bo, (size_t)NQ * qd * sizeof(float)));
+            const double e1 = max_err(out, refq, (size_t)NQ * qd);
+            CHECK_OK(be->ops->get_rows(be, bkg, bk, dt, kvd, kpos, NK));
+            CHECK_OK(be->ops->get_rows(be, bvg, bv, dt, kvd, kpos, NK));
+            CHECK_OK(be->ops->attention(be, bo, bq, &qrows, bkg, bvg, &gathered, &s));
+            CHECK_OK(be->ops->download(be, out, bo, (size_t)NQ * qd * sizeof(float)));
+            const double e2 = max_err(out, refg, (size_t)NQ * qd);
+            CHECK_OK(be->ops->upload(be, bq, q + (size_t)span.start * qd, (size_t)span.n * qd * sizeof(float)));
+            CHECK_OK(be->ops->attention(be, bo, bq, &span, (const char *)bk + (size_t)late.start * kvd * es,
+                                        (const char *)bv + (size_t)late.start * kvd * es, &late, &s));
+            CHECK_OK(be->ops->download(be, out, bo, (size_t)span.n * qd * sizeof(float)));
+            /* the oracle over keys [200, 290) only */
+            double *refl = malloc((size_t)span.n * qd * sizeof(double));
+            double *qsl = malloc((size_t)span.n * qd * sizeof(double));
+            for (size_t i = 0; i < (size_t)span.n * qd; i++)
+                qsl[i] = q[(size_t)span.start * qd + i];
+            CHECK(ref_attention_rows(refl, qsl, all + span.start, span.n, kr + (size_t)late.start * kvd,
+                                     vr + (size_t)late.start * kvd, all + late.start, late.n, ac->n_heads,
+                                     ac->n_kv_heads, hd) == 0);
+            const double e3 = max_err(out, refl, (size_t)span.n * qd);
+            free(refl);
+            free(qsl);
+            printf("attention %-8s hd %3d heads %d/%d  %s KV at positions: %d gapped queries %.2e, over %d gathered "
+                   "keys %.2e, span after a cache from 200 %.2e%s\n",
+                   ra_cpu_isa_name(isa), hd, ac->n_heads, ac->n_kv_heads, ra_dtype_name(dt), NQ, e1, NK, e2, e3,
+                   e1 <= tol && e2 <= tol && e3 <= tol ? "" : "  FAIL");
+            CHECK(e1 <= tol && e2 <= tol && e3 <= tol);
+            void *bufs[] = { bk, bv, bkg, bvg, bq, bo };
+            for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+                ra_backend_release(be, bufs[i]);
+        }
+        ra_backend_free(be);
+    }
+    void *hbufs[] = { q, k, v, qs, out, qr, kr, vr, ref, refq, refg, krg, vrg, k16, v16, qsr };
+    for (size_t i = 0; i < sizeof hbufs / sizeof hbufs[0]; i++)
+        free(hbufs[i]);
+}
+
 #define MID 37 /* where the second span starts: no multiple of any block */
 
 /* Runs the real forward pass over [first, first+n) after [0, first) (when
@@ -395,6 +652,105 @@ static void forward_span_case(struct ra_model *m, struct ra_backend *be, const c
     CHECK(ok);
     ra_kvcache_free(&kv);
     free(logits);
+}
+
+/* The element error of the cache rows of the positions pos[0, n) of every
+ * layer, K and V, against a saved copy of the whole cache (kv's dtype). */
+static double kv_rows_err(const struct ra_kvcache *kv, const char *saved, const int32_t *pos, int n)
+{
+    double worst = 0;
+    const size_t row = ra_kvcache_row_bytes(kv), layer = (size_t)kv->capacity * row, w = (size_t)kv->kv_dim;
+    double *want = malloc(w * sizeof(double));
+    float *f = malloc(w * sizeof(float));
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int side = 0; side < 2; side++)
+            for (int i = 0; i < n; i++) {
+                const char *src = saved + (2 * (size_t)l + side) * layer + (size_t)pos[i] * row;
+                if (kv->dtype == RA_DTYPE_F32)
+                    memcpy(f, src, row);
+                else
+                    for (size_t e = 0; e < w; e++)
+                        f[e] = ra_bf16_to_f32(((const uint16_t *)src)[e]);
+                for (size_t e = 0; e < w; e++)
+                    want[e] = f[e];
+                const void *got = side ? ra_kvcache_v(kv, l, pos[i]) : ra_kvcache_k(kv, l, pos[i]);
+                worst = fmax(worst, rows_err(got, kv->dtype, want, w));
+            }
+    free(want);
+    free(f);
+    return worst;
+}
+
+/* ra_forward_rows over a gapped subset S of a prompt at its original
+ * positions, over the cache of a full prefill of the prompt whose rows of S
+ * were overwritten: S's K and V rows come back as the prefill's, the rows
+ * outside S are untouched, and the last logits (S holds the last position) are
+ * the prefill's; both against the oracle too. Within the span cases'
+ * tolerance: the gapped path sums attention in another order. */
+static void forward_rows_case(struct ra_model *m, struct ra_backend *be, const char *name, const char *isa,
+                              const int32_t *tokens, int T, const struct ref_kv *ref_kv, const double *ref_logits,
+                              double tol, enum ra_dtype kv_dtype)
+{
+    const struct ra_config *c = &m->config;
+    struct ra_kvcache kv;
+    if (ra_kvcache_init_dtype(&kv, be, c->n_layers, ra_config_kv_dim(c), T, kv_dtype) != RA_OK) {
+        CHECK_OK(RA_ENOMEM);
+        return;
+    }
+    float *full = malloc((size_t)c->vocab_size * sizeof(float)), *got = malloc((size_t)c->vocab_size * sizeof(float));
+    int32_t *pos = malloc((size_t)T * sizeof *pos), *sub = malloc((size_t)T * sizeof *sub);
+    const size_t row = ra_kvcache_row_bytes(&kv), layer = (size_t)T * row;
+    char *saved = malloc(2 * (size_t)c->n_layers * layer);
+    CHECK_OK(ra_forward_span(m, tokens, 0, T, &kv, NULL, full));
+    for (int l = 0; l < c->n_layers; l++) {
+        memcpy(saved + 2 * (size_t)l * layer, ra_kvcache_k(&kv, l, 0), layer);
+        memcpy(saved + (2 * (size_t)l + 1) * layer, ra_kvcache_v(&kv, l, 0), layer);
+    }
+    int n = 0; /* runs and gaps of a few positions, always the last one */
+    for (int p = 2; p < T - 1; p += test_rand_int(1, 5))
+        pos[n++] = p;
+    pos[n++] = T - 1;
+    for (int i = 0; i < n; i++) {
+        sub[i] = tokens[pos[i]];
+        for (int l = 0; l < c->n_layers; l++) { /* stale rows: must be rewritten */
+            memset(ra_kvcache_k(&kv, l, pos[i]), 0x7f, row);
+            memset(ra_kvcache_v(&kv, l, pos[i]), 0x7f, row);
+        }
+    }
+    const struct ra_rows rows = { n, 0, pos };
+    CHECK_OK(ra_forward_rows(m, sub, &rows, &kv, got));
+    const double ek = kv_rows_err(&kv, saved, pos, n);
+    double el = 0;
+    for (int i = 0; i < c->vocab_size; i++)
+        el = fmax(el, fabs((double)got[i] - full[i]) / (1.0 + fabs((double)full[i])));
+    int others = 0; /* the rows outside S, byte for byte */
+    for (int l = 0, i = 0; l < c->n_layers; l++, i = 0)
+        for (int p = 0; p < T; p++) {
+            if (i < n && pos[i] == p) {
+                i++;
+                continue;
+            }
+            others += memcmp(ra_kvcache_k(&kv, l, p), saved + 2 * (size_t)l * layer + (size_t)p * row, row) != 0;
+            others += memcmp(ra_kvcache_v(&kv, l, p), saved + (2 * (size_t)l + 1) * layer + (size_t)p * row, row) != 0;
+        }
+    const double eo = max_err(got, ref_logits + (size_t)(T - 1) * c->vocab_size, (size_t)c->vocab_size);
+    double eko = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = 0; i < n; i++) {
+            eko = fmax(eko, rows_err(ra_kvcache_k(&kv, l, pos[i]), kv_dtype, ref_kv_k(ref_kv, l, pos[i]), kv.kv_dim));
+            eko = fmax(eko, rows_err(ra_kvcache_v(&kv, l, pos[i]), kv_dtype, ref_kv_v(ref_kv, l, pos[i]), kv.kv_dim));
+        }
+    const int ok = ek <= tol && el <= tol && !others && (tol >= TOL_BF16_TRAINED || (eo <= tol && eko <= tol));
+    printf("forward   %-12s %-16s %d of [0, %d) at their positions%s: vs the prefill kv %.2e logits %.2e, vs the "
+           "oracle kv %.2e logits %.2e%s%s\n", isa, name, n, T, kv_dtype == RA_DTYPE_F32 ? "" : " (bf16 KV)", ek, el,
+           eko, eo, others ? "  OTHER ROWS CHANGED" : "", ok ? "" : "  FAIL");
+    CHECK(ok);
+    ra_kvcache_free(&kv);
+    free(full);
+    free(got);
+    free(pos);
+    free(sub);
+    free(saved);
 }
 
 /* Every length of lens[] as one span from 0 and as a second span from MID,
@@ -452,6 +808,8 @@ static void forward_case(struct ra_model *m, const char *name, const int *lens, 
                 forward_span_case(m, be, name, label, tokens, MID, lens[i], &ref_kv, ref_logits, T, t,
                                   kv_dtype);
             }
+            if (!mode)
+                forward_rows_case(m, be, name, label, tokens, T, &ref_kv, ref_logits, tol, kv_dtype);
             if (mode) {
                 ra_backend_cpu_describe_linear(be, unit, sizeof unit);
                 printf("forward   %-12s %-16s linear layers: %s\n", label, name, bf16 ? unit : "fp32 (no bf16 unit)");
@@ -641,6 +999,8 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++)
         attention_case(&attn[i]);
+    for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i += 2)
+        attention_rows_case(&attn[i]);
     printf("attention: %.1f s\n", ra_wall_s() - t0);
 
     const enum ra_rope_style I = RA_ROPE_INTERLEAVED, H = RA_ROPE_HALF;
@@ -652,6 +1012,10 @@ int main(void)
         rope_case(hd, 3, H, 2);
     }
     rope_bad_factors();
+    for (int hd = 64; hd <= 128; hd *= 2) {
+        rope_rows_case(hd, 3, I, 0);
+        rope_rows_case(hd, 3, H, 2);
+    }
     printf("rope: %.1f s\n", ra_wall_s() - t0);
 
     t0 = ra_wall_s();

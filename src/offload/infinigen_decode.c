@@ -142,8 +142,8 @@ static int dense_pass(struct ra_infinigen *ig, struct ra_kvpool *pool, struct ra
             (rc = op->matmul(be, p.q, d, p.xa, d, &w->wq, n)) != RA_OK ||
             (rc = op->matmul(be, k, kvd, p.xa, d, &w->wk, n)) != RA_OK ||
             (rc = op->matmul(be, v, kvd, p.xa, d, &w->wv, n)) != RA_OK ||
-            (rc = op->rope(be, p.q, d, n, c->n_heads, c->head_dim, 0, &rope)) != RA_OK ||
-            (rc = op->rope(be, k, kvd, n, c->n_kv_heads, c->head_dim, 0, &rope)) != RA_OK)
+            (rc = op->rope(be, p.q, d, &(struct ra_rows){ n, 0, NULL }, c->n_heads, c->head_dim, &rope)) != RA_OK ||
+            (rc = op->rope(be, k, kvd, &(struct ra_rows){ n, 0, NULL }, c->n_kv_heads, c->head_dim, &rope)) != RA_OK)
             goto out;
         if (!pool) {
             if ((rc = ra_infinigen_skew_layer(ig, l, p.q, k, n)) != RA_OK)
@@ -159,7 +159,8 @@ static int dense_pass(struct ra_infinigen *ig, struct ra_kvpool *pool, struct ra
         }
         if (l + 1 == c->n_layers && !logits)
             break;
-        if ((rc = op->attention(be, p.att, p.q, k, v, 0, n, &shape)) != RA_OK ||
+        if ((rc = op->attention(be, p.att, p.q, &(struct ra_rows){ n, 0, NULL }, k, v, &(struct ra_rows){ n, 0, NULL },
+                                &shape)) != RA_OK ||
             (rc = layer_tail(m, &p, l, n)) != RA_OK)
             goto out;
     }
@@ -225,7 +226,7 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
         const int n_slots = pool->n_used[l];
         if ((rc = op->rmsnorm(be, p.xa, p.x, &w->attn_norm, 1, d, c->norm_eps)) != RA_OK ||
             (rc = op->matmul(be, p.q, d, p.xa, d, &w->wq, 1)) != RA_OK ||
-            (rc = op->rope(be, p.q, d, 1, H, c->head_dim, pos, &rope)) != RA_OK)
+            (rc = op->rope(be, p.q, d, &(struct ra_rows){ 1, pos, NULL }, H, c->head_dim, &rope)) != RA_OK)
             goto out;
         if (ig->p.oracle && l >= dense && (rc = ra_infinigen_speculate(ig, l, p.q, n_slots, p.sel, &n_sel)) != RA_OK)
             goto out;
@@ -235,7 +236,7 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
         v += (size_t)n_att * kvd;
         if ((rc = op->matmul(be, k, kvd, p.xa, d, &w->wk, 1)) != RA_OK ||
             (rc = op->matmul(be, v, kvd, p.xa, d, &w->wv, 1)) != RA_OK ||
-            (rc = op->rope(be, k, kvd, 1, G, c->head_dim, pos, &rope)) != RA_OK)
+            (rc = op->rope(be, k, kvd, &(struct ra_rows){ 1, pos, NULL }, G, c->head_dim, &rope)) != RA_OK)
             goto out;
         /* the fetch: what the speculation at layer l-1 chose, or everything */
         if ((rc = ra_kvpool_gather(pool, l, n_sel < 0 ? NULL : p.sel, n_att, p.kg, p.vg)) != RA_OK)
@@ -264,13 +265,14 @@ int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct 
                     stats->recall_min = fmin(stats->recall_min, head_recall[h]);
             }
         }
-        if ((rc = op->attention(be, p.att, p.q, p.kg, p.vg, n_att, 1, &shape)) != RA_OK)
+        if ((rc = op->attention(be, p.att, p.q, &(struct ra_rows){ 1, n_att, NULL }, p.kg, p.vg,
+                                &(struct ra_rows){ n_att + 1, 0, NULL }, &shape)) != RA_OK)
             goto out;
         /* the rehearsal of layer l+1 from this layer's attention input (not for a dense layer) */
         n_sel = -1;
         if (l + 1 < c->n_layers && l + 1 >= dense && !ig->p.oracle) {
             if ((rc = op->matmul(be, p.qs, d, p.xa, d, &m->weights.layers[l + 1].wq, 1)) != RA_OK ||
-                (rc = op->rope(be, p.qs, d, 1, H, c->head_dim, pos, &rope)) != RA_OK ||
+                (rc = op->rope(be, p.qs, d, &(struct ra_rows){ 1, pos, NULL }, H, c->head_dim, &rope)) != RA_OK ||
                 (rc = ra_infinigen_speculate(ig, l + 1, p.qs, pool->n_used[l + 1], p.sel, &n_sel)) != RA_OK)
                 goto out;
         }

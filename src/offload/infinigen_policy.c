@@ -113,7 +113,8 @@ static int calibrate(struct ra_offload *o, struct ig_state *st)
     for (int l = 0; l < c->n_layers && rc == RA_OK; l++) {
         const float *x = ra_offload_pool_x(o, l) + (size_t)x0 * c->dim;
         if ((rc = be->ops->matmul(be, q, c->dim, x, c->dim, &m->weights.layers[l].wq, n)) != RA_OK ||
-            (rc = be->ops->rope(be, q, c->dim, n, c->n_heads, c->head_dim, x0, &rope)) != RA_OK ||
+            (rc = be->ops->rope(be, q, c->dim, &(struct ra_rows){ n, x0, NULL }, c->n_heads, c->head_dim,
+                                &rope)) != RA_OK ||
             (rc = be->ops->synchronize(be)) != RA_OK)
             break;
         rc = ra_infinigen_skew_layer(&st->ig, l, q, (const float *)ra_offload_pool_k(o, l) + (size_t)x0 * vw->kv_dim, n);
@@ -236,7 +237,7 @@ static int ig_attend(struct ra_offload *o, int layer, int pos, const struct ra_l
     /* the rehearsal of layer l+1 from this layer's attention input */
     int rc = be->ops->matmul(be, st->qs, c->dim, a->xa, c->dim, &m->weights.layers[layer + 1].wq, 1);
     if (rc == RA_OK)
-        rc = be->ops->rope(be, st->qs, c->dim, 1, c->n_heads, c->head_dim, pos, &rope);
+        rc = be->ops->rope(be, st->qs, c->dim, &(struct ra_rows){ 1, pos, NULL }, c->n_heads, c->head_dim, &rope);
     if (rc == RA_OK)
         rc = be->ops->synchronize(be);
     if (rc == RA_OK)

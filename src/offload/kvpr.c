@@ -80,7 +80,7 @@ int ra_kvpr_recompute(struct ra_model *m, int layer, const float *x, int x0, int
     if (rc == RA_OK)
         rc = be->ops->matmul(be, v, kvd, x, c->dim, &w->wv, nx);
     if (rc == RA_OK)
-        rc = be->ops->rope(be, k, kvd, nx, c->n_kv_heads, c->head_dim, x0, &rope);
+        rc = be->ops->rope(be, k, kvd, &(struct ra_rows){ nx, x0, NULL }, c->n_kv_heads, c->head_dim, &rope);
     return rc;
 }
 
