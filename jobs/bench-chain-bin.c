@@ -65,7 +65,7 @@ static const struct { int context; double split, tsp_over_kvr; } expected[] = {
 };
 
 struct options {
-    const char *model, *report_dir, *single_out, *single_in;
+    const char *model, *report_dir, *single_out, *single_in, *backend;
     int contexts[MAX_LIST], n_contexts;
     int points, min_stride; /* KVR-S's search: grid values per level, smallest stride in tokens */
     int single_threads[MAX_LIST], n_single_threads;
@@ -111,6 +111,8 @@ static void usage(FILE *f)
 "                     process ran on them\n"
 "  --retries N        re-run a disturbed run up to N times (default 2); the table\n"
 "                     counts the disturbed runs it had to keep\n"
+"  --backend B        cpu (default) or cuda (each rank on the GPU of its index on the\n"
+"                     node; no disturbed-run check, host CPU time says nothing of it)\n"
 "  --quiet-wait S     before each run, sample the machine for 0.4 s with every rank\n"
 "                     asleep, and while other processes keep more than 10%% of the\n"
 "                     cores busy wait for them, at most S seconds per run\n"
@@ -145,7 +147,8 @@ static void fail(const char *fmt, ...)
 static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { O_CONTEXTS = 256, O_REPEAT, O_POINTS, O_MIN_STRIDE, O_MODEL, O_REPORT_DIR, O_SINGLE, O_SINGLE_THREADS,
-           O_SINGLE_OUT, O_SINGLE_IN, O_THREADS, O_SEED, O_RETRIES, O_MIN_CPU, O_QUIET_WAIT, O_KV_DTYPE, O_HELP };
+           O_SINGLE_OUT, O_SINGLE_IN, O_THREADS, O_SEED, O_RETRIES, O_MIN_CPU, O_QUIET_WAIT, O_KV_DTYPE, O_BACKEND,
+           O_HELP };
     static const struct option longopts[] = {
         { "contexts", required_argument, NULL, O_CONTEXTS },
         { "repeat", required_argument, NULL, O_REPEAT },
@@ -162,12 +165,14 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "min-cpu", required_argument, NULL, O_MIN_CPU },
         { "quiet-wait", required_argument, NULL, O_QUIET_WAIT },
         { "kv-dtype", required_argument, NULL, O_KV_DTYPE },
+        { "backend", required_argument, NULL, O_BACKEND },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
     };
     memset(o, 0, sizeof *o);
     o->n_contexts = bench_parse_list("2048,4096,8192", o->contexts, MAX_LIST, "--contexts");
     o->points = 5;
+    o->backend = "cpu";
     o->min_stride = 16;
     o->n_single_threads = bench_parse_list("1,2", o->single_threads, MAX_LIST, "--single-threads");
     o->repeat = 3;
@@ -228,6 +233,11 @@ static int parse_options(int argc, char **argv, struct options *o)
                 fail("--quiet-wait '%s': need seconds >= 0", optarg);
             break;
         }
+        case O_BACKEND:
+            o->backend = optarg;
+            if (!*optarg || ra_backend_name_check(optarg, "--backend") != RA_OK)
+                fail("--backend: '%s' is not cpu or cuda", optarg);
+            break;
         case O_KV_DTYPE:
             if (ra_kv_dtype_parse(optarg, "--kv-dtype", &o->kv_dtype) != RA_OK)
                 fail("%s", ra_error_message());
@@ -323,10 +333,10 @@ static void report_run(const struct options *o, const struct ra_config *c, const
                      "model_shape", "dim", c->dim, "hidden_dim", c->hidden_dim, "layers", c->n_layers, "heads",
                      c->n_heads, "kv_heads", c->n_kv_heads, "vocab", c->vocab_size, "label", label, "method", method,
                      "route", route ? json_string(route) : json_null(), "partition", spec, "bounds", bl);
-    json_t *more = json_pack("{s:i, s:i, s:i, s:I, s:i, s:i, s:f, s:f, s:b, s:b}", "ranks", ranks,
-                                       "threads_per_rank", threads, "context_length", context, "seed",
-                                       (json_int_t)o->seed, "repeat_index", rep, "attempt", attempt, "ttft_s", ttft,
-                                       "min_cpu_share", cpu, "disturbed", cpu < o->min_cpu, "kept", kept);
+    json_t *more = json_pack("{s:s, s:i, s:i, s:i, s:I, s:i, s:i, s:f, s:f, s:b, s:b}", "backend", o->backend,
+                             "ranks", ranks, "threads_per_rank", threads, "context_length", context, "seed",
+                             (json_int_t)o->seed, "repeat_index", rep, "attempt", attempt, "ttft_s", ttft,
+                             "min_cpu_share", cpu, "disturbed", cpu < o->min_cpu, "kept", kept);
     json_object_update(line, more);
     json_decref(more);
     if (per_rank) {
@@ -400,6 +410,7 @@ struct bench {
     int32_t *prompt;
     float *logits;
     int max_context;
+    int host; /* the CPU backend: CPU time over wall time says whether another process took a core */
 };
 
 static void bench_init(struct bench *b, const struct options *o, int threads, int with_kv)
@@ -413,9 +424,13 @@ static void bench_init(struct bench *b, const struct options *o, int threads, in
         b->max_context = o->contexts[i] > b->max_context ? o->contexts[i] : b->max_context;
     if (b->max_context > c->seq_len)
         fail("context %d exceeds the model's %d tokens", b->max_context, c->seq_len);
-    if ((rc = ra_backend_open(&b->be, "cpu", &(struct ra_backend_params){ .threads = threads })) != RA_OK ||
-        (rc = ra_model_attach(&b->model, b->be)) != RA_OK)
+    struct ra_backend_params p = RA_BACKEND_PARAMS_INIT;
+    p.threads = threads;
+    p.rank = rank;
+    p.local_rank = ra_mpi_local_rank(); /* collective: every rank opens its backend */
+    if ((rc = ra_backend_open(&b->be, o->backend, &p)) != RA_OK || (rc = ra_model_attach(&b->model, b->be)) != RA_OK)
         fail("%s", ra_error_message());
+    b->host = strcmp(b->be->ops->name, "cpu") == 0;
     if (with_kv &&
         (rc = ra_kvcache_init_dtype(&b->kv, b->be, c->n_layers, ra_config_kv_dim(c), b->max_context,
                                     o->kv_dtype)) != RA_OK)
@@ -492,7 +507,8 @@ static int run_single(const struct options *o)
                         rc = ra_prefill_run(&b[t].model, &x, &b[0].kv, b[t].prompt, b[t].logits, v);
                     if (rc != RA_OK)
                         fail("single, %d threads, %d tokens: %s", o->single_threads[t], C, ra_error_message());
-                    const double cpu = (ra_process_cpu_s() - c0) / ((ra_wall_s() - w0) * o->single_threads[t]);
+                    const double cpu =
+                        b[t].host ? (ra_process_cpu_s() - c0) / ((ra_wall_s() - w0) * o->single_threads[t]) : 1;
                     ra_exchange_free(&x);
                     progress("context %d, round %d/%d: single-%dt  TTFT %.3f s  cpu %.0f%%", C, rep + 1, o->repeat,
                              o->single_threads[t], *v, 100 * cpu);
@@ -557,7 +573,7 @@ static double measure_chain(struct bench *b, struct config *cfg, double *per_ran
         rc = ra_prefill_run(&b->model, &x, &b->kv, b->prompt, b->logits, &ttft);
     if (rc != RA_OK)
         fail("%s: %s", cfg->label, ra_error_message());
-    const double share = (ra_process_cpu_s() - c0) / ((ra_wall_s() - w0) * b->be->n_threads);
+    const double share = b->host ? (ra_process_cpu_s() - c0) / ((ra_wall_s() - w0) * b->be->n_threads) : 1;
     const struct ra_layer_times *l0 = &x.stats.layers[0];
     /* Waits for K,V rows apart from the drain of the last sends (rank 0's only wait). */
     double mine[PR + 2] = { rank == world - 1 ? ttft : 0, x.stats.t_total, x.stats.t_wait, x.stats.t_drain,
@@ -619,7 +635,7 @@ static double measure_bound(struct bench *b, const int *bounds, double *per_rank
         const double t0 = MPI_Wtime(), c0 = ra_process_cpu_s();
         int rc = ra_forward_span(&b->model, b->prompt + start, start, n, &b->kv, NULL, last ? b->logits : NULL);
         mine[0] = MPI_Wtime() - t0;
-        mine[1] = (ra_process_cpu_s() - c0) / (mine[0] * b->be->n_threads);
+        mine[1] = b->host ? (ra_process_cpu_s() - c0) / (mine[0] * b->be->n_threads) : 1;
         if (rc != RA_OK)
             fail("bound: %s", ra_error_message());
     }
@@ -757,7 +773,7 @@ static void print_header(const struct options *o, const struct bench *b)
             }
         fclose(f);
     }
-    printf("# runahead bench-chain: KV-Runahead vs TSP vs single process, TTFT\n");
+    printf("# runahead bench-chain: KV-Runahead vs TSP vs single process, TTFT, %s backend\n", b->be->ops->name);
     printf("# model:    %s\n", o->model);
     printf("#           dim %d, hidden %d, %d layers, %d heads (%d kv), vocab %d, %s weights\n", c->dim,
            c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,

@@ -97,7 +97,14 @@ assert abs(kvrs[0]["bounds"][1] / 192 - float(chosen[0][1])) < 1e-3, (kvrs[0]["b
 assert sum(r["label"].startswith("KVR 0.") and r["kept"] for r in runs) == 3 * len(search), "a searched share without 3 runs"
 assert all("drain_s" in x for r in runs if r["label"] == "KVR-S" for x in r["per_rank"])
 assert "min..max" in txt and "KVR-S/bound" in txt
+assert all(r["backend"] == "cpu" for r in runs) and "cpu backend" in txt
 PY
+# --backend cuda without a GPU: the first launch ends with the backend's line.
+if [ ! -x "$BUILD/tests/cuda_devices" ] || [ "$("$BUILD/tests/cuda_devices")" = 0 ]; then
+    RA_BUILDDIR=$BUILD BENCH_CHAIN_MPI_FLAGS="$MPIEXEC_FLAGS" "$J/bench-chain" --model "$TMP/tiny" --contexts 192 \
+        --backend cuda >/dev/null 2>"$TMP/err" && fail "bench-chain --backend cuda without a GPU succeeded"
+    grep -q "^bench-chain: rank 0: --backend cuda: " "$TMP/err" || { fail "bench-chain --backend cuda: no error line"; cat "$TMP/err" >&2; }
+fi
 
 # The network study: TTFT overhead of each method under emulated noise (Fig. 11c), and Table 3.
 "$J/network-study" --model "$TMP/tiny" --contexts 128,256 --ranks 2 --link-gbps 0.05 --repeat 2 --oversubscribe \
