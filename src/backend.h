@@ -166,7 +166,8 @@ struct ra_backend {
     enum ra_compute compute; /* set before ra_model_attach; AUTO after init */
 };
 
-/* The CPU backend; n_threads <= 0 means one per CPU of the process's affinity mask (ra_cpus_allowed). */
+/* The CPU backend; n_threads <= 0 means one per CPU of the process's affinity mask (ra_cpus_allowed).
+ * Programs and tests call ra_backend_open instead (tests/layering.sh checks it). */
 int ra_backend_cpu_init(struct ra_backend **out, int n_threads);
 /* One line on what runs a CPU backend's linear layers in bf16: "oneDNN
  * brg:avx512_core_amx" (the unit of its last bf16 GEMM), or "none (why)". */

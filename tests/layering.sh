@@ -5,7 +5,8 @@
 # The build enforces the same through per-target include paths (Makefile.am), but a quoted
 # relative path ("../mpi/x.h") would get around those; this check resolves every include the
 # way the compiler does (the including file's directory first, then the -I directories).
-# First it proves on a crafted tree that it finds violations, then it checks the real one.
+# First it proves on a crafted tree that it finds violations, then it checks the real one. Last:
+# only src/backend.c opens backends (ra_backend_open); no program or test calls their constructors.
 . "$(dirname "$0")/lib.sh"
 
 # The parts a file may include from.
@@ -77,4 +78,10 @@ done
 # The real tree.
 check_tree "$SRC"
 [ "$violations" -eq 0 ] || fail "$violations include(s) break the layering (listed above)"
+
+# Backends are chosen in one place: only src/backend.c calls the backends' own constructors
+# (test_cuda_ops also calls the CUDA module's, to check its refusal of a device it lacks).
+direct=$(grep -rlE "ra_backend_(cpu|cuda)_init\(" "$SRC/src" "$SRC/mpi" "$SRC/partition" "$SRC/jobs" "$SRC/tests" \
+    --include='*.c' --include='*.cu' | sed "s|^$SRC/||" | grep -vxE "src/backend(_cpu)?\.c|tests/test_cuda_ops\.c")
+[ -z "$direct" ] || fail "backends opened around ra_backend_open in: $(echo $direct)"
 finish

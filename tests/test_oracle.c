@@ -405,7 +405,7 @@ static void rope_rows_case(int head_dim, int n_heads, enum ra_rope_style style, 
         if (!use_isa((enum ra_cpu_isa)isa))
             continue;
         struct ra_backend *be = NULL;
-        CHECK_OK(ra_backend_cpu_init(&be, 2));
+        CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
         if (!be)
             continue;
         float *bx = ra_backend_alloc(be, count * sizeof(float));
@@ -558,7 +558,7 @@ static void attention_rows_case(const struct attn_case *ac)
         if (!use_isa((enum ra_cpu_isa)isa))
             continue;
         struct ra_backend *be = NULL;
-        CHECK_OK(ra_backend_cpu_init(&be, 2));
+        CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
         if (!be)
             continue;
         if (ac->head_dim == 64 && ac->n_heads == 4 && ac->n_kv_heads == 4)
