@@ -72,18 +72,6 @@ __device__ __forceinline__ float ra_block_sum(float v, float *shared)
     return ra_warp_sum(v);
 }
 
-__device__ __forceinline__ float ra_block_max(float v, float *shared)
-{
-    const int lane = threadIdx.x % RA_WARP, warp = threadIdx.x / RA_WARP, warps = blockDim.x / RA_WARP;
-    v = ra_warp_max(v);
-    __syncthreads();
-    if (lane == 0)
-        shared[warp] = v;
-    __syncthreads();
-    v = lane < warps ? shared[lane] : -INFINITY;
-    return ra_warp_max(v);
-}
-
 /* Blocks for a grid-stride loop over COUNT elements, 256 threads a block. */
 static inline unsigned ra_grid_1d(size_t count)
 {

@@ -10,7 +10,6 @@
 #include "residual.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
-#include "sampling.cuh"
 #include "swiglu.cuh"
 
 #endif

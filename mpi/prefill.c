@@ -163,11 +163,6 @@ out:
     return rc;
 }
 
-int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all)
-{
-    return ra_stats_gather_passes(x, NULL, all);
-}
-
 /* Per rank: t_total, t_wait, bytes/msgs sent/received, t_drain, then 5 times
  * per layer, then (with ps) the 9 figures of the spread. */
 int ra_stats_gather_passes(struct ra_exchange *x, const struct ra_passes *ps, struct ra_all_stats *all)

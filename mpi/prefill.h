@@ -54,8 +54,7 @@ struct ra_all_stats {
     double *spread;                    /* [size][3][3] as ra_passes.spread, or NULL */
 };
 
-int ra_stats_gather(struct ra_exchange *x, struct ra_all_stats *all);
-/* The same with every rank's spread over the passes (ps may be NULL). */
+/* Gathers them into ALL, with every rank's spread over the passes where ps is not NULL. */
 int ra_stats_gather_passes(struct ra_exchange *x, const struct ra_passes *ps, struct ra_all_stats *all);
 void ra_stats_free(struct ra_all_stats *all);
 

@@ -533,16 +533,6 @@ out:
 #endif
 }
 
-size_t ra_bf16_packed_bytes(const struct ra_bf16_packed *w)
-{
-#ifdef RA_HAVE_ONEDNN
-    return w ? dnnl_memory_desc_get_size(&w->md) : 0;
-#else
-    (void)w;
-    return 0;
-#endif
-}
-
 void ra_bf16_packed_free(struct ra_bf16_packed *w)
 {
     if (w)

@@ -43,7 +43,6 @@ struct ra_bf16_packed;
 int ra_gemm_bf16_pack(struct ra_gemm_bf16 *g, const uint16_t *plain, int rows, int k, struct ra_bf16_packed **out);
 int ra_gemm_bf16_run_packed(struct ra_gemm_bf16 *g, float *y, int ldy, const float *x, int ldx,
                             const struct ra_bf16_packed *w, int n);
-size_t ra_bf16_packed_bytes(const struct ra_bf16_packed *w);
 void ra_bf16_packed_free(struct ra_bf16_packed *w);
 
 /* The unit of the last plan made, e.g. "oneDNN brg:avx512_core_amx". */

@@ -84,14 +84,6 @@ static inline void test_skip_part(const char *why)
     }
 }
 
-/* The whole test cannot run: main returns this (77, or 1 when strict or
- * when checks already failed). */
-static inline int test_skip(const char *name, const char *why)
-{
-    test_skip_part(why);
-    return test_failures ? test_result(name) : TEST_SKIP;
-}
-
 /* The whole test needs a GPU and there is none (or the build has no CUDA):
  * main returns this. Always 77, strict or not: hardware a machine lacks is
  * no missing fixture, and the build has already proved the code compiles
