@@ -86,8 +86,9 @@ int ra_kvpr_recompute(struct ra_model *m, int layer, const float *x, int x0, int
 
 /* ---------------------------------------------------------------- profiler */
 
-/* The recompute of n rows of layer 0 into k, v (f32, n rows). */
-static int time_gemm(struct ra_offload *o, int n, float *k, float *v, double *t)
+/* The best of three runs, each waited for, of one step: the recompute of n rows of layer 0 into
+ * k, v (f32, n rows), or where k is NULL a copy of `bytes` from the host pool to a device slot. */
+static int time_best(struct ra_offload *o, int n, size_t bytes, float *k, float *v, double *t)
 {
     struct ra_offload_view *vw = ra_offload_view(o);
     struct ra_backend *be = vw->be;
@@ -95,25 +96,8 @@ static int time_gemm(struct ra_offload *o, int n, float *k, float *v, double *t)
     double best = INFINITY;
     for (int rep = 0; rep < 3 && rc == RA_OK; rep++) {
         const double t0 = ra_wall_s();
-        rc = ra_kvpr_recompute(vw->m, 0, ra_offload_slot_x(o, 0), 0, n, k, v);
-        if (rc == RA_OK)
-            rc = be->ops->synchronize(be);
-        const double dt = ra_wall_s() - t0;
-        best = dt < best ? dt : best;
-    }
-    *t = best;
-    return rc;
-}
-
-static int time_copy(struct ra_offload *o, size_t bytes, double *t)
-{
-    struct ra_offload_view *vw = ra_offload_view(o);
-    struct ra_backend *be = vw->be;
-    int rc = RA_OK;
-    double best = INFINITY;
-    for (int rep = 0; rep < 3 && rc == RA_OK; rep++) {
-        const double t0 = ra_wall_s();
-        rc = be->ops->copy_async(be, ra_offload_slot_k(o, 0), ra_offload_pool_k(o, 0), bytes, RA_STREAM_COPY);
+        rc = k ? ra_kvpr_recompute(vw->m, 0, ra_offload_slot_x(o, 0), 0, n, k, v)
+               : be->ops->copy_async(be, ra_offload_slot_k(o, 0), ra_offload_pool_k(o, 0), bytes, RA_STREAM_COPY);
         if (rc == RA_OK)
             rc = be->ops->synchronize(be);
         const double dt = ra_wall_s() - t0;
@@ -137,8 +121,8 @@ static int profile(struct ra_offload *o, struct ra_kvpr_profile *p, float *k, fl
     } else {
         const size_t big = (size_t)vw->max_rows * vw->row_bytes, small = big / 16 ? big / 16 : big;
         double t_small, t_big;
-        if ((rc = time_copy(o, small, &t_small)) == RA_OK && (rc = time_copy(o, big, &t_big)) == RA_OK &&
-            t_big > t_small && big > small) {
+        if ((rc = time_best(o, 0, small, NULL, NULL, &t_small)) == RA_OK &&
+            (rc = time_best(o, 0, big, NULL, NULL, &t_big)) == RA_OK && t_big > t_small && big > small) {
             p->v_com = (double)(big - small) / (t_big - t_small);
             p->lat_s = fmax(0, t_small - (double)small / p->v_com);
         }
@@ -146,8 +130,8 @@ static int profile(struct ra_offload *o, struct ra_kvpr_profile *p, float *k, fl
     /* the recompute GEMM, at two sizes of the shape it runs */
     const int n1 = vw->max_rows >= 4 ? vw->max_rows / 4 : 2, n2 = vw->max_rows >= 2 ? vw->max_rows : 2;
     double t1, t2;
-    if (rc == RA_OK && vw->max_rows >= 2 && (rc = time_gemm(o, n1, k, v, &t1)) == RA_OK &&
-        (rc = time_gemm(o, n2, k, v, &t2)) == RA_OK) {
+    if (rc == RA_OK && vw->max_rows >= 2 && (rc = time_best(o, n1, 0, k, v, &t1)) == RA_OK &&
+        (rc = time_best(o, n2, 0, k, v, &t2)) == RA_OK) {
         const double flop_row = 4.0 * vw->dim * (double)vw->kv_dim;
         const double per_row = n2 > n1 && t2 > t1 ? (t2 - t1) / (n2 - n1) : t2 / n2;
         p->v_gpu = flop_row / per_row;
@@ -156,7 +140,7 @@ static int profile(struct ra_offload *o, struct ra_kvpr_profile *p, float *k, fl
     /* the CPU backend recomputes on the prefill span's row count (kvpr.h): a constant */
     const int span = vw->x_end - vw->x_start;
     if (rc == RA_OK && be->ops->mem_kind(be) != RA_MEM_DEVICE && span > 0)
-        rc = time_gemm(o, span, k, v, &p->fixed_s);
+        rc = time_best(o, span, 0, k, v, &p->fixed_s);
     if (cfg->kvpr_v_com > 0)
         p->v_com = cfg->kvpr_v_com;
     if (cfg->kvpr_v_gpu > 0)
