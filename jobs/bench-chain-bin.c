@@ -426,6 +426,7 @@ static void bench_init(struct bench *b, const struct options *o, int threads, in
         fail("context %d exceeds the model's %d tokens", b->max_context, c->seq_len);
     struct ra_backend_params p = RA_BACKEND_PARAMS_INIT;
     p.threads = threads;
+    p.kv_dtype = o->kv_dtype;
     p.rank = rank;
     p.local_rank = ra_mpi_local_rank(); /* collective: every rank opens its backend */
     if ((rc = ra_backend_open(&b->be, o->backend, &p)) != RA_OK || (rc = ra_model_attach(&b->model, b->be)) != RA_OK)

@@ -405,6 +405,7 @@ static void lane_open(struct lane *ln, int li, struct ra_model *m, const struct 
     p.threads = th;
     p.compute = li == LANE_F32 ? RA_COMPUTE_F32 : o->bf16_model ? RA_COMPUTE_AUTO : RA_COMPUTE_BF16;
     p.device_dtype = li == LANE_F32 ? RA_DTYPE_F32 : RA_DTYPE_BF16;
+    p.kv_dtype = ln->kind->kv_dtype;
     int rc = ra_backend_open(&ln->be, o->backend, &p);
     if (rc != RA_OK)
         bench_die("backend", rc);

@@ -554,6 +554,7 @@ static int open_backend(struct tune *t, int threads)
     p.threads = threads;
     p.device_dtype = o->device_dtype;
     p.compute = o->compute;
+    p.kv_dtype = o->kv_dtype;
     return ra_backend_open(&t->be, o->backend, &p);
 }
 

@@ -694,14 +694,8 @@ static int open_backend(const struct options *o, int threads, int local_rank, st
     p.threads = threads;
     p.compute = o->compute;
     p.device_dtype = o->device_dtype;
-    int rc = ra_backend_open(be, o->backend, &p);
-    if (rc == RA_OK && !ra_backend_supports(*be, RA_OP_KV_CACHE, o->kv_dtype)) {
-        rc = ra_error_set(RA_EUNSUPPORTED, "--kv-dtype %s: the %s backend has no such KV cache",
-                          ra_dtype_name(o->kv_dtype), (*be)->ops->name);
-        ra_backend_free(*be);
-        *be = NULL;
-    }
-    return rc;
+    p.kv_dtype = o->kv_dtype;
+    return ra_backend_open(be, o->backend, &p);
 }
 
 static int run(int argc, char **argv)

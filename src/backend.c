@@ -115,7 +115,14 @@ int ra_backend_open(struct ra_backend **out, const char *name, const struct ra_b
         rc = open_cuda(out, p, gpus);
     else
         rc = ra_backend_cpu_init(out, p->threads);
-    if (rc == RA_OK)
-        (*out)->compute = p->compute;
+    if (rc != RA_OK)
+        return rc;
+    (*out)->compute = p->compute;
+    if (!ra_backend_supports(*out, RA_OP_KV_CACHE, p->kv_dtype)) {
+        rc = ra_error_set(RA_EUNSUPPORTED, "--kv-dtype %s: the %s backend has no such KV cache",
+                          ra_dtype_name(p->kv_dtype), (*out)->ops->name);
+        ra_backend_free(*out);
+        *out = NULL;
+    }
     return rc;
 }

@@ -189,6 +189,7 @@ struct ra_backend_params {
     int threads;      /* CPU threads; <= 0: one per CPU of the affinity mask */
     enum ra_compute compute;    /* the CPU's linear layers (--compute-dtype) */
     enum ra_dtype device_dtype; /* weights on a CUDA device (--device-dtype): bf16, f16 or f32 */
+    enum ra_dtype kv_dtype;     /* the KV cache the run will use (--kv-dtype): refused unless supported */
 };
 #define RA_BACKEND_PARAMS_INIT { .device = -1, .device_dtype = RA_DTYPE_BF16 }
 
@@ -196,7 +197,7 @@ struct ra_backend_params {
  * for the default: $RA_BACKEND when set, else cuda where the CUDA module loads
  * and sees a device, else cpu. Errors are one line: an unknown name, a build
  * without CUDA, a node where the module does not load, no device, a device
- * index out of range. */
+ * index out of range, a KV dtype the backend does not support. */
 int ra_backend_open(struct ra_backend **out, const char *name, const struct ra_backend_params *params);
 /* RA_EINVAL ("OPT: 'x' is not cpu or cuda") unless NAME is cpu, cuda, NULL or "". */
 int ra_backend_name_check(const char *name, const char *opt);

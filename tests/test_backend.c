@@ -20,11 +20,11 @@ static void opens_cpu(const char *name)
     ra_backend_free(be);
 }
 
-/* NAME is refused with status RC and an error line containing WANT; nothing is returned. */
-static void refused(const char *name, int rc, const char *want)
+/* NAME (with P) is refused with status RC and an error line containing WANT; nothing is returned. */
+static void refused(const char *name, const struct ra_backend_params *p, int rc, const char *want)
 {
     struct ra_backend *be = (struct ra_backend *)&be; /* must come back NULL */
-    const int got = ra_backend_open(&be, name, NULL);
+    const int got = ra_backend_open(&be, name, p);
     CHECK(got == rc && be == NULL);
     if (!strstr(ra_error_message(), want)) {
         fprintf(stderr, "open(%s): error '%s' lacks '%s'\n", name ? name : "NULL", ra_error_message(), want);
@@ -43,16 +43,19 @@ static void test_names(void)
     setenv("RA_BACKEND", "cpu", 1);
     opens_cpu(NULL);
     setenv("RA_BACKEND", "gpu", 1);
-    refused(NULL, RA_EINVAL, "RA_BACKEND: 'gpu' is not cpu or cuda");
+    refused(NULL, NULL, RA_EINVAL, "RA_BACKEND: 'gpu' is not cpu or cuda");
     opens_cpu("cpu"); /* a name overrides the environment */
     unsetenv("RA_BACKEND");
-    refused("tpu", RA_EINVAL, "--backend: 'tpu' is not cpu or cuda");
+    refused("tpu", NULL, RA_EINVAL, "--backend: 'tpu' is not cpu or cuda");
     CHECK(ra_backend_name_check("cuda", "--backend") == RA_OK && ra_backend_name_check(NULL, "--backend") == RA_OK);
     CHECK(ra_backend_name_check("CPU", "--backend") == RA_EINVAL);
+    struct ra_backend_params f16kv = RA_BACKEND_PARAMS_INIT;
+    f16kv.kv_dtype = RA_DTYPE_F16; /* a KV cache the CPU backend does not have */
+    refused("cpu", &f16kv, RA_EUNSUPPORTED, "--kv-dtype f16: the cpu backend has no such KV cache");
     if (!ra_cuda_built())
-        refused("cuda", RA_EUNSUPPORTED, "--backend cuda: this runahead was built without CUDA");
+        refused("cuda", NULL, RA_EUNSUPPORTED, "--backend cuda: this runahead was built without CUDA");
     else if (ra_cuda_device_count() == 0)
-        refused("cuda", ra_cuda_load() == RA_OK ? RA_EINVAL : RA_EUNSUPPORTED, "--backend cuda: ");
+        refused("cuda", NULL, ra_cuda_load() == RA_OK ? RA_EINVAL : RA_EUNSUPPORTED, "--backend cuda: ");
 }
 
 /* The CPU backend's answers: weights of every dtype, f32 activations, an f32
