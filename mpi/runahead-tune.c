@@ -15,6 +15,7 @@
  * once, so an interrupted sweep keeps what it found. */
 #include "config.h"
 #include "args.h"
+#include "autosplit.h"
 #include "backend_cuda.h"
 #include "calibrate.h"
 #include "costmodel.h"
@@ -496,20 +497,11 @@ static int profile_store(const struct options *o, const char *model_id, const ch
 
 static int profile_load(const char *path, const char *model_id, const char *hw_tag, struct ra_cost_profile *pf)
 {
-    char names[RA_TABLE_MAX_PROFILE][64];
-    const char *list[RA_TABLE_MAX_PROFILE];
-    double values[RA_TABLE_MAX_PROFILE];
-    int n = 0, rc = ra_table_profile_read(path, model_id, hw_tag, names, values, RA_TABLE_MAX_PROFILE, &n);
-    if (rc != RA_OK)
-        return rc;
-    for (int i = 0; i < n; i++) {
-        list[i] = names[i];
-        if (!strcmp(names[i], "calibration_busy") && values[i] != 0 && rank == 0)
-            fprintf(stderr, "runahead-tune: WARNING: the profile in %s was calibrated on a busy machine "
-                    "(calibration_busy = 1): its figures describe that load; calibrate again on a quiet one\n",
-                    path);
-    }
-    return ra_cost_profile_unpack(pf, list, values, n);
+    int busy = 0, rc = ra_cost_profile_load(path, model_id, hw_tag, pf, &busy);
+    if (busy && rank == 0)
+        fprintf(stderr, "runahead-tune: WARNING: the profile in %s was calibrated on a busy machine "
+                "(calibration_busy = 1): its figures describe that load; calibrate again on a quiet one\n", path);
+    return rc;
 }
 
 static int calibrate(struct tune *t)

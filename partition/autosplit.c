@@ -173,7 +173,8 @@ int ra_partition_auto(const struct ra_config *c, const struct ra_cost_profile *p
     return RA_OK;
 }
 
-int ra_cost_profile_load(const char *path, const char *model_id, const char *hw_tag, struct ra_cost_profile *pf)
+int ra_cost_profile_load(const char *path, const char *model_id, const char *hw_tag, struct ra_cost_profile *pf,
+                         int *busy)
 {
     char names[RA_TABLE_MAX_PROFILE][64];
     const char *list[RA_TABLE_MAX_PROFILE];
@@ -181,7 +182,12 @@ int ra_cost_profile_load(const char *path, const char *model_id, const char *hw_
     int n = 0, rc = ra_table_profile_read(path, model_id, hw_tag, names, values, RA_TABLE_MAX_PROFILE, &n);
     if (rc != RA_OK)
         return rc;
-    for (int i = 0; i < n; i++)
+    if (busy)
+        *busy = 0;
+    for (int i = 0; i < n; i++) {
         list[i] = names[i];
+        if (busy && !strcmp(names[i], "calibration_busy") && values[i] != 0)
+            *busy = 1;
+    }
     return ra_cost_profile_unpack(pf, list, values, n);
 }

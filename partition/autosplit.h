@@ -33,7 +33,9 @@ int ra_partition_auto(const struct ra_config *c, const struct ra_cost_profile *p
                       int *bounds, char *how, size_t how_len);
 
 /* The cost-model profile runahead-tune --calibrate stored in the table at path
- * for this model id and hardware tag (table.h); unknown names are ignored. */
-int ra_cost_profile_load(const char *path, const char *model_id, const char *hw_tag, struct ra_cost_profile *pf);
+ * for this model id and hardware tag (table.h); unknown names are ignored. busy
+ * (NULL: not wanted) gets 1 when the profile is flagged calibration_busy. */
+int ra_cost_profile_load(const char *path, const char *model_id, const char *hw_tag, struct ra_cost_profile *pf,
+                         int *busy);
 
 #endif

@@ -95,7 +95,7 @@ static int resolve_auto(const struct ra_partition_spec *s, const struct ra_parti
     if (path) {
         ra_table_model_id(run->config, model_id, sizeof model_id);
         run_hw_tag(run, hw_tag, sizeof hw_tag);
-        rc = ra_cost_profile_load(path, model_id, hw_tag, &pf);
+        rc = ra_cost_profile_load(path, model_id, hw_tag, &pf, NULL);
         if (rc != RA_OK && path != env) /* asked for by name: its absence is an error */
             return ra_error_set(rc, "--partition %s: no usable profile for %s on %s (%s)", ra_esc(s->text), model_id,
                                 hw_tag, ra_error_message());

@@ -150,9 +150,17 @@ static void test_profile_load(void)
     const double values[] = { 5e10, 2e10, 3e9, 4e-6, 7 };
     struct ra_cost_profile pf;
     CHECK_OK(ra_table_profile_write(path, "m", "hw", names, values, 5, NULL));
-    CHECK_OK(ra_cost_profile_load(path, "m", "hw", &pf));
+    int busy = -1;
+    CHECK_OK(ra_cost_profile_load(path, "m", "hw", &pf, &busy));
     CHECK(pf.gemm_flops == 5e10 && pf.attn_flops == 2e10 && pf.p2p_bandwidth == 3e9 && pf.p2p_latency == 4e-6);
-    CHECK(ra_cost_profile_load(path, "m", "other-hw", &pf) != RA_OK);
+    CHECK(busy == 0);
+    CHECK(ra_cost_profile_load(path, "m", "other-hw", &pf, NULL) != RA_OK);
+    /* a profile taken on a busy machine says so */
+    const char *busy_names[] = { "gemm_flops", "attn_flops", "p2p_bandwidth", "p2p_latency", "calibration_busy" };
+    const double busy_values[] = { 5e10, 2e10, 3e9, 4e-6, 1 };
+    CHECK_OK(ra_table_profile_write(path, "m", "busy-hw", busy_names, busy_values, 5, NULL));
+    CHECK_OK(ra_cost_profile_load(path, "m", "busy-hw", &pf, &busy));
+    CHECK(busy == 1 && pf.gemm_flops == 5e10);
     char lock[300];
     snprintf(lock, sizeof lock, "%s.lock", path);
     unlink(lock);
