@@ -30,6 +30,7 @@
 #include "offload/infinigen.h"
 #include "offload/kvpool.h"
 #include "prompt.h"
+#include "sampler.h"
 #include "status.h"
 
 #include <errno.h>
@@ -69,14 +70,6 @@ struct row {
     int same;
 };
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        b = x[i] > x[b] ? i : b;
-    return b;
-}
-
 static int kv_init(struct ra_kvcache *kv, struct ra_model *m, int rows, enum ra_dtype dtype)
 {
     const struct ra_config *c = &m->config;
@@ -94,11 +87,11 @@ static int reference_run(struct ra_model *m, const int32_t *prompt, int n, int s
     if (rc == RA_OK && (rc = kv_init(&kv, m, n + steps, RA_DTYPE_F32)) == RA_OK)
         rc = ra_forward_span(m, prompt, 0, n, &kv, NULL, last);
     if (rc == RA_OK)
-        ref->tokens[0] = argmax(last, V);
+        ref->tokens[0] = ra_argmax(last, V);
     for (int s = 0; s < steps && rc == RA_OK; s++) {
         float *l = ref->logits + (size_t)s * V;
         if ((rc = ra_forward_span(m, &ref->tokens[s], n + s, 1, &kv, NULL, l)) == RA_OK)
-            ref->tokens[s + 1] = argmax(l, V);
+            ref->tokens[s + 1] = ra_argmax(l, V);
     }
     ra_kvcache_free(&kv);
     free(last);
@@ -121,7 +114,7 @@ static int dense_forced(struct ra_model *m, enum ra_dtype kv_dtype, const int32_
         if ((rc = ra_forward_span(m, &ref->tokens[s], n + s, 1, &kv, NULL, l)) != RA_OK)
             break;
         const double kl = ra_infinigen_kl(want, l, V);
-        r->agree += argmax(l, V) == argmax(want, V);
+        r->agree += ra_argmax(l, V) == ra_argmax(want, V);
         r->kl_mean += kl;
         r->kl_max = fmax(r->kl_max, kl);
     }
@@ -143,7 +136,7 @@ static int dense_free(struct ra_model *m, enum ra_dtype kv_dtype, const int32_t 
     if (rc == RA_OK)
         rc = ra_forward_span(m, prompt, 0, n, &kv, NULL, l);
     r->same = 0;
-    while (rc == RA_OK && r->same < ref->steps && argmax(l, V) == ref->tokens[r->same]) {
+    while (rc == RA_OK && r->same < ref->steps && ra_argmax(l, V) == ref->tokens[r->same]) {
         const int32_t tok = ref->tokens[r->same];
         if (++r->same < ref->steps)
             rc = ra_forward_span(m, &tok, n + r->same - 1, 1, &kv, NULL, l);
@@ -170,7 +163,7 @@ static int infinigen_free(struct ra_model *m, const struct ra_infinigen_params *
         goto out;
     rc = ra_infinigen_prefill(&ig, &pool, m, prompt, n, l);
     r->same = 0;
-    while (rc == RA_OK && r->same < ref->steps && argmax(l, V) == ref->tokens[r->same]) {
+    while (rc == RA_OK && r->same < ref->steps && ra_argmax(l, V) == ref->tokens[r->same]) {
         const int32_t tok = ref->tokens[r->same];
         if (++r->same < ref->steps)
             rc = ra_infinigen_decode(&ig, &pool, m, tok, n + r->same - 1, l, NULL);

@@ -11,6 +11,7 @@
 #include "forward.h"
 #include "infinigen.h"
 #include "kvcache.h"
+#include "sampler.h"
 #include "status.h"
 
 /* Host scratch for a pass over n tokens. */
@@ -291,15 +292,6 @@ out:
     return rc;
 }
 
-static int argmax(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 int ra_infinigen_quality(struct ra_model *m, const struct ra_infinigen_params *p, size_t pool_mem,
                          const int32_t *prompt, int n_prompt, int steps, struct ra_infinigen_quality *out)
 {
@@ -330,13 +322,13 @@ int ra_infinigen_quality(struct ra_model *m, const struct ra_infinigen_params *p
     out->recall_min = 1;
     int64_t fetched = 0, dense = 0;
     for (int i = 0; i < steps; i++) {
-        const int32_t tok = argmax(ld, V); /* teacher forcing: dense decode's token feeds both */
+        const int32_t tok = ra_argmax(ld, V); /* teacher forcing: dense decode's token feeds both */
         const int pos = n_prompt + i;
         struct ra_infinigen_step_stats s = { 0 };
         if ((rc = ra_forward_span(m, &tok, pos, 1, &kv, NULL, ld)) != RA_OK ||
             (rc = ra_infinigen_decode(&ig, &pool, m, tok, pos, li, &s)) != RA_OK)
             goto out;
-        out->agreement += argmax(ld, V) == argmax(li, V);
+        out->agreement += ra_argmax(ld, V) == ra_argmax(li, V);
         const double kl = ra_infinigen_kl(ld, li, V);
         out->kl_mean += kl;
         out->kl_max = fmax(out->kl_max, kl);
