@@ -36,8 +36,8 @@ static size_t shared_bytes(int hd)
 
 template <typename T>
 __global__ static void __launch_bounds__(ATT_ROWS * RA_WARP)
-attention_kernel(float *out, const float *q, const T *k, const T *v, int start, int n, int group, int hd,
-                 int q_stride, int kv_stride, float scale)
+attention_kernel(float *out, const float *q, const T *k, const T *v, int start, int n, const int *lastk, int group,
+                 int hd, int q_stride, int kv_stride, float scale)
 {
     extern __shared__ float sm[];
     float *ks = sm;                               /* [ATT_TILE][hd + 1] */
@@ -47,9 +47,11 @@ attention_kernel(float *out, const float *q, const T *k, const T *v, int start, 
     const int h = blockIdx.y, g = h / group;
     const int q0 = blockIdx.x * ATT_ROWS, qi = q0 + warp;
     const bool active = qi < n; /* the last block may have fewer queries than warps */
-    const int pos = start + qi;
+    /* the last key row query qi sees: start + qi, or lastk[qi] (-1: none) for rows at positions */
+    const int pos = lastk ? (active ? lastk[qi] : -1) : start + qi;
     const int last = (q0 + ATT_ROWS < n ? q0 + ATT_ROWS : n) - 1;
-    const int kv_end = start + last + 1; /* keys [0, kv_end) are visible to some query of the block */
+    /* keys [0, kv_end) are visible to some query of the block (lastk grows with qi) */
+    const int kv_end = lastk ? lastk[last] + 1 : start + last + 1;
 
     if (active)
         for (int d = lane; d < hd; d += RA_WARP)
@@ -85,7 +87,7 @@ attention_kernel(float *out, const float *q, const T *k, const T *v, int start, 
                 dot += qr[d] * kr[d];
             s = dot;
         }
-        /* Tile 0 holds key 0, visible to every query: m is finite from then on. */
+        /* Tile 0 holds key 0, visible to every query that sees a key: m is finite from then on. */
         const float m_new = fmaxf(m, ra_warp_max(s));
         const float p = key <= pos ? expf(s - m_new) : 0.0f;
         const float corr = expf(m - m_new); /* 0 on the first tile (m = -inf) */
@@ -108,7 +110,7 @@ attention_kernel(float *out, const float *q, const T *k, const T *v, int start, 
     }
     if (!active)
         return;
-    const float inv = 1.0f / l;
+    const float inv = lastk && pos < 0 ? 0.0f : 1.0f / l; /* a query before every key: zeros */
     float *o = out + (size_t)qi * q_stride + (size_t)h * hd;
 #pragma unroll
     for (int t = 0; t < ATT_DPL; t++) {
@@ -132,7 +134,7 @@ static int check_shape(const struct ra_attention_shape *s, int max_hd, const cha
 
 template <typename T>
 static int launch_ref(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
-                      const struct ra_attention_shape *s, cudaStream_t stream)
+                      const int *lastk, const struct ra_attention_shape *s, cudaStream_t stream)
 {
     const int hd = s->head_dim;
     const size_t smem = shared_bytes(hd);
@@ -140,7 +142,7 @@ static int launch_ref(float *out, const float *q, const void *k_cache, const voi
         CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid((unsigned)((n + ATT_ROWS - 1) / ATT_ROWS), (unsigned)s->n_heads);
     attention_kernel<T><<<grid, ATT_ROWS * RA_WARP, smem, stream>>>(out, q, (const T *)k_cache, (const T *)v_cache,
-                                                                   start, n, s->n_heads / s->n_kv_heads, hd,
+                                                                   start, n, lastk, s->n_heads / s->n_kv_heads, hd,
                                                                    s->q_stride, s->kv_stride,
                                                                    1.0f / sqrtf((float)hd));
     CUDA_CHECK_LAUNCH();
@@ -154,8 +156,20 @@ extern "C" int ra_cuda_attention_ref(float *out, const float *q, const void *k_c
     if (rc != RA_OK || n <= 0)
         return rc;
     return s->kv_dtype == RA_DTYPE_BF16
-               ? launch_ref<__nv_bfloat16>(out, q, k_cache, v_cache, start, n, s, stream)
-               : launch_ref<float>(out, q, k_cache, v_cache, start, n, s, stream);
+               ? launch_ref<__nv_bfloat16>(out, q, k_cache, v_cache, start, n, NULL, s, stream)
+               : launch_ref<float>(out, q, k_cache, v_cache, start, n, NULL, s, stream);
+}
+
+extern "C" int ra_cuda_attention_rows(float *out, const float *q, const void *k_cache, const void *v_cache,
+                                      const int *lastk, int n, const struct ra_attention_shape *s,
+                                      cudaStream_t stream)
+{
+    int rc = check_shape(s, RA_CUDA_ATTN_MAX_HEAD_DIM, "ref");
+    if (rc != RA_OK || n <= 0)
+        return rc;
+    return s->kv_dtype == RA_DTYPE_BF16
+               ? launch_ref<__nv_bfloat16>(out, q, k_cache, v_cache, 0, n, lastk, s, stream)
+               : launch_ref<float>(out, q, k_cache, v_cache, 0, n, lastk, s, stream);
 }
 
 enum kernel { K_AUTO = 0, K_REF, K_TC, K_SPLIT };

@@ -1,5 +1,6 @@
 /* Causal attention of the n queries at positions [start, start+n) over cache
- * rows [0, start+n), as struct ra_backend_ops.attention.
+ * rows [0, start+n), as struct ra_backend_ops.attention over spans; position
+ * lists take ra_cuda_attention_rows.
  *
  * Three kernels compute it; ra_cuda_attention picks one per call:
  *   split (attention_split.cu)  n <= RA_CUDA_ATTN_SPLIT_MAX_Q (decode): the keys
@@ -44,6 +45,11 @@ int ra_cuda_attention_tc(float *out, const float *q, const void *k_cache, const 
                          const struct ra_attention_shape *s, cudaStream_t stream);
 int ra_cuda_attention_split(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
                             const struct ra_attention_shape *s, void *work, size_t work_bytes, cudaStream_t stream);
+/* Attention at positions (the ref kernel): query i (rows of q and out) sees
+ * key rows [0, lastk[i]] (lastk: n device ints, non-decreasing; -1: no key,
+ * zeros out). The backend turns the queries' and keys' positions into lastk. */
+int ra_cuda_attention_rows(float *out, const float *q, const void *k_cache, const void *v_cache, const int *lastk,
+                           int n, const struct ra_attention_shape *s, cudaStream_t stream);
 /* Does tc take this shape (head_dim 64 or 128, rows aligned for 16-byte loads)? */
 int ra_cuda_attention_tc_takes(const void *k_cache, const void *v_cache, const struct ra_attention_shape *s);
 

@@ -40,6 +40,8 @@ struct cuda_backend {
     int tokens_cap;
     void *att_work;               /* attention's scratch (partial results of decode's split kernel) */
     size_t att_work_bytes;
+    int32_t *idx;                 /* positions, row indices or attention's last keys on the device */
+    int idx_cap;
 };
 
 static struct cuda_backend *cb_of(struct ra_backend *be) { return (struct cuda_backend *)be; }
@@ -327,14 +329,88 @@ static int cuda_rmsnorm(struct ra_backend *be, float *y, const float *x, const s
                            cb->stream[RA_STREAM_COMPUTE]);
 }
 
+/* n host ints onto the device (cb->idx), ordered on the compute stream. */
+static int upload_idx(struct cuda_backend *cb, const int32_t *host, int n)
+{
+    if (n > cb->idx_cap) {
+        CUDA_CHECK(cudaStreamSynchronize(cb->stream[RA_STREAM_COMPUTE])); /* earlier ops may still read it */
+        cudaFree(cb->idx);
+        cb->idx = NULL;
+        cb->idx_cap = 0;
+        CUDA_CHECK(cudaMalloc((void **)&cb->idx, (size_t)n * sizeof(int32_t)));
+        cb->idx_cap = n;
+    }
+    /* from pageable memory: returns once HOST is staged, so the caller may reuse it */
+    CUDA_CHECK(cudaMemcpyAsync(cb->idx, host, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               cb->stream[RA_STREAM_COMPUTE]));
+    return RA_OK;
+}
+
 static int cuda_rope(struct ra_backend *be, float *x, int ld, const struct ra_rows *rows, int n_heads, int head_dim,
                      const struct ra_rope *r)
 {
     struct cuda_backend *cb = cb_of(be);
-    if (rows->pos)
-        return ra_error_set(RA_EUNSUPPORTED, "cuda backend: RoPE at a position list");
-    return ra_cuda_rope(x, ld, rows->n, n_heads, head_dim, rows->start, r->theta, (int)r->style, r->factors,
-                        cb->stream[RA_STREAM_COMPUTE]);
+    int rc;
+    if (rows->pos && rows->n > 0 && (rc = upload_idx(cb, rows->pos, rows->n)) != RA_OK)
+        return rc;
+    return ra_cuda_rope(x, ld, rows->n, n_heads, head_dim, rows->start, rows->pos ? cb->idx : NULL, r->theta,
+                        (int)r->style, r->factors, cb->stream[RA_STREAM_COMPUTE]);
+}
+
+static int cuda_rope_shift(struct ra_backend *be, void *x, enum ra_dtype dtype, int ld, int n, int n_heads,
+                           int head_dim, int delta, const struct ra_rope *r)
+{
+    return ra_cuda_rope_shift(x, (int)dtype, ld, n, n_heads, head_dim, delta, r->theta, (int)r->style, r->factors,
+                              cb_of(be)->stream[RA_STREAM_COMPUTE]);
+}
+
+static int cuda_get_rows(struct ra_backend *be, void *dst, const void *src, enum ra_dtype dtype, size_t width,
+                         const int32_t *idx, int n)
+{
+    struct cuda_backend *cb = cb_of(be);
+    int rc;
+    if (n <= 0)
+        return RA_OK;
+    if (dtype != RA_DTYPE_F32 && dtype != RA_DTYPE_BF16)
+        return ra_error_set(RA_EUNSUPPORTED, "cuda backend: get_rows of %s rows (f32 or bf16)", ra_dtype_name(dtype));
+    if ((rc = upload_idx(cb, idx, n)) != RA_OK)
+        return rc;
+    return ra_cuda_get_rows(dst, src, ra_dtype_size(dtype), width, cb->idx, n, cb->stream[RA_STREAM_COMPUTE]);
+}
+
+static int cuda_set_rows(struct ra_backend *be, void *dst, enum ra_dtype dtype, const void *src,
+                         enum ra_dtype src_dtype, size_t width, const int32_t *idx, int n)
+{
+    struct cuda_backend *cb = cb_of(be);
+    int rc;
+    if (n <= 0)
+        return RA_OK;
+    if ((rc = upload_idx(cb, idx, n)) != RA_OK)
+        return rc;
+    return ra_cuda_set_rows(dst, (int)dtype, src, (int)src_dtype, width, cb->idx, n,
+                            cb->stream[RA_STREAM_COMPUTE]);
+}
+
+/* Position lists: each query's last visible key row (the lists are sorted,
+ * so a query's keys are a prefix of the key rows), then the ref kernel. */
+static int attention_lists(struct cuda_backend *cb, float *out, const float *q, const struct ra_rows *qr,
+                           const void *k_cache, const void *v_cache, const struct ra_rows *kr,
+                           const struct ra_attention_shape *s)
+{
+    int32_t *last = malloc((size_t)qr->n * sizeof *last);
+    if (!last)
+        return ra_error_set(RA_ENOMEM, "cuda backend: out of memory for %d query positions", qr->n);
+    for (int i = 0, j = 0; i < qr->n; i++) {
+        const int p = ra_rows_pos(qr, i);
+        while (j < kr->n && ra_rows_pos(kr, j) <= p)
+            j++;
+        last[i] = j - 1;
+    }
+    int rc = upload_idx(cb, last, qr->n);
+    free(last);
+    if (rc != RA_OK)
+        return rc;
+    return ra_cuda_attention_rows(out, q, k_cache, v_cache, cb->idx, qr->n, s, cb->stream[RA_STREAM_COMPUTE]);
 }
 
 /* The kernel is chosen per call (attention.cuh); decode's needs scratch for its partial results. */
@@ -344,15 +420,16 @@ static int cuda_attention(struct ra_backend *be, float *out, const float *q, con
 {
     struct cuda_backend *cb = cb_of(be);
     const int start = qrows->start - krows->start, n = qrows->n;
-    if (qrows->pos || krows->pos || start < 0 || krows->n < start + n)
-        return ra_error_set(RA_EUNSUPPORTED, "cuda backend: attention at position lists");
     if (n <= 0)
         return RA_OK;
+    if (qrows->pos || krows->pos || start < 0 || krows->n < start + n) /* else one span over the keys up to it */
+        return attention_lists(cb, out, q, qrows, k_cache, v_cache, krows, s);
     const size_t need = ra_cuda_attention_work_bytes(start, n, s);
     if (need > cb->att_work_bytes) {
         /* the compute stream may still read the old scratch */
         CUDA_CHECK(cudaStreamSynchronize(cb->stream[RA_STREAM_COMPUTE]));
         cudaFree(cb->att_work);
+    cudaFree(cb->idx);
         cb->att_work = NULL;
         cb->att_work_bytes = 0;
         CUDA_CHECK(cudaMalloc(&cb->att_work, need));
@@ -392,6 +469,7 @@ static void cuda_destroy(struct ra_backend *be)
     cudaFree(cb->narrow);
     cudaFree(cb->tokens);
     cudaFree(cb->att_work);
+    cudaFree(cb->idx);
     for (int i = 0; i < RA_N_STREAMS; i++)
         if (cb->stream[i])
             cudaStreamDestroy(cb->stream[i]);
@@ -412,6 +490,10 @@ static int cuda_supports(struct ra_backend *be, enum ra_op op, enum ra_dtype dty
     case RA_OP_NARROW:
     case RA_OP_COMPUTE: return 1;
     case RA_OP_ATTENTION:
+    case RA_OP_GET_ROWS:
+    case RA_OP_SET_ROWS:
+    case RA_OP_ROPE_SHIFT:
+    case RA_OP_POSITIONS:
     case RA_OP_KV_CACHE: return dtype == RA_DTYPE_F32 || dtype == RA_DTYPE_BF16;
     default: return dtype == RA_DTYPE_F32;
     }
@@ -428,6 +510,9 @@ static const struct ra_backend_ops cuda_ops = {
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
     .attention = cuda_attention,
+    .get_rows = cuda_get_rows,
+    .set_rows = cuda_set_rows,
+    .rope_shift = cuda_rope_shift,
     .narrow = cuda_narrow,
     .swiglu = cuda_swiglu,
     .add = cuda_add,

@@ -7,9 +7,12 @@
 #include "attention.cuh"
 #include "convert.cuh"
 #include "embedding.cuh"
+#include "get_rows.cuh"
 #include "residual.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
+#include "rope_shift.cuh"
+#include "set_rows.cuh"
 #include "swiglu.cuh"
 
 #endif

@@ -13,8 +13,8 @@ struct rope_factors {
     float f[RA_ROPE_MAX_PAIRS];
 };
 
-__global__ static void rope_kernel(float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta,
-                                   int style, struct rope_factors sf)
+__global__ static void rope_kernel(float *x, int ld, int n, int n_heads, int head_dim, int pos0,
+                                   const int32_t *pos, float theta, int style, struct rope_factors sf)
 {
     const int half = head_dim / 2;
     const size_t total = (size_t)n * n_heads * half;
@@ -25,7 +25,7 @@ __global__ static void rope_kernel(float *x, int ld, int n, int n_heads, int hea
         float freq = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
         if (sf.scaled)
             freq /= sf.f[j];
-        const float a = (float)(pos0 + i) * freq;
+        const float a = (float)(pos ? pos[i] : pos0 + i) * freq;
         const float c = cosf(a), s = sinf(a);
         float *v = x + (size_t)i * ld + (size_t)h * head_dim;
         const int i0 = style == RA_ROPE_HALF ? j : 2 * j, i1 = style == RA_ROPE_HALF ? j + half : 2 * j + 1;
@@ -35,8 +35,8 @@ __global__ static void rope_kernel(float *x, int ld, int n, int n_heads, int hea
     }
 }
 
-extern "C" int ra_cuda_rope(float *x, int ld, int n, int n_heads, int head_dim, int pos0, float theta, int style,
-                            const float *factors, cudaStream_t stream)
+extern "C" int ra_cuda_rope(float *x, int ld, int n, int n_heads, int head_dim, int pos0, const int32_t *pos,
+                            float theta, int style, const float *factors, cudaStream_t stream)
 {
     if (head_dim % 2 != 0 || (style != RA_ROPE_INTERLEAVED && style != RA_ROPE_HALF))
         return ra_error_set(RA_EINVAL, "cuda rope: head dimension %d is odd or style %d unknown", head_dim, style);
@@ -51,7 +51,7 @@ extern "C" int ra_cuda_rope(float *x, int ld, int n, int n_heads, int head_dim, 
     sf.scaled = factors != NULL;
     if (factors)
         memcpy(sf.f, factors, (size_t)(head_dim / 2) * sizeof(float));
-    rope_kernel<<<ra_grid_1d(total), 256, 0, stream>>>(x, ld, n, n_heads, head_dim, pos0, theta, style, sf);
+    rope_kernel<<<ra_grid_1d(total), 256, 0, stream>>>(x, ld, n, n_heads, head_dim, pos0, pos, theta, style, sf);
     CUDA_CHECK_LAUNCH();
     return RA_OK;
 }

@@ -264,6 +264,164 @@ static void check_attention(int n_heads, int n_kv, int hd, int start, int n, flo
     free(poison);
 }
 
+/* Positions as data, CPU against GPU: rope at a gapped position list and
+ * rope_shift of f32 and bf16 rows (both conventions, Llama 3's scaling);
+ * get_rows and set_rows of f32 and bf16 rows (exact); attention of gapped
+ * queries over a whole cache, over gathered keys (queries before every key
+ * get zeros), and of a span over a cache whose rows start later. */
+static void check_positions(int n_heads, int n_kv, int hd)
+{
+    enum { T = 300, NQ = 70, NK = 90 };
+    int32_t qpos[NQ], kpos[NK];
+    for (int i = 0, p = 5; i < NQ; i++, p += 1 + i % 4)
+        qpos[i] = p;
+    for (int j = 0, p = 9; j < NK; j++, p += 1 + j % 5)
+        kpos[j] = p;
+    const int qd = n_heads * hd, kvd = n_kv * hd;
+    const size_t nq = (size_t)T * qd, nkv = (size_t)T * kvd;
+    float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nkv), *v = malloc(sizeof(float) * nkv);
+    float *ref = malloc(sizeof(float) * nq), *got = malloc(sizeof(float) * nq);
+    uint16_t *kb = malloc(sizeof(uint16_t) * nkv), *vb = malloc(sizeof(uint16_t) * nkv);
+    uint16_t *rb = malloc(sizeof(uint16_t) * nkv), *gb = malloc(sizeof(uint16_t) * nkv);
+    fill(q, nq, 2.0f);
+    fill(k, nkv, 1.0f);
+    fill(v, nkv, 1.0f);
+    for (size_t i = 0; i < nkv; i++) {
+        kb[i] = ra_f32_to_bf16(k[i]);
+        vb[i] = ra_f32_to_bf16(v[i]);
+    }
+    char what[160];
+
+    /* rope at positions, then shifted by +41 and -17; rows of K's width */
+    struct ra_config sc = { .head_dim = hd, .rope_theta = 10000.0f };
+    CHECK_OK(ra_rope_set_llama3(&sc, 8, 1, 4, 64, "test"));
+    for (int style = 0; style < 2; style++) {
+        const struct ra_rope r = { 10000.0f, style ? RA_ROPE_HALF : RA_ROPE_INTERLEAVED,
+                                   style ? sc.rope_factors : NULL };
+        const struct ra_rows rows = { NK, 0, kpos };
+        const size_t cnt = (size_t)NK * kvd;
+        float *dx = to_gpu(k, cnt);
+        uint16_t *dxb = ra_backend_alloc(gpu, cnt * sizeof(uint16_t));
+        memcpy(ref, k, cnt * sizeof(float));
+        memcpy(rb, kb, cnt * sizeof(uint16_t));
+        CHECK_OK(gpu->ops->upload(gpu, dxb, kb, cnt * sizeof(uint16_t)));
+        CHECK_OK(cpu->ops->rope(cpu, ref, kvd, &rows, n_kv, hd, &r));
+        CHECK_OK(gpu->ops->rope(gpu, dx, kvd, &rows, n_kv, hd, &r));
+        from_gpu(got, dx, cnt);
+        snprintf(what, sizeof what, "rope (%s) at %d gapped positions", style ? "rotate-half, llama3" : "interleaved",
+                 NK);
+        report(what, test_max_rel_diff(got, ref, cnt), 1e-4); /* float angles of positions up to ~300 */
+        const int deltas[] = { 41, -17 };
+        for (int d = 0; d < 2; d++) {
+            CHECK_OK(cpu->ops->rope_shift(cpu, ref, RA_DTYPE_F32, kvd, NK, n_kv, hd, deltas[d], &r));
+            CHECK_OK(gpu->ops->rope_shift(gpu, dx, RA_DTYPE_F32, kvd, NK, n_kv, hd, deltas[d], &r));
+            CHECK_OK(cpu->ops->rope_shift(cpu, rb, RA_DTYPE_BF16, kvd, NK, n_kv, hd, deltas[d], &r));
+            CHECK_OK(gpu->ops->rope_shift(gpu, dxb, RA_DTYPE_BF16, kvd, NK, n_kv, hd, deltas[d], &r));
+        }
+        from_gpu(got, dx, cnt);
+        snprintf(what, sizeof what, "rope_shift (%s) of f32 rows", style ? "rotate-half, llama3" : "interleaved");
+        report(what, test_max_rel_diff(got, ref, cnt), 1e-4);
+        CHECK_OK(gpu->ops->download(gpu, gb, dxb, cnt * sizeof(uint16_t)));
+        double worst = 0; /* bf16 rows: the two sides may round a value to neighbours (2^-8) */
+        for (size_t i = 0; i < cnt; i++) {
+            const double a = ra_bf16_to_f32(gb[i]), b = ra_bf16_to_f32(rb[i]);
+            worst = fmax(worst, fabs(a - b) / (1.0 + fabs(b)));
+        }
+        snprintf(what, sizeof what, "rope_shift (%s) of bf16 rows", style ? "rotate-half, llama3" : "interleaved");
+        report(what, worst, 1e-2);
+        ra_backend_release(gpu, dx);
+        ra_backend_release(gpu, dxb);
+    }
+
+    /* get_rows / set_rows: exact, both dtypes (set_rows also from f32 into bf16) */
+    {
+        float *dk = to_gpu(k, nkv), *dg = to_gpu(k, nkv);
+        uint16_t *dkb = ra_backend_alloc(gpu, nkv * sizeof(uint16_t));
+        uint16_t *dgb = ra_backend_alloc(gpu, nkv * sizeof(uint16_t));
+        CHECK_OK(gpu->ops->upload(gpu, dkb, kb, nkv * sizeof(uint16_t)));
+        CHECK_OK(gpu->ops->get_rows(gpu, dg, dk, RA_DTYPE_F32, kvd, kpos, NK));
+        CHECK_OK(gpu->ops->get_rows(gpu, dgb, dkb, RA_DTYPE_BF16, kvd, kpos, NK));
+        CHECK_OK(cpu->ops->get_rows(cpu, ref, k, RA_DTYPE_F32, kvd, kpos, NK));
+        CHECK_OK(cpu->ops->get_rows(cpu, rb, kb, RA_DTYPE_BF16, kvd, kpos, NK));
+        from_gpu(got, dg, (size_t)NK * kvd);
+        CHECK_OK(gpu->ops->download(gpu, gb, dgb, (size_t)NK * kvd * sizeof(uint16_t)));
+        CHECK(!memcmp(got, ref, (size_t)NK * kvd * sizeof(float)) && !memcmp(gb, rb, (size_t)NK * kvd * 2));
+        /* set_rows of v's first NK rows at kpos, into copies of k */
+        memcpy(ref, k, nkv * sizeof(float));
+        memcpy(rb, kb, nkv * sizeof(uint16_t));
+        float *dv = to_gpu(v, nkv);
+        CHECK_OK(gpu->ops->upload(gpu, dg, k, nkv * sizeof(float)));
+        CHECK_OK(gpu->ops->upload(gpu, dgb, kb, nkv * sizeof(uint16_t)));
+        CHECK_OK(gpu->ops->set_rows(gpu, dg, RA_DTYPE_F32, dv, RA_DTYPE_F32, kvd, kpos, NK));
+        CHECK_OK(gpu->ops->set_rows(gpu, dgb, RA_DTYPE_BF16, dv, RA_DTYPE_F32, kvd, kpos, NK));
+        CHECK_OK(cpu->ops->set_rows(cpu, ref, RA_DTYPE_F32, v, RA_DTYPE_F32, kvd, kpos, NK));
+        CHECK_OK(cpu->ops->set_rows(cpu, rb, RA_DTYPE_BF16, v, RA_DTYPE_F32, kvd, kpos, NK));
+        from_gpu(got, dg, nkv);
+        CHECK_OK(gpu->ops->download(gpu, gb, dgb, nkv * sizeof(uint16_t)));
+        CHECK(!memcmp(got, ref, nkv * sizeof(float)) && !memcmp(gb, rb, nkv * sizeof(uint16_t)));
+        ra_backend_release(gpu, dk);
+        ra_backend_release(gpu, dg);
+        ra_backend_release(gpu, dkb);
+        ra_backend_release(gpu, dgb);
+        ra_backend_release(gpu, dv);
+    }
+
+    /* attention at positions */
+    float *dq = to_gpu(q, nq), *dout = to_gpu(q, nq);
+    void *dk = ra_backend_alloc(gpu, sizeof(float) * nkv), *dv = ra_backend_alloc(gpu, sizeof(float) * nkv);
+    void *dkg = ra_backend_alloc(gpu, sizeof(float) * nkv), *dvg = ra_backend_alloc(gpu, sizeof(float) * nkv);
+    void *hkg = malloc(sizeof(float) * nkv), *hvg = malloc(sizeof(float) * nkv);
+    for (int bf = 0; bf < 2; bf++) {
+        const enum ra_dtype dt = bf ? RA_DTYPE_BF16 : RA_DTYPE_F32;
+        const struct ra_attention_shape s = { n_heads, n_kv, hd, qd, kvd, dt };
+        const void *hk = bf ? (const void *)kb : k, *hv = bf ? (const void *)vb : v;
+        const size_t es = ra_dtype_size(dt);
+        const double tol = bf ? 1.5e-2 : 5e-5; /* the CPU's avx512bf16 kernels round Q and P over bf16 rows */
+        CHECK_OK(gpu->ops->upload(gpu, dk, hk, nkv * es));
+        CHECK_OK(gpu->ops->upload(gpu, dv, hv, nkv * es));
+        const struct ra_rows qrows = { NQ, 0, qpos }, cache = { T, 0, NULL }, gathered = { NK, 0, kpos };
+        const struct ra_rows span = { 40, 210, NULL }, late = { 80, 180, NULL };
+        /* gapped queries (their rows of q) over the whole cache */
+        CHECK_OK(cpu->ops->attention(cpu, ref, q, &qrows, hk, hv, &cache, &s));
+        CHECK_OK(gpu->ops->attention(gpu, dout, dq, &qrows, dk, dv, &cache, &s));
+        from_gpu(got, dout, (size_t)NQ * qd);
+        snprintf(what, sizeof what, "attention %d/%d heads of %d, %s rows: %d gapped queries over a cache", n_heads,
+                 n_kv, hd, ra_dtype_name(dt), NQ);
+        report(what, test_max_rel_diff(got, ref, (size_t)NQ * qd), tol);
+        /* over gathered keys */
+        CHECK_OK(cpu->ops->get_rows(cpu, hkg, hk, dt, kvd, kpos, NK));
+        CHECK_OK(cpu->ops->get_rows(cpu, hvg, hv, dt, kvd, kpos, NK));
+        CHECK_OK(gpu->ops->get_rows(gpu, dkg, dk, dt, kvd, kpos, NK));
+        CHECK_OK(gpu->ops->get_rows(gpu, dvg, dv, dt, kvd, kpos, NK));
+        CHECK_OK(cpu->ops->attention(cpu, ref, q, &qrows, hkg, hvg, &gathered, &s));
+        CHECK_OK(gpu->ops->attention(gpu, dout, dq, &qrows, dkg, dvg, &gathered, &s));
+        from_gpu(got, dout, (size_t)NQ * qd);
+        snprintf(what, sizeof what, "attention %d/%d heads of %d, %s rows: %d gapped queries over %d gathered keys",
+                 n_heads, n_kv, hd, ra_dtype_name(dt), NQ, NK);
+        report(what, test_max_rel_diff(got, ref, (size_t)NQ * qd), tol);
+        /* a span over a cache from a later position */
+        const char *k0 = (const char *)hk + (size_t)late.start * kvd * es;
+        const char *v0 = (const char *)hv + (size_t)late.start * kvd * es;
+        CHECK_OK(cpu->ops->attention(cpu, ref, q + (size_t)span.start * qd, &span, k0, v0, &late, &s));
+        CHECK_OK(gpu->ops->attention(gpu, dout, dq + (size_t)span.start * qd, &span,
+                                     (const char *)dk + (size_t)late.start * kvd * es,
+                                     (const char *)dv + (size_t)late.start * kvd * es, &late, &s));
+        from_gpu(got, dout, (size_t)span.n * qd);
+        snprintf(what, sizeof what, "attention %d/%d heads of %d, %s rows: span [210, 250) over a cache from 180",
+                 n_heads, n_kv, hd, ra_dtype_name(dt));
+        report(what, test_max_rel_diff(got, ref, (size_t)span.n * qd), tol);
+    }
+    ra_backend_release(gpu, dq);
+    ra_backend_release(gpu, dout);
+    ra_backend_release(gpu, dk);
+    ra_backend_release(gpu, dv);
+    ra_backend_release(gpu, dkg);
+    ra_backend_release(gpu, dvg);
+    void *hbufs[] = { q, k, v, ref, got, kb, vb, rb, gb, hkg, hvg };
+    for (size_t i = 0; i < sizeof hbufs / sizeof hbufs[0]; i++)
+        free(hbufs[i]);
+}
+
 static void check_elementwise(void)
 {
     const size_t n = 100003; /* not a multiple of a block */
@@ -393,6 +551,8 @@ int main(void)
     check_attention(8, 2, 64, 3000, 1, 2.0f);  /* decode: the keys in many chunks */
     check_attention(4, 1, 128, 5000, 5, 1.0f); /* a few queries over many chunks */
     check_attention(8, 8, 64, 700, 8, 1.0f);   /* as many queries as split takes */
+    check_positions(8, 2, 64);
+    check_positions(4, 4, 128);
     check_elementwise();
     check_memory_model();
     check_errors();
