@@ -98,9 +98,12 @@ static int reference_run(struct ra_model *m, const int32_t *prompt, int n, int s
     return rc;
 }
 
-/* Teacher-forced: step s feeds the reference's token s and compares logits. */
-static int dense_forced(struct ra_model *m, enum ra_dtype kv_dtype, const int32_t *prompt, int n,
-                        const struct reference *ref, struct row *r)
+/* Teacher-forced, step s feeding the reference's token s and comparing logits; and free-running,
+ * its own greedy tokens until the first that differs. Until then both feed the same tokens at the
+ * same positions, so one pass gives both: r->same counts the leading steps whose greedy token is
+ * the reference's (the prompt's logits pick step 0's, step s's logits step s + 1's). */
+static int dense_row(struct ra_model *m, enum ra_dtype kv_dtype, const int32_t *prompt, int n,
+                     const struct reference *ref, struct row *r)
 {
     const int V = ref->vocab;
     struct ra_kvcache kv = { 0 };
@@ -109,38 +112,22 @@ static int dense_forced(struct ra_model *m, enum ra_dtype kv_dtype, const int32_
     if (rc == RA_OK)
         rc = ra_forward_span(m, prompt, 0, n, &kv, NULL, l);
     r->agree = r->kl_mean = r->kl_max = 0;
+    int follows = rc == RA_OK && ra_argmax(l, V) == ref->tokens[0];
+    r->same = follows;
     for (int s = 0; s < ref->steps && rc == RA_OK; s++) {
         const float *want = ref->logits + (size_t)s * V;
         if ((rc = ra_forward_span(m, &ref->tokens[s], n + s, 1, &kv, NULL, l)) != RA_OK)
             break;
         const double kl = ra_infinigen_kl(want, l, V);
-        r->agree += ra_argmax(l, V) == ra_argmax(want, V);
+        const int agree = ra_argmax(l, V) == ra_argmax(want, V);
+        r->agree += agree;
         r->kl_mean += kl;
         r->kl_max = fmax(r->kl_max, kl);
+        follows = follows && agree;
+        r->same += follows && s + 1 < ref->steps;
     }
     r->agree /= ref->steps;
     r->kl_mean /= ref->steps;
-    ra_kvcache_free(&kv);
-    free(l);
-    return rc;
-}
-
-/* Free-running: its own greedy tokens until the first that differs. */
-static int dense_free(struct ra_model *m, enum ra_dtype kv_dtype, const int32_t *prompt, int n,
-                      const struct reference *ref, struct row *r)
-{
-    const int V = ref->vocab;
-    struct ra_kvcache kv = { 0 };
-    float *l = malloc((size_t)V * sizeof(float));
-    int rc = l ? kv_init(&kv, m, n + ref->steps, kv_dtype) : ra_error_set(RA_ENOMEM, "out of memory");
-    if (rc == RA_OK)
-        rc = ra_forward_span(m, prompt, 0, n, &kv, NULL, l);
-    r->same = 0;
-    while (rc == RA_OK && r->same < ref->steps && ra_argmax(l, V) == ref->tokens[r->same]) {
-        const int32_t tok = ref->tokens[r->same];
-        if (++r->same < ref->steps)
-            rc = ra_forward_span(m, &tok, n + r->same - 1, 1, &kv, NULL, l);
-    }
     ra_kvcache_free(&kv);
     free(l);
     return rc;
@@ -281,8 +268,7 @@ static int study(const struct options *o, const int32_t *prompt, int n, FILE *cs
         if ((rc = model_open(o->model, RA_COMPUTE_BF16, o->threads, &mb, &bb)) != RA_OK)
             goto out;
         ra_backend_cpu_describe_linear(bb, unit, sizeof unit);
-        if ((rc = dense_forced(&mb, RA_DTYPE_F32, prompt, n, &ref, &r)) == RA_OK &&
-            (rc = dense_free(&mb, RA_DTYPE_F32, prompt, n, &ref, &r)) == RA_OK)
+        if ((rc = dense_row(&mb, RA_DTYPE_F32, prompt, n, &ref, &r)) == RA_OK)
             row_print(&st, "bf16-compute", 0, &r);
         ra_model_free(&mb);
         ra_backend_free(bb);
@@ -292,8 +278,7 @@ static int study(const struct options *o, const int32_t *prompt, int n, FILE *cs
     }
     if (has_mode(o->modes, "bf16-kv")) {
         struct row r = none;
-        if ((rc = dense_forced(&m, RA_DTYPE_BF16, prompt, n, &ref, &r)) != RA_OK ||
-            (rc = dense_free(&m, RA_DTYPE_BF16, prompt, n, &ref, &r)) != RA_OK)
+        if ((rc = dense_row(&m, RA_DTYPE_BF16, prompt, n, &ref, &r)) != RA_OK)
             goto out;
         row_print(&st, "bf16-kv", 0, &r);
     }
