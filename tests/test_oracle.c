@@ -745,6 +745,12 @@ static void forward_rows_case(struct ra_model *m, struct ra_backend *be, const c
            "oracle kv %.2e logits %.2e%s%s\n", isa, name, n, T, kv_dtype == RA_DTYPE_F32 ? "" : " (bf16 KV)", ek, el,
            eko, eo, others ? "  OTHER ROWS CHANGED" : "", ok ? "" : "  FAIL");
     CHECK(ok);
+    /* bad lists: one error each, the cache untouched */
+    const int32_t unsorted[3] = { 4, 9, 9 }, negative[2] = { -1, 3 }, beyond[2] = { 5, T };
+    CHECK(ra_forward_rows(m, sub, &(struct ra_rows){ 3, 0, unsorted }, &kv, NULL) == RA_EINVAL);
+    CHECK(ra_forward_rows(m, sub, &(struct ra_rows){ 2, 0, negative }, &kv, NULL) == RA_EINVAL);
+    CHECK(ra_forward_rows(m, sub, &(struct ra_rows){ 2, 0, beyond }, &kv, NULL) == RA_ERANGE);
+    CHECK(ra_forward_rows(m, sub, &(struct ra_rows){ 0, 0, pos }, &kv, NULL) == RA_EINVAL);
     ra_kvcache_free(&kv);
     free(full);
     free(got);
