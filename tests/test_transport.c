@@ -41,16 +41,21 @@ static void fill(struct ra_kvcache *kv, int l, int from, int to, int known)
         }
 }
 
-static int rows_wrong(struct ra_kvcache *kv, int l, int from, int to)
+/* Rows [0, to) of every layer hold value(): a failure names the test (label, what) and the layer. */
+static void check_rows(struct ra_kvcache *kv, int to, const char *label, const char *what)
 {
-    int bad = 0;
-    for (int kind = 0; kind < 2; kind++)
-        for (int pos = from; pos < to; pos++) {
-            const float *row = kind ? ra_kvcache_v(kv, l, pos) : ra_kvcache_k(kv, l, pos);
-            for (int j = 0; j < KV_DIM; j++)
-                bad += row[j] != value(l, kind, pos, j);
-        }
-    return bad;
+    for (int l = 0; l < LAYERS; l++) {
+        int bad = 0;
+        for (int kind = 0; kind < 2; kind++)
+            for (int pos = 0; pos < to; pos++) {
+                const float *row = kind ? ra_kvcache_v(kv, l, pos) : ra_kvcache_k(kv, l, pos);
+                for (int j = 0; j < KV_DIM; j++)
+                    bad += row[j] != value(l, kind, pos, j);
+            }
+        if (bad)
+            fprintf(stderr, "%s, rank %d: %s: %d values of layer %d wrong\n", label, rank, what, bad, l);
+        CHECK(bad == 0);
+    }
 }
 
 static void *rows_of(struct ra_kvcache *kv, int l, int kind, int pos)
@@ -106,12 +111,7 @@ static void chain(const char *label, struct ra_transport *t, struct ra_kvcache *
         CHECK_OK(ra_transport_progress(t));
     }
     CHECK_OK(ra_transport_wait_sends(t));
-    for (int l = 0; l < LAYERS; l++) {
-        const int bad = rows_wrong(kv, l, 0, bounds[r + 1]);
-        if (bad)
-            fprintf(stderr, "%s, rank %d: chain: %d values of layer %d wrong\n", label, rank, bad, l);
-        CHECK(bad == 0);
-    }
+    check_rows(kv, bounds[r + 1], label, "chain");
     check_counts("chain", t, last ? 0 : 2LL * LAYERS * bounds[r + 1], 2LL * LAYERS * bounds[r],
                  last ? 0 : 2 * LAYERS, r > 0 ? 2 * LAYERS : 0);
 }
@@ -164,12 +164,7 @@ static void relay(const char *label, struct ra_transport *t, struct ra_kvcache *
         CHECK_OK(ra_transport_group_end(t));
     }
     CHECK_OK(ra_transport_wait_sends(t));
-    for (int l = 0; l < LAYERS; l++) {
-        const int bad = rows_wrong(kv, l, 0, bounds[r + 1]);
-        if (bad)
-            fprintf(stderr, "%s, rank %d: relay: %d values of layer %d wrong\n", label, rank, bad, l);
-        CHECK(bad == 0);
-    }
+    check_rows(kv, bounds[r + 1], label, "relay");
     check_counts("relay", t, last ? 0 : 2LL * LAYERS * bounds[r + 1], 2LL * LAYERS * bounds[r],
                  last ? 0 : 2LL * LAYERS * (r + 1), 2LL * LAYERS * r);
 }
@@ -194,12 +189,7 @@ static void allgather(const char *label, struct ra_transport *t, struct ra_kvcac
         CHECK_OK(ra_transport_allgather(t, (void *)kv->v[l], counts, displs));
     }
     CHECK_OK(ra_transport_wait_sends(t));
-    for (int l = 0; l < LAYERS; l++) {
-        const int bad = rows_wrong(kv, l, 0, bounds[p]);
-        if (bad)
-            fprintf(stderr, "%s, rank %d: all-gather: %d values of layer %d wrong\n", label, rank, bad, l);
-        CHECK(bad == 0);
-    }
+    check_rows(kv, bounds[p], label, "all-gather");
     check_counts("all-gather", t, 2LL * LAYERS * mine * (p - 1), 2LL * LAYERS * (bounds[p] - mine),
                  2LL * LAYERS * (p - 1), 2LL * LAYERS * (p - 1));
 }
