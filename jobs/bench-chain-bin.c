@@ -406,6 +406,7 @@ static int keep_run(const struct options *o, double cpu, int attempt)
 struct bench {
     struct ra_model model;
     struct ra_backend *be;
+    struct ra_context ctx;
     struct ra_kvcache kv;
     int32_t *prompt;
     float *logits;
@@ -429,7 +430,7 @@ static void bench_init(struct bench *b, const struct options *o, int threads, in
     p.kv_dtype = o->kv_dtype;
     p.rank = rank;
     p.local_rank = ra_mpi_local_rank(); /* collective: every rank opens its backend */
-    if ((rc = ra_backend_open(&b->be, o->backend, &p)) != RA_OK || (rc = ra_model_attach(&b->model, b->be)) != RA_OK)
+    if ((rc = ra_backend_open(&b->be, o->backend, &p)) != RA_OK || (rc = ra_context_init(&b->ctx, &b->model, b->be)) != RA_OK)
         fail("%s", ra_error_message());
     b->host = strcmp(b->be->ops->name, "cpu") == 0;
     if (with_kv &&
@@ -445,6 +446,7 @@ static void bench_free(struct bench *b)
 {
     if (b->kv.k)
         ra_kvcache_free(&b->kv);
+    ra_context_free(&b->ctx);
     ra_model_free(&b->model);
     ra_backend_free(b->be);
     free(b->prompt);
@@ -505,7 +507,7 @@ static int run_single(const struct options *o)
                     int rc = ra_exchange_init(&x, MPI_COMM_WORLD, RA_METHOD_SINGLE, RA_ROUTE_CHAIN, bounds,
                                               c->n_layers, ra_kvcache_row_bytes(&b[0].kv));
                     if (rc == RA_OK)
-                        rc = ra_prefill_run(&b[t].model, &x, &b[0].kv, b[t].prompt, b[t].logits, v);
+                        rc = ra_prefill_run(&b[t].ctx, &x, &b[0].kv, b[t].prompt, b[t].logits, v);
                     if (rc != RA_OK)
                         fail("single, %d threads, %d tokens: %s", o->single_threads[t], C, ra_error_message());
                     const double cpu =
@@ -571,7 +573,7 @@ static double measure_chain(struct bench *b, struct config *cfg, double *per_ran
                               ra_kvcache_row_bytes(&b->kv));
     const double w0 = ra_wall_s(), c0 = ra_process_cpu_s();
     if (rc == RA_OK)
-        rc = ra_prefill_run(&b->model, &x, &b->kv, b->prompt, b->logits, &ttft);
+        rc = ra_prefill_run(&b->ctx, &x, &b->kv, b->prompt, b->logits, &ttft);
     if (rc != RA_OK)
         fail("%s: %s", cfg->label, ra_error_message());
     const double share = b->host ? (ra_process_cpu_s() - c0) / ((ra_wall_s() - w0) * b->be->n_threads) : 1;
@@ -616,7 +618,7 @@ static void idle_barrier(void)
 static void bound_prepare(struct bench *b, const int *bounds)
 {
     const int start = bounds[rank];
-    if (start > 0 && ra_forward_span(&b->model, b->prompt, 0, start, &b->kv, NULL, NULL) != RA_OK)
+    if (start > 0 && ra_forward_span(&b->ctx, b->prompt, 0, start, &b->kv, NULL) != RA_OK)
         fail("bound: the rows before the slice: %s", ra_error_message());
 }
 
@@ -634,7 +636,7 @@ static double measure_bound(struct bench *b, const int *bounds, double *per_rank
         if (turn != rank)
             continue;
         const double t0 = MPI_Wtime(), c0 = ra_process_cpu_s();
-        int rc = ra_forward_span(&b->model, b->prompt + start, start, n, &b->kv, NULL, last ? b->logits : NULL);
+        int rc = ra_forward_span(&b->ctx, b->prompt + start, start, n, &b->kv, last ? b->logits : NULL);
         mine[0] = MPI_Wtime() - t0;
         mine[1] = b->host ? (ra_process_cpu_s() - c0) / (mine[0] * b->be->n_threads) : 1;
         if (rc != RA_OK)

@@ -93,9 +93,10 @@ static const char csv_header[] = "model,ctx,mode,kv_bytes_per_layer,x_bytes_per_
 /* InfiniGen's quality against none from the same prompt (teacher-forced on
  * none's greedy tokens), with the mode's parameters; leaves NAN when the
  * context leaves no room or --ig-steps is 0. */
-static int quality(struct ra_model *m, const struct bench *b, const struct ra_offload_config *cfg,
+static int quality(struct ra_context *cx, const struct bench *b, const struct ra_offload_config *cfg,
                    const int32_t *prompt, int n, struct row *r)
 {
+    const struct ra_model *m = cx->model;
     const int steps = b->ig_steps < m->config.seq_len - n ? b->ig_steps : m->config.seq_len - n;
     struct ra_infinigen_params p;
     struct ra_infinigen_quality q;
@@ -103,7 +104,7 @@ static int quality(struct ra_model *m, const struct bench *b, const struct ra_of
     if (steps < 1)
         return RA_OK;
     if ((rc = ra_infinigen_params_of(cfg, &p)) != RA_OK ||
-        (rc = ra_infinigen_quality(m, &p, cfg->ig_pool_mem, prompt, n, steps, &q)) != RA_OK)
+        (rc = ra_infinigen_quality(cx, &p, cfg->ig_pool_mem, prompt, n, steps, &q)) != RA_OK)
         return rc;
     r->q_steps = q.steps, r->agree = q.agreement, r->kl_mean = q.kl_mean, r->kl_max = q.kl_max;
     r->recall = q.recall_mean, r->recall_min = q.recall_min;
@@ -118,8 +119,9 @@ static int argmax(const float *x, int n)
     return b;
 }
 
-static int bench_context(struct ra_model *m, int n, int steps, const struct bench *b)
+static int bench_context(struct ra_context *cx, int n, int steps, const struct bench *b)
 {
+    const struct ra_model *m = cx->model;
     char(*modes)[16] = b->modes;
     const int n_modes = b->n_modes, force_l = b->force_l;
     const double frac = b->frac, gbps = b->gbps, lat_us = b->lat_us;
@@ -140,16 +142,16 @@ static int bench_context(struct ra_model *m, int n, int steps, const struct benc
     int kvpr_ok = 0;
     for (int i = 0; i < n_modes; i++)
         kvpr_ok |= !strcmp(modes[i], "kvpr");
-    if (rc == RA_OK && kvpr_ok && ra_offload_create(&kvpr, m, &cfg, rows) != RA_OK) {
+    if (rc == RA_OK && kvpr_ok && ra_offload_create(&kvpr, cx, &cfg, rows) != RA_OK) {
         printf("%6d %-9s %s\n", n, "kvpr", ra_error_message());
         kvpr = NULL;
     }
     if (rc == RA_OK)
-        rc = ra_kvcache_init(&kv, m->backend, c->n_layers, ra_config_kv_dim(c), rows);
+        rc = ra_kvcache_init(&kv, cx->backend, c->n_layers, ra_config_kv_dim(c), rows);
     if (rc == RA_OK && kvpr)
         rc = ra_offload_capture(kvpr);
     if (rc == RA_OK)
-        rc = ra_forward_span(m, prompt, 0, n, &kv, NULL, logits0);
+        rc = ra_forward_span(cx, prompt, 0, n, &kv, logits0);
     if (rc == RA_OK && kvpr) /* ends the capture before any decode step */
         rc = ra_offload_begin(kvpr, &kv, n);
     for (int i = 0; i < n_modes && rc == RA_OK; i++) {
@@ -161,7 +163,7 @@ static int bench_context(struct ra_model *m, int n, int steps, const struct benc
         cfg.kvpr_force_l = mode == RA_OFFLOAD_KVPR ? force_l : -1;
         if (mode == RA_OFFLOAD_KVPR)
             o = kvpr;
-        else if (mode != RA_OFFLOAD_NONE && ra_offload_create(&o, m, &cfg, rows) != RA_OK) {
+        else if (mode != RA_OFFLOAD_NONE && ra_offload_create(&o, cx, &cfg, rows) != RA_OK) {
             printf("%6d %-9s %s\n", n, modes[i], ra_error_message());
             continue;
         }
@@ -173,7 +175,7 @@ static int bench_context(struct ra_model *m, int n, int steps, const struct benc
         const double t0 = ra_wall_s();
         for (int s = 0; s < steps && rc == RA_OK; s++) {
             got[s] = argmax(logits, V);
-            rc = o ? ra_offload_step(o, got[s], n + s, logits) : ra_forward_span(m, &got[s], n + s, 1, &kv, NULL, logits);
+            rc = o ? ra_offload_step(o, got[s], n + s, logits) : ra_forward_span(cx, &got[s], n + s, 1, &kv, logits);
         }
         const double wall = (ra_wall_s() - t0) / steps;
         if (rc != RA_OK)
@@ -192,7 +194,7 @@ static int bench_context(struct ra_model *m, int n, int steps, const struct benc
             r.kvpr_l = mode == RA_OFFLOAD_KVPR ? (double)st->kvpr_l : NAN;
         }
         if (rc == RA_OK && mode == RA_OFFLOAD_INFINIGEN)
-            rc = quality(m, b, &cfg, prompt, n, &r);
+            rc = quality(cx, b, &cfg, prompt, n, &r);
         if (rc == RA_OK)
             row_print(b, n, modes[i], &r);
         if (o != kvpr)
@@ -269,10 +271,11 @@ int main(int argc, char **argv)
     struct bench b = { modes, n_modes, frac, gbps, lat, force_l, ig_steps, csv, name };
     struct ra_model m;
     struct ra_backend *be = NULL;
+    struct ra_context cx = { 0 };
     if ((rc = ra_model_load(&m, model)) != RA_OK)
         return ra_arg_fail("bench-decode");
     if ((rc = ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = threads })) == RA_OK)
-        rc = ra_model_attach(&m, be);
+        rc = ra_context_init(&cx, &m, be);
     if (rc == RA_OK) {
         printf("# bench-decode %s: %d layers, dim %d, kv_dim %d; device budget %.0f%% of the KV; host link %.3g GB/s "
                "+ %.3g us/message, EMULATED on the %s backend (rows copied, link time modelled)\n", model,
@@ -296,7 +299,7 @@ int main(int argc, char **argv)
             printf("%6d (beyond the model's context of %d)\n", ctx[i], m.config.seq_len);
             continue;
         }
-        rc = bench_context(&m, ctx[i], steps, &b);
+        rc = bench_context(&cx, ctx[i], steps, &b);
         fflush(stdout);
     }
     if (rc != RA_OK)
@@ -305,6 +308,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-decode: --csv %s: %s\n", csv_path, strerror(errno));
         rc = RA_EIO;
     }
+    ra_context_free(&cx);
     ra_model_free(&m);
     ra_backend_free(be);
     return rc == RA_OK ? 0 : 1;

@@ -128,6 +128,7 @@ struct lane {
     int on, bf16_compute, cpu;
     struct ra_model *m;
     struct ra_backend *be;
+    struct ra_context ctx;
     struct ra_kvcache kv;
     double weight_bytes;
     char how[256];
@@ -135,7 +136,7 @@ struct lane {
 
 static int step_plain(struct lane *ln, int32_t token, int pos, float *logits)
 {
-    return ra_forward_span(ln->m, &token, pos, 1, &ln->kv, NULL, logits);
+    return ra_forward_span(&ln->ctx, &token, pos, 1, &ln->kv, logits);
 }
 
 /* bf16kv: the bf16 lane with a bf16 KV cache too, so that every byte a step
@@ -202,7 +203,7 @@ static void lane_sample(struct lane *ln, int ctx, int steps, float *logits, doub
 {
     struct ra_forward_stats st;
     memset(&st, 0, sizeof st);
-    ln->m->stats = &st;
+    ln->ctx.stats = &st;
     int32_t tok = 1;
     const double t0 = ra_wall_s();
     for (int s = 0; s < steps; s++) {
@@ -212,7 +213,7 @@ static void lane_sample(struct lane *ln, int ctx, int steps, float *logits, doub
         tok = ra_argmax(logits, ln->m->config.vocab_size);
     }
     const double t = ra_wall_s() - t0;
-    ln->m->stats = NULL;
+    ln->ctx.stats = NULL;
     const double tps = steps / t;
     const double bytes = ln->weight_bytes + kv_bytes(&ln->m->config, ctx, steps, ln->kind->kv_dtype);
     bench_add(&c->tps, tps);
@@ -410,8 +411,8 @@ static void lane_open(struct lane *ln, int li, struct ra_model *m, const struct 
     if (rc != RA_OK)
         bench_die("backend", rc);
     ln->cpu = strcmp(ln->be->ops->name, "cpu") == 0;
-    if ((rc = ra_model_attach(ln->m, ln->be)) != RA_OK)
-        bench_die("attach", rc);
+    if ((rc = ra_context_init(&ln->ctx, ln->m, ln->be)) != RA_OK)
+        bench_die("context", rc);
     if ((rc = ra_kvcache_init_dtype(&ln->kv, ln->be, cfg->n_layers, ra_config_kv_dim(cfg), max_ctx + o->steps,
                                     ln->kind->kv_dtype)) != RA_OK)
         bench_die("KV cache", rc);
@@ -436,7 +437,7 @@ static void lane_open(struct lane *ln, int li, struct ra_model *m, const struct 
 static void lane_close(struct lane *ln)
 {
     ra_kvcache_free(&ln->kv);
-    ra_model_detach(ln->m);
+    ra_context_free(&ln->ctx);
     ra_backend_free(ln->be);
     ln->be = NULL;
 }

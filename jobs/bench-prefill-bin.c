@@ -131,19 +131,19 @@ static int cpu_has(const char *flag)
 /* One timed prefill: spans [b[i], b[i+1]) in order, logits for the last only.
  * stats[i] and wall[i] receive each span's accounting and wall time; returns
  * the total wall time. */
-static double prefill(struct ra_model *m, struct ra_kvcache *kv, const int32_t *tokens, const int *b, int spans,
+static double prefill(struct ra_context *ctx, struct ra_kvcache *kv, const int32_t *tokens, const int *b, int spans,
                       struct ra_forward_stats *stats, double *wall, float *logits)
 {
     double total = 0;
     for (int i = 0; i < spans; i++) {
         memset(&stats[i], 0, sizeof stats[i]);
-        m->stats = &stats[i];
+        ctx->stats = &stats[i];
         double t0 = ra_wall_s();
-        int rc = ra_forward_span(m, tokens + b[i], b[i], b[i + 1] - b[i], kv, NULL, i == spans - 1 ? logits : NULL);
+        int rc = ra_forward_span(ctx, tokens + b[i], b[i], b[i + 1] - b[i], kv, i == spans - 1 ? logits : NULL);
         double t = ra_wall_s() - t0;
         wall[i] = t;
         total += t;
-        m->stats = NULL;
+        ctx->stats = NULL;
         if (rc != RA_OK)
             bench_die("forward pass", rc);
     }
@@ -248,6 +248,7 @@ struct lane {
     int cpu; /* on the CPU backend: the GEMM peaks are measured beside it */
     struct ra_model m;
     struct ra_backend *be;
+    struct ra_context ctx;
     struct ra_kvcache kv;
     char unit[160]; /* what runs its linear layers */
 };
@@ -261,7 +262,7 @@ static void lane_sample(struct lane *ln, int dt, const int32_t *tokens, int n, f
     const double tp = !ln->cpu ? -1 /* no host GEMM to compare a device with */
                       : dt == DT_F32 ? sgemm_forward_time(&ln->m.config, n, threads, g)
                                      : bf16_forward_time(&ln->m.config, n, u, g, dt == DT_BF16M);
-    prefill(&ln->m, &ln->kv, tokens, b, 1, &st, &wall, logits);
+    prefill(&ln->ctx, &ln->kv, tokens, b, 1, &st, &wall, logits);
     const int r = c->tps.n;
     const double acc = st.t_linear + st.t_attention + st.t_other;
     c->tps.v[r] = n / wall;
@@ -276,7 +277,7 @@ static void lane_sample(struct lane *ln, int dt, const int32_t *tokens, int n, f
 
 /* Median [min-max] of `repeat` passes over spans b[0..spans]: wall and
  * attention time per span (the first span is a prefill from 0). */
-static void median_spans(struct ra_model *m, struct ra_kvcache *kv, const int32_t *tokens, const int *b, int spans,
+static void median_spans(struct ra_context *ctx, struct ra_kvcache *kv, const int32_t *tokens, const int *b, int spans,
                          int repeat, struct bench_samples *wall, struct bench_samples *attn, float *logits)
 {
     struct ra_forward_stats st[4] = { { 0 } };
@@ -284,7 +285,7 @@ static void median_spans(struct ra_model *m, struct ra_kvcache *kv, const int32_
     for (int i = 0; i < spans; i++)
         wall[i].n = attn[i].n = 0;
     for (int r = 0; r < repeat; r++) {
-        prefill(m, kv, tokens, b, spans, st, w, logits);
+        prefill(ctx, kv, tokens, b, spans, st, w, logits);
         for (int i = 0; i < spans; i++) {
             bench_add(&wall[i], w[i]);
             bench_add(&attn[i], st[i].t_attention);
@@ -503,14 +504,14 @@ static void lane_open(struct lane *ln, int dt, int th, const struct options *o, 
     if (rc != RA_OK)
         bench_die("backend", rc);
     ln->cpu = strcmp(ln->be->ops->name, "cpu") == 0;
-    if ((rc = ra_model_attach(&ln->m, ln->be)) != RA_OK)
-        bench_die("attach", rc);
+    if ((rc = ra_context_init(&ln->ctx, &ln->m, ln->be)) != RA_OK)
+        bench_die("context", rc);
     if ((rc = ra_kvcache_init(&ln->kv, ln->be, cfg->n_layers, ra_config_kv_dim(cfg), max_n)) != RA_OK)
         bench_die("KV cache", rc);
     int b[2] = { 0, max_n < 256 ? max_n : 256 };
     struct ra_forward_stats st = { 0 };
     double w;
-    prefill(&ln->m, &ln->kv, in->tokens, b, 1, &st, &w, in->logits);
+    prefill(&ln->ctx, &ln->kv, in->tokens, b, 1, &st, &w, in->logits);
     if (!ln->cpu)
         snprintf(ln->unit, sizeof ln->unit, "%s, %s weights on the device", ln->be->ops->name,
                  ra_dtype_name(p.device_dtype));
@@ -527,7 +528,7 @@ static void lane_open(struct lane *ln, int dt, int th, const struct options *o, 
 static void lane_close(struct lane *ln)
 {
     ra_kvcache_free(&ln->kv);
-    ra_model_detach(&ln->m);
+    ra_context_free(&ln->ctx);
     ra_backend_free(ln->be);
     ln->be = NULL;
 }
@@ -567,14 +568,14 @@ static void scaling_sample(struct lane *ln, int repeat, float *logits, const int
 {
     int b[3] = { 0, SCALE_N / 2, SCALE_N };
     struct bench_samples w[2], a[2];
-    median_spans(&ln->m, &ln->kv, tokens, b, 2, repeat, w, a, logits);
+    median_spans(&ln->ctx, &ln->kv, tokens, b, 2, repeat, w, a, logits);
     sc->first_attn = a[0];
     sc->second_attn = a[1];
     sc->tps4k.n = w[0].n;
     for (int i = 0; i < w[0].n; i++)
         sc->tps4k.v[i] = (SCALE_N / 2) / w[0].v[i];
     int bw[2] = { 0, SCALE_N };
-    median_spans(&ln->m, &ln->kv, tokens, bw, 1, repeat, w, a, logits);
+    median_spans(&ln->ctx, &ln->kv, tokens, bw, 1, repeat, w, a, logits);
     sc->t8k_attn = a[0];
 }
 

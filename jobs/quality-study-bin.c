@@ -70,27 +70,27 @@ struct row {
     int same;
 };
 
-static int kv_init(struct ra_kvcache *kv, struct ra_model *m, int rows, enum ra_dtype dtype)
+static int kv_init(struct ra_kvcache *kv, struct ra_context *cx, int rows, enum ra_dtype dtype)
 {
-    const struct ra_config *c = &m->config;
-    return ra_kvcache_init_dtype(kv, m->backend, c->n_layers, ra_config_kv_dim(c), rows, dtype);
+    const struct ra_config *c = &cx->model->config;
+    return ra_kvcache_init_dtype(kv, cx->backend, c->n_layers, ra_config_kv_dim(c), rows, dtype);
 }
 
-static int reference_run(struct ra_model *m, const int32_t *prompt, int n, int steps, struct reference *ref)
+static int reference_run(struct ra_context *cx, const int32_t *prompt, int n, int steps, struct reference *ref)
 {
-    const int V = m->config.vocab_size;
+    const int V = cx->model->config.vocab_size;
     struct ra_kvcache kv = { 0 };
     float *last = malloc((size_t)V * sizeof(float));
     *ref = (struct reference){ steps, V, malloc((size_t)(steps + 1) * sizeof(int32_t)),
                                malloc((size_t)steps * V * sizeof(float)) };
     int rc = last && ref->tokens && ref->logits ? RA_OK : ra_error_set(RA_ENOMEM, "out of memory for the reference");
-    if (rc == RA_OK && (rc = kv_init(&kv, m, n + steps, RA_DTYPE_F32)) == RA_OK)
-        rc = ra_forward_span(m, prompt, 0, n, &kv, NULL, last);
+    if (rc == RA_OK && (rc = kv_init(&kv, cx, n + steps, RA_DTYPE_F32)) == RA_OK)
+        rc = ra_forward_span(cx, prompt, 0, n, &kv, last);
     if (rc == RA_OK)
         ref->tokens[0] = ra_argmax(last, V);
     for (int s = 0; s < steps && rc == RA_OK; s++) {
         float *l = ref->logits + (size_t)s * V;
-        if ((rc = ra_forward_span(m, &ref->tokens[s], n + s, 1, &kv, NULL, l)) == RA_OK)
+        if ((rc = ra_forward_span(cx, &ref->tokens[s], n + s, 1, &kv, l)) == RA_OK)
             ref->tokens[s + 1] = ra_argmax(l, V);
     }
     ra_kvcache_free(&kv);
@@ -102,21 +102,21 @@ static int reference_run(struct ra_model *m, const int32_t *prompt, int n, int s
  * its own greedy tokens until the first that differs. Until then both feed the same tokens at the
  * same positions, so one pass gives both: r->same counts the leading steps whose greedy token is
  * the reference's (the prompt's logits pick step 0's, step s's logits step s + 1's). */
-static int dense_row(struct ra_model *m, enum ra_dtype kv_dtype, const int32_t *prompt, int n,
+static int dense_row(struct ra_context *cx, enum ra_dtype kv_dtype, const int32_t *prompt, int n,
                      const struct reference *ref, struct row *r)
 {
     const int V = ref->vocab;
     struct ra_kvcache kv = { 0 };
     float *l = malloc((size_t)V * sizeof(float));
-    int rc = l ? kv_init(&kv, m, n + ref->steps, kv_dtype) : ra_error_set(RA_ENOMEM, "out of memory");
+    int rc = l ? kv_init(&kv, cx, n + ref->steps, kv_dtype) : ra_error_set(RA_ENOMEM, "out of memory");
     if (rc == RA_OK)
-        rc = ra_forward_span(m, prompt, 0, n, &kv, NULL, l);
+        rc = ra_forward_span(cx, prompt, 0, n, &kv, l);
     r->agree = r->kl_mean = r->kl_max = 0;
     int follows = rc == RA_OK && ra_argmax(l, V) == ref->tokens[0];
     r->same = follows;
     for (int s = 0; s < ref->steps && rc == RA_OK; s++) {
         const float *want = ref->logits + (size_t)s * V;
-        if ((rc = ra_forward_span(m, &ref->tokens[s], n + s, 1, &kv, NULL, l)) != RA_OK)
+        if ((rc = ra_forward_span(cx, &ref->tokens[s], n + s, 1, &kv, l)) != RA_OK)
             break;
         const double kl = ra_infinigen_kl(want, l, V);
         const int agree = ra_argmax(l, V) == ra_argmax(want, V);
@@ -134,10 +134,10 @@ static int dense_row(struct ra_model *m, enum ra_dtype kv_dtype, const int32_t *
 }
 
 /* InfiniGen free-running: calibrated and prefilled as ra_infinigen_quality does. */
-static int infinigen_free(struct ra_model *m, const struct ra_infinigen_params *p, const int32_t *prompt, int n,
+static int infinigen_free(struct ra_context *cx, const struct ra_infinigen_params *p, const int32_t *prompt, int n,
                           const struct reference *ref, struct row *r)
 {
-    const struct ra_config *c = &m->config;
+    const struct ra_config *c = &cx->model->config;
     const int V = ref->vocab;
     struct ra_infinigen ig = { 0 };
     struct ra_kvpool pool = { 0 };
@@ -146,14 +146,14 @@ static int infinigen_free(struct ra_model *m, const struct ra_infinigen_params *
     if (rc == RA_OK &&
         ((rc = ra_kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, n + ref->steps, 0)) != RA_OK ||
          (rc = ra_infinigen_init(&ig, c, p, pool.capacity)) != RA_OK ||
-         (rc = ra_infinigen_calibrate(&ig, m, prompt, n)) != RA_OK))
+         (rc = ra_infinigen_calibrate(&ig, cx, prompt, n)) != RA_OK))
         goto out;
-    rc = ra_infinigen_prefill(&ig, &pool, m, prompt, n, l);
+    rc = ra_infinigen_prefill(&ig, &pool, cx, prompt, n, l);
     r->same = 0;
     while (rc == RA_OK && r->same < ref->steps && ra_argmax(l, V) == ref->tokens[r->same]) {
         const int32_t tok = ref->tokens[r->same];
         if (++r->same < ref->steps)
-            rc = ra_infinigen_decode(&ig, &pool, m, tok, n + r->same - 1, l, NULL);
+            rc = ra_infinigen_decode(&ig, &pool, cx, tok, n + r->same - 1, l, NULL);
     }
 out:
     ra_infinigen_free(&ig);
@@ -162,17 +162,17 @@ out:
     return rc;
 }
 
-static int infinigen_row(struct ra_model *m, const struct ra_infinigen_params *p, const int32_t *prompt, int n,
+static int infinigen_row(struct ra_context *cx, const struct ra_infinigen_params *p, const int32_t *prompt, int n,
                          const struct reference *ref, struct row *r)
 {
     struct ra_infinigen_quality q;
-    int rc = ra_infinigen_quality(m, p, 0, prompt, n, ref->steps, &q);
+    int rc = ra_infinigen_quality(cx, p, 0, prompt, n, ref->steps, &q);
     if (rc != RA_OK)
         return rc;
     r->fetched = q.bytes_dense_per_layer > 0 ? q.bytes_per_layer / q.bytes_dense_per_layer : NAN;
     r->recall = q.recall_mean, r->recall_min = q.recall_min, r->q_cos = q.q_cos;
     r->agree = q.agreement, r->kl_mean = q.kl_mean, r->kl_max = q.kl_max;
-    return infinigen_free(m, p, prompt, n, ref, r);
+    return infinigen_free(cx, p, prompt, n, ref, r);
 }
 
 struct study {
@@ -208,19 +208,19 @@ static void row_print(const struct study *st, const char *mode, int budget, cons
 static const char csv_header[] =
     "prompt,n_prompt,mode,budget_pct,fetched,recall,recall_min,q_cos,agree,kl_mean,kl_max,same,steps\n";
 
-/* A model on its own CPU backend computing in COMPUTE. */
-static int model_open(const char *path, enum ra_compute compute, int threads, struct ra_model *m,
-                      struct ra_backend **be)
+/* A context over M on its own CPU backend computing in COMPUTE. */
+static int context_open(const struct ra_model *m, enum ra_compute compute, int threads, struct ra_context *cx,
+                        struct ra_backend **be)
 {
-    int rc = ra_model_load(m, path);
-    if (rc != RA_OK)
-        return rc;
-    if ((rc = ra_backend_open(be, "cpu", &(struct ra_backend_params){ .threads = threads })) == RA_OK) {
+    int rc = ra_backend_open(be, "cpu", &(struct ra_backend_params){ .threads = threads });
+    if (rc == RA_OK) {
         (*be)->compute = compute;
-        rc = ra_model_attach(m, *be);
+        rc = ra_context_init(cx, m, *be);
     }
-    if (rc != RA_OK)
-        ra_model_free(m);
+    if (rc != RA_OK) {
+        ra_backend_free(*be);
+        *be = NULL;
+    }
     return rc;
 }
 
@@ -241,15 +241,18 @@ struct options {
 
 static int study(const struct options *o, const int32_t *prompt, int n, FILE *csv)
 {
-    struct ra_model m, mb;
+    struct ra_model m;
+    struct ra_context cx = { 0 }, cb = { 0 }; /* f32 and bf16 compute over the one model */
     struct ra_backend *be = NULL, *bb = NULL;
     struct reference ref = { 0 };
     struct study st = { o->name, n, o->steps, csv };
     const struct row none = { NAN, NAN, NAN, NAN, 1, 0, 0, o->steps };
     char unit[128];
-    int rc = model_open(o->model, RA_COMPUTE_F32, o->threads, &m, &be);
+    int rc = ra_model_load(&m, o->model);
     if (rc != RA_OK)
         return rc;
+    if ((rc = context_open(&m, RA_COMPUTE_F32, o->threads, &cx, &be)) != RA_OK)
+        goto out;
     if (n + o->steps > m.config.seq_len) {
         rc = ra_error_set(RA_ERANGE, "%s: %d prompt tokens + %d steps exceed the model's context of %d", o->ids_file,
                           n, o->steps, m.config.seq_len);
@@ -260,17 +263,17 @@ static int study(const struct options *o, const int32_t *prompt, int n, FILE *cs
            ra_infinigen_dense_layers(&o->ig, m.config.n_layers) - 1);
     printf("%-12s %-13s %6s %8s %7s %7s %6s %6s %8s %7s %9s\n", "prompt", "mode", "budget", "fetched%", "recall",
            "rec_min", "q_cos", "agree", "kl", "kl_max", "same");
-    if ((rc = reference_run(&m, prompt, n, o->steps, &ref)) != RA_OK)
+    if ((rc = reference_run(&cx, prompt, n, o->steps, &ref)) != RA_OK)
         goto out;
     row_print(&st, "f32", 0, &none);
     if (has_mode(o->modes, "bf16-compute")) {
         struct row r = none;
-        if ((rc = model_open(o->model, RA_COMPUTE_BF16, o->threads, &mb, &bb)) != RA_OK)
+        if ((rc = context_open(&m, RA_COMPUTE_BF16, o->threads, &cb, &bb)) != RA_OK)
             goto out;
         ra_backend_cpu_describe_linear(bb, unit, sizeof unit);
-        if ((rc = dense_row(&mb, RA_DTYPE_F32, prompt, n, &ref, &r)) == RA_OK)
+        if ((rc = dense_row(&cb, RA_DTYPE_F32, prompt, n, &ref, &r)) == RA_OK)
             row_print(&st, "bf16-compute", 0, &r);
-        ra_model_free(&mb);
+        ra_context_free(&cb);
         ra_backend_free(bb);
         if (rc != RA_OK)
             goto out;
@@ -278,7 +281,7 @@ static int study(const struct options *o, const int32_t *prompt, int n, FILE *cs
     }
     if (has_mode(o->modes, "bf16-kv")) {
         struct row r = none;
-        if ((rc = dense_row(&m, RA_DTYPE_BF16, prompt, n, &ref, &r)) != RA_OK)
+        if ((rc = dense_row(&cx, RA_DTYPE_BF16, prompt, n, &ref, &r)) != RA_OK)
             goto out;
         row_print(&st, "bf16-kv", 0, &r);
     }
@@ -286,13 +289,14 @@ static int study(const struct options *o, const int32_t *prompt, int n, FILE *cs
         struct ra_infinigen_params p = o->ig;
         struct row r = none;
         p.cap = o->budgets[i] / 100.0f;
-        if ((rc = infinigen_row(&m, &p, prompt, n, &ref, &r)) != RA_OK)
+        if ((rc = infinigen_row(&cx, &p, prompt, n, &ref, &r)) != RA_OK)
             goto out;
         row_print(&st, "infinigen", o->budgets[i], &r);
     }
 out:
     free(ref.tokens);
     free(ref.logits);
+    ra_context_free(&cx);
     ra_model_free(&m);
     ra_backend_free(be);
     return rc;

@@ -3,7 +3,7 @@
  * Activations and the KV cache are fp32 device buffers, so the forward pass
  * and the transports see the same layout as on the CPU. Weight matrices live
  * on the device in the dtype chosen by --device-dtype (bf16 by default),
- * converted once at ra_model_attach; norm weights stay fp32. A GEMM with
+ * converted once at ra_context_init; norm weights stay fp32. A GEMM with
  * bf16/f16 weights first narrows its fp32 input into a scratch of the same
  * dtype (cuBLAS takes both operands of one type) and accumulates in fp32
  * (cublasGemmEx, CUBLAS_COMPUTE_32F); fp32 weights run a plain fp32 GEMM.

@@ -78,9 +78,12 @@ static int relay_forward(struct ra_exchange *x, struct ra_kvcache *kv, int l, in
     return rc;
 }
 
-static int chain_layer_begin(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+static int chain_layer_begin(void *self, const struct ra_hook_args *a)
 {
-    struct ra_exchange *x = ctx;
+    struct ra_exchange *x = self;
+    const int l = a->layer;
+    struct ra_kvcache *kv = a->kv;
+    const int start = a->start;
     int rc = RA_OK;
     x->stats.layers[l].begin = MPI_Wtime() - x->t0;
     x->n_recv = 0;
@@ -100,9 +103,13 @@ static int chain_layer_begin(void *ctx, int l, struct ra_kvcache *kv, int start,
     return rc == RA_OK ? ra_transport_group_end(x->tr) : rc;
 }
 
-static int chain_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+static int chain_kv_ready(void *self, const struct ra_hook_args *a)
 {
-    struct ra_exchange *x = ctx;
+    struct ra_exchange *x = self;
+    const int l = a->layer;
+    struct ra_kvcache *kv = a->kv;
+    const int start = a->start;
+    const int n = a->n;
     struct ra_layer_times *t = &x->stats.layers[l];
     const int r = x->rank, p = x->size;
     int rc = RA_OK, done;
@@ -141,9 +148,10 @@ out:
     return rc;
 }
 
-static int chain_layer_end(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+static int chain_layer_end(void *self, const struct ra_hook_args *a)
 {
-    struct ra_exchange *x = ctx;
+    struct ra_exchange *x = self;
+    const int l = a->layer;
     int rc = RA_OK;
     /* Give the MPI progress engine a turn so sends move while the next layer computes. */
     if (x->n_send)
@@ -154,8 +162,8 @@ static int chain_layer_end(void *ctx, int l, struct ra_kvcache *kv, int start, i
 
 void ra_chain_hooks(struct ra_exchange *x)
 {
-    x->hooks = (struct ra_kv_exchange){
-        .ctx = x,
+    x->hooks = (struct ra_hook){
+        .self = x,
         .layer_begin = chain_layer_begin,
         .kv_ready = chain_kv_ready,
         .layer_end = chain_layer_end,

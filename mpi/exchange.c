@@ -151,7 +151,7 @@ out:
     return rc;
 }
 
-const struct ra_kv_exchange *ra_exchange_hooks(struct ra_exchange *x)
+const struct ra_hook *ra_exchange_hooks(struct ra_exchange *x)
 {
     return x->size > 1 && x->method != RA_METHOD_SINGLE ? &x->hooks : NULL;
 }

@@ -1,4 +1,4 @@
-/* KV exchange between ranks: the hooks that plug MPI into ra_forward_span.
+/* KV exchange between ranks: the hook that plugs MPI into a context's forward passes.
  *
  * KV-Runahead (chain.c): rank r receives rows [0, b_r) of each layer from the
  * ranks before it and passes rows on to the ranks after it, point to point.
@@ -54,7 +54,7 @@ struct ra_exchange {
     int n_send, max_send;   /* every send of the pass, completed by ra_exchange_finish */
     double t0;
     struct ra_rank_stats stats;
-    struct ra_kv_exchange hooks;
+    struct ra_hook hooks;   /* the method's entry of the context's hook list */
     struct ra_netem *netem; /* NULL unless --link-gbps: then every message also waits for the emulated link */
 };
 
@@ -73,8 +73,8 @@ const char *ra_exchange_transport_name(const struct ra_exchange *x);
 int ra_exchange_begin(struct ra_exchange *x);
 /* Ends a pass: completes every send (timed as t_drain), so the KV cache may change again. */
 int ra_exchange_finish(struct ra_exchange *x);
-/* The hooks for ra_forward_span (NULL for a single rank). */
-const struct ra_kv_exchange *ra_exchange_hooks(struct ra_exchange *x);
+/* The hook a pass adds to its context (NULL for a single rank: nothing moves). */
+const struct ra_hook *ra_exchange_hooks(struct ra_exchange *x);
 
 /* Internal to mpi/: set up the method's hooks. */
 void ra_chain_hooks(struct ra_exchange *x);

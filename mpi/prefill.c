@@ -13,7 +13,7 @@ int ra_prefill_kv_rows(const struct ra_exchange *x)
     return x->bounds[x->size];
 }
 
-int ra_prefill_run(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv,
+int ra_prefill_run(struct ra_context *ctx, struct ra_exchange *x, struct ra_kvcache *kv,
                    const int32_t *tokens, float *logits, double *ttft)
 {
     int rc = RA_OK;
@@ -31,7 +31,12 @@ int ra_prefill_run(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache 
     ra_watchdog_done();
     if ((rc = ra_exchange_begin(x)) != RA_OK)
         goto out;
-    rc = ra_forward_span(m, tokens + start, start, n, kv, ra_exchange_hooks(x), last ? logits : NULL);
+    const struct ra_hook *hook = ra_exchange_hooks(x);
+    if (hook && (rc = ra_context_hook_add(ctx, hook)) != RA_OK)
+        goto out;
+    rc = ra_forward_span(ctx, tokens + start, start, n, kv, last ? logits : NULL);
+    if (hook)
+        ra_context_hook_remove(ctx, hook);
     if (last)
         *ttft = MPI_Wtime() - x->t0;
     if (rc == RA_OK)
@@ -53,34 +58,34 @@ static void spread_of(const double *v, int n, double *out)
     out[2] = hi;
 }
 
-int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
+int ra_prefill_median(struct ra_context *ctx, MPI_Comm comm, enum ra_method method, enum ra_route route,
                       const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
                       double *median_ttft)
 {
     double spread[3];
-    int rc = ra_prefill_spread(m, comm, method, route, bounds, kv, tokens, repeats, spread);
+    int rc = ra_prefill_spread(ctx, comm, method, route, bounds, kv, tokens, repeats, spread);
     if (rc == RA_OK)
         *median_ttft = spread[0];
     return rc;
 }
 
-int ra_prefill_spread(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
+int ra_prefill_spread(struct ra_context *ctx, MPI_Comm comm, enum ra_method method, enum ra_route route,
                       const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
                       double spread[3])
 {
     struct ra_exchange x = { 0 };
     struct ra_passes ps = { .ttft = calloc((size_t)repeats, sizeof(double)) };
-    float *logits = malloc(sizeof(float) * (size_t)m->config.vocab_size);
+    float *logits = malloc(sizeof(float) * (size_t)ctx->model->config.vocab_size);
     int rc = RA_OK;
     if (!ps.ttft || !logits) {
         rc = ra_error_set(RA_ENOMEM, "out of memory");
         goto out;
     }
-    if ((rc = ra_exchange_init(&x, comm, method, route, bounds, m->config.n_layers,
+    if ((rc = ra_exchange_init(&x, comm, method, route, bounds, ctx->model->config.n_layers,
                                ra_kvcache_row_bytes(kv))) != RA_OK)
         goto out;
     /* Every rank gets the last rank's TTFTs, so every rank computes the same spread. */
-    if ((rc = ra_prefill_repeat(m, &x, kv, tokens, logits, repeats, &ps)) == RA_OK)
+    if ((rc = ra_prefill_repeat(ctx, &x, kv, tokens, logits, repeats, &ps)) == RA_OK)
         spread_of(ps.ttft, repeats, spread);
 out:
     ra_exchange_free(&x);
@@ -117,7 +122,7 @@ static int median_pass(const double *ttft, int n, int *pass)
     return RA_OK;
 }
 
-int ra_prefill_repeat(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv, const int32_t *tokens,
+int ra_prefill_repeat(struct ra_context *ctx, struct ra_exchange *x, struct ra_kvcache *kv, const int32_t *tokens,
                       float *logits, int n, struct ra_passes *ps)
 {
     const int L = x->n_layers;
@@ -133,7 +138,7 @@ int ra_prefill_repeat(struct ra_model *m, struct ra_exchange *x, struct ra_kvcac
     ps->n = n;
     for (int i = 0; i < n; i++) {
         ps->ttft[i] = 0;
-        if ((rc = ra_prefill_run(m, x, kv, tokens, logits, &ps->ttft[i])) != RA_OK)
+        if ((rc = ra_prefill_run(ctx, x, kv, tokens, logits, &ps->ttft[i])) != RA_OK)
             goto out;
         kept[i] = x->stats;
         memcpy(layers + (size_t)i * L, x->stats.layers, layer_bytes);

@@ -4,17 +4,18 @@
 
 #include "exchange.h"
 
-/* Every rank: barrier, then the rank's slice [b_r, b_{r+1}) as one span with
- * the exchange's hooks, then all sends completed. The last rank gets the
+/* Every rank: barrier, then the rank's slice [b_r, b_{r+1}) as one span of
+ * CTX with the exchange's hook added to its list (after the hooks already
+ * there) for the pass, then all sends completed. The last rank gets the
  * prompt's last logits (host, vocab floats) and its TTFT: from the barrier to
  * the logits of the first token. */
-int ra_prefill_run(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv,
+int ra_prefill_run(struct ra_context *ctx, struct ra_exchange *x, struct ra_kvcache *kv,
                    const int32_t *tokens, float *logits, double *ttft);
 
 /* Runs `repeats` passes of one method and partition (a fresh exchange each
  * time it is called) and gives every rank the last rank's median TTFT. The
  * KV cache must hold ra_prefill_kv_rows() rows. Collective. */
-int ra_prefill_median(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
+int ra_prefill_median(struct ra_context *ctx, MPI_Comm comm, enum ra_method method, enum ra_route route,
                       const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
                       double *median_ttft);
 
@@ -31,11 +32,11 @@ struct ra_passes {
  * Afterwards x->stats holds the median pass's figures (per-layer times
  * included), so reports and traces show that pass, not the last one.
  * Collective; a pass that fails returns its status at once. */
-int ra_prefill_repeat(struct ra_model *m, struct ra_exchange *x, struct ra_kvcache *kv, const int32_t *tokens,
+int ra_prefill_repeat(struct ra_context *ctx, struct ra_exchange *x, struct ra_kvcache *kv, const int32_t *tokens,
                       float *logits, int n, struct ra_passes *ps);
 
 /* The same, giving every rank the median, min and max of the passes' TTFTs. */
-int ra_prefill_spread(struct ra_model *m, MPI_Comm comm, enum ra_method method, enum ra_route route,
+int ra_prefill_spread(struct ra_context *ctx, MPI_Comm comm, enum ra_method method, enum ra_route route,
                       const int *bounds, struct ra_kvcache *kv, const int32_t *tokens, int repeats,
                       double spread[3]);
 

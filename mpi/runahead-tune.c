@@ -56,6 +56,7 @@ struct tune {
     struct ra_model m;
     struct ra_backend *be;
     int local_rank; /* the rank's index on its node: its default CUDA device */
+    struct ra_context ctx; /* the passes over m on be */
     struct ra_kvcache kv;
     int32_t *tokens;
     char model_id[128], hw_tag[128];
@@ -251,7 +252,7 @@ static void show_progress(void *ctx, int done, int planned, double best, const i
 static int objective_measure(void *ctx, const int *bounds, int p, double *value)
 {
     struct tune *t = ctx;
-    int rc = ra_prefill_median(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+    int rc = ra_prefill_median(&t->ctx, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
                                t->o->repeats, value);
     if (rc != RA_OK) { /* the other ranks may be blocked on this one's KV rows */
         fprintf(stderr, "runahead-tune: rank %d: %s\n", rank, ra_error_message());
@@ -279,10 +280,10 @@ static int baselines(struct tune *t, int p, int context, double even[3], double 
     }
     if (!t->o->baselines)
         return RA_OK;
-    rc = ra_prefill_spread(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+    rc = ra_prefill_spread(&t->ctx, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
                            t->o->repeats, even);
     if (rc == RA_OK)
-        rc = ra_prefill_spread(&t->m, MPI_COMM_WORLD, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+        rc = ra_prefill_spread(&t->ctx, MPI_COMM_WORLD, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
                                t->o->repeats, tsp);
     return rc;
 }
@@ -293,7 +294,7 @@ static int baselines(struct tune *t, int p, int context, double even[3], double 
  * median of new runs at the chosen split, like theirs. */
 static int remeasure(struct tune *t, const int *best, double kvr[3])
 {
-    return ra_prefill_spread(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, best, &t->kv, t->tokens,
+    return ra_prefill_spread(&t->ctx, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, best, &t->kv, t->tokens,
                              t->o->repeats, kvr);
 }
 
@@ -389,7 +390,7 @@ static int evaluate_all(struct tune *t)
         t->context = t->o->contexts[i];
         if ((rc = agree(evaluated_bounds(t, t->context, bounds, &extrapolated))) != RA_OK)
             break;
-        rc = ra_prefill_spread(&t->m, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
+        rc = ra_prefill_spread(&t->ctx, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
                                t->o->repeats, measured);
         if (rc == RA_OK && rank == 0) {
             char b[256];
@@ -449,12 +450,12 @@ static int measure_compute(struct tune *t, struct ra_cost_profile *pf)
     struct ra_forward_stats st = { 0 };
     const int lengths[] = { 256, 512, 1024, 2048 };
     int rc = RA_OK;
-    t->m.stats = &st;
+    t->ctx.stats = &st;
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0] && rc == RA_OK; i++) {
         if (lengths[i] > t->kv.capacity)
             break;
         MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-        rc = ra_forward_span(&t->m, t->tokens, 0, lengths[i], &t->kv, NULL, NULL);
+        rc = ra_forward_span(&t->ctx, t->tokens, 0, lengths[i], &t->kv, NULL);
     }
     double mine[4] = { st.flop_linear / st.t_linear, st.flop_attention / st.t_attention,
                        st.t_other / ((double)st.tokens * t->m.config.n_layers), 0 }, sum[4];
@@ -463,7 +464,7 @@ static int measure_compute(struct tune *t, struct ra_cost_profile *pf)
     pf->attn_flops = sum[1] / world;
     pf->other_s_per_token_layer = sum[2] / world;
 out:
-    t->m.stats = NULL;
+    t->ctx.stats = NULL;
     return rc;
 }
 
@@ -571,7 +572,7 @@ static int setup(struct tune *t)
     else
         ra_table_default_hw_tag(t->hw_tag, sizeof t->hw_tag);
     if ((rc = open_backend(t, load.n_threads)) != RA_OK ||
-        (rc = ra_model_attach(&t->m, t->be)) != RA_OK ||
+        (rc = ra_context_init(&t->ctx, &t->m, t->be)) != RA_OK ||
         (rc = ra_kvcache_init_dtype(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), longest, t->o->kv_dtype)) !=
             RA_OK)
         return rc;
@@ -627,6 +628,7 @@ out:
     ra_watchdog_stop();
     free(t.tokens);
     ra_kvcache_free(&t.kv);
+    ra_context_free(&t.ctx);
     ra_model_free(&t.m);
     ra_backend_free(t.be);
     return rc;

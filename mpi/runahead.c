@@ -518,13 +518,14 @@ out:
 /* The --partition spec resolved for this run and its key (backend, linear and KV dtypes:
  * partition/spec.h); rank 0 says where a table's or auto's split came from. TSP always splits
  * evenly. */
-static int choose_partition(const struct options *o, const struct ra_model *m, int n_prompt, int *bounds)
+static int choose_partition(const struct options *o, const struct ra_context *ctx, int n_prompt, int *bounds)
 {
+    const struct ra_model *m = ctx->model;
     const struct ra_partition_spec *spec = &o->spec;
     struct ra_table_key key;
     const struct ra_partition_run run = { &m->config, n_prompt, world, o->hw_tag, &key };
     int extrapolated = 0;
-    int rc = ra_partition_run_key(&key, m->backend, m->weights.layers[0].wq.dtype, o->device_dtype, o->kv_dtype);
+    int rc = ra_partition_run_key(&key, ctx->backend, m->weights.layers[0].wq.dtype, o->device_dtype, o->kv_dtype);
     if (rc == RA_OK)
         rc = ra_partition_resolve(spec, &run, bounds, partition_source, sizeof partition_source, &extrapolated);
     if (rc != RA_OK || (spec->kind != RA_PARTITION_AUTO && spec->kind != RA_PARTITION_TABLE)) {
@@ -598,12 +599,12 @@ static int print_output(const struct options *o, const struct ra_vocab *tok, con
 }
 
 /* The last rank: sample the first token from the prompt's logits, then decode. */
-static int decode(const struct options *o, struct ra_model *m, struct ra_kvcache *kv,
+static int decode(const struct options *o, struct ra_context *ctx, struct ra_kvcache *kv,
                   const struct ra_vocab *tok, float *logits, struct result *r, int slice_start,
                   struct ra_offload *off)
 {
     struct ra_sampler sampler = { 0 };
-    int rc = ra_sampler_init(&sampler, m->config.vocab_size, o->temperature, o->top_p, o->seed);
+    int rc = ra_sampler_init(&sampler, ctx->model->config.vocab_size, o->temperature, o->top_p, o->seed);
     const int text = o->output == OUTPUT_TEXT;
     struct stream st = { .v = tok, .print = text && tok, .stop_at_eog = tok && !o->ignore_eos, .prev = -1 };
     const struct ra_generate g = {
@@ -617,7 +618,7 @@ static int decode(const struct options *o, struct ra_model *m, struct ra_kvcache
     };
     const double t0 = MPI_Wtime();
     if (rc == RA_OK)
-        rc = ra_generate_run(m, kv, r->n_prompt, logits, &sampler, &g, r->generated, &r->n_generated);
+        rc = ra_generate_run(ctx, kv, r->n_prompt, logits, &sampler, &g, r->generated, &r->n_generated);
     if (rc == RA_OK && off)
         ra_offload_report(off, stderr);
     r->t_decode = MPI_Wtime() - t0;
@@ -643,13 +644,14 @@ static int open_outputs(const struct options *o, struct outputs *out)
 }
 
 static int write_reports(const struct options *o, struct outputs *out, struct ra_exchange *x,
-                         const struct ra_model *m, const struct result *r, const int *bounds)
+                         const struct ra_context *ctx, const struct result *r, const int *bounds)
 {
+    const struct ra_model *m = ctx->model;
     struct ra_all_stats all;
     struct ra_proc_info me, *procs = NULL;
     int rc = RA_OK;
     /* Every rank's CPUs, threads and peak memory, now that the work is done. */
-    ra_proc_info_get(&me, m->backend->n_threads);
+    ra_proc_info_get(&me, ctx->backend->n_threads);
     if (rank == world - 1 && !(procs = calloc((size_t)world, sizeof *procs))) {
         rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", rank);
         goto out;
@@ -661,11 +663,11 @@ static int write_reports(const struct options *o, struct outputs *out, struct ra
     const struct ra_run_info info = {
         .model_path = o->model, .partition_spec = o->method == RA_METHOD_TSP ? "even" : o->partition,
         .config = &m->config, .method = o->method, .route = o->route, .bounds = bounds, .ranks = world,
-        .threads = m->backend->n_threads, .n_prompt = r->n_prompt, .repeat = o->repeat, .ttft = r->ttft,
+        .threads = ctx->backend->n_threads, .n_prompt = r->n_prompt, .repeat = o->repeat, .ttft = r->ttft,
         .median_pass = r->passes.median, .partition_source = partition_source[0] ? partition_source : NULL,
         .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode, .transport = ra_exchange_transport_name(x),
         .link = o->netem.link_gbps > 0 ? &o->netem : NULL, .procs = procs,
-        .backend = m->backend->ops->name, .kv_dtype = o->kv_dtype,
+        .backend = ctx->backend->ops->name, .kv_dtype = o->kv_dtype,
     };
     ra_report_print(stderr, &info, &all);
     if (r->n_generated > 1)
@@ -704,6 +706,7 @@ static int run(int argc, char **argv)
     struct ra_vocab tok_storage, *tok = NULL;
     struct ra_model m = { 0 };
     struct ra_backend *be = NULL;
+    struct ra_context ctx = { 0 };
     struct ra_exchange x = { 0 };
     struct ra_kvcache kv = { 0 };
     struct ra_offload *off = NULL;
@@ -757,13 +760,13 @@ static int run(int argc, char **argv)
     const int local_rank = ra_mpi_local_rank(); /* collective: every rank, whatever rc is */
     if (rc == RA_OK)
         rc = open_backend(&o, load.n_threads, local_rank, &be);
-    if (rc == RA_OK && (rc = ra_model_attach(&m, be)) == RA_OK)
-        rc = choose_partition(&o, &m, r.n_prompt, bounds);
+    if (rc == RA_OK && (rc = ra_context_init(&ctx, &m, be)) == RA_OK)
+        rc = choose_partition(&o, &ctx, r.n_prompt, bounds);
     if (rc == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_kv_row_bytes(ra_config_kv_dim(&m.config), o.kv_dtype));
     if (rc == RA_OK && last) { /* before the prefill: KVPR keeps the layer inputs of this rank's span */
-        if ((rc = ra_offload_create(&off, &m, &o.offload, r.n_prompt + (o.generate > 0 ? o.generate : 1))) ==
+        if ((rc = ra_offload_create(&off, &ctx, &o.offload, r.n_prompt + (o.generate > 0 ? o.generate : 1))) ==
             RA_OK)
             rc = ra_offload_capture(off);
     }
@@ -789,7 +792,7 @@ static int run(int argc, char **argv)
         goto out;
 
     r.passes.ttft = r.ttft;
-    if ((rc = ra_prefill_repeat(&m, &x, &kv, r.prompt, logits, o.repeat, &r.passes)) != RA_OK) {
+    if ((rc = ra_prefill_repeat(&ctx, &x, &kv, r.prompt, logits, o.repeat, &r.passes)) != RA_OK) {
         /* Peers may be blocked on this rank's KV rows: nothing else ends them. */
         print_error();
         ra_outfile_cleanup_all(); /* MPI_Abort ends the process without exit handlers */
@@ -797,10 +800,10 @@ static int run(int argc, char **argv)
     }
     /* The others now wait for the last rank's decoding, however long it takes. */
     ra_watchdog_stop();
-    if (last && (rc = decode(&o, &m, &kv, tok, logits, &r, bounds[world - 1], off)) == RA_OK)
+    if (last && (rc = decode(&o, &ctx, &kv, tok, logits, &r, bounds[world - 1], off)) == RA_OK)
         rc = print_output(&o, tok, &r);
     if ((rc = agree(rc)) == RA_OK)
-        rc = agree(write_reports(&o, &outs, &x, &m, &r, bounds));
+        rc = agree(write_reports(&o, &outs, &x, &ctx, &r, bounds));
 out:
     ra_outfile_abort(&outs.report); /* no-ops once committed */
     ra_outfile_abort(&outs.trace);
@@ -812,6 +815,7 @@ out:
     ra_kvcache_free(&kv);
     ra_offload_free(off);
     ra_exchange_free(&x);
+    ra_context_free(&ctx);
     ra_model_free(&m);
     ra_backend_free(be);
     if (tok)

@@ -5,16 +5,19 @@
 #include "netem.h"
 #include "watchdog.h"
 
-static int tsp_layer_begin(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+static int tsp_layer_begin(void *self, const struct ra_hook_args *a)
 {
-    struct ra_exchange *x = ctx;
+    struct ra_exchange *x = self;
+    const int l = a->layer;
     x->stats.layers[l].begin = MPI_Wtime() - x->t0;
     return RA_OK;
 }
 
-static int tsp_kv_ready(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+static int tsp_kv_ready(void *self, const struct ra_hook_args *a)
 {
-    struct ra_exchange *x = ctx;
+    struct ra_exchange *x = self;
+    const int l = a->layer;
+    struct ra_kvcache *kv = a->kv;
     struct ra_layer_times *t = &x->stats.layers[l];
     int rc = RA_OK, counts[RA_MAX_RANKS], displs[RA_MAX_RANKS];
     for (int r = 0; r < x->size; r++) {
@@ -38,17 +41,18 @@ out:
     return rc;
 }
 
-static int tsp_layer_end(void *ctx, int l, struct ra_kvcache *kv, int start, int n)
+static int tsp_layer_end(void *self, const struct ra_hook_args *a)
 {
-    struct ra_exchange *x = ctx;
+    struct ra_exchange *x = self;
+    const int l = a->layer;
     x->stats.layers[l].end = MPI_Wtime() - x->t0;
     return RA_OK;
 }
 
 void ra_tsp_hooks(struct ra_exchange *x)
 {
-    x->hooks = (struct ra_kv_exchange){
-        .ctx = x,
+    x->hooks = (struct ra_hook){
+        .self = x,
         .layer_begin = tsp_layer_begin,
         .kv_ready = tsp_kv_ready,
         .layer_end = tsp_layer_end,

@@ -121,11 +121,12 @@ struct ra_backend_ops {
     int (*add)(struct ra_backend *be, float *x, const float *y, size_t count);
 
     /* Optional (NULL: the backend reads T->data where the loader left it).
-     * ra_model_attach calls it once for every weight (a tied classifier is
-     * the embedding's tensor and shares its copy); MATMUL says whether matmul
-     * reads T. The backend may keep its own copy in T->device (device memory
-     * on a GPU, a bf16 copy of f32 weights for bf16 compute on the CPU), freed
-     * by weight_release, which ra_model_detach calls for each T with one. */
+     * ra_context_init calls it once for every weight of the context's copy of
+     * the tensors (a tied classifier is the embedding's tensor and shares its
+     * copy); MATMUL says whether matmul reads T. The backend may keep its own
+     * copy in T->device (device memory on a GPU, a bf16 copy of f32 weights
+     * for bf16 compute on the CPU), freed by weight_release, which
+     * ra_context_free calls for each T with one. */
     int (*weight_prepare)(struct ra_backend *be, struct ra_tensor *t, int matmul);
     void (*weight_release)(struct ra_backend *be, struct ra_tensor *t);
     /* dst[i] = src[i] rounded to dtype (to nearest even; RA_DTYPE_F32 copies): KV rows into a bf16 cache. */
@@ -152,7 +153,7 @@ struct ra_backend_ops {
 
 /* What the linear layers compute in. AUTO: bf16 where the weights are bf16
  * or f16 and the CPU has a bf16 unit (AMX-BF16, AVX512-BF16), else fp32.
- * BF16 also converts f32 weights once, at attach. F32: always fp32. */
+ * BF16 also converts f32 weights once, in ra_context_init. F32: always fp32. */
 enum ra_compute { RA_COMPUTE_AUTO = 0, RA_COMPUTE_F32, RA_COMPUTE_BF16 };
 
 /* "auto", "f32", "bf16" */
@@ -163,7 +164,7 @@ int ra_compute_parse(const char *s, enum ra_compute *out);
 struct ra_backend {
     const struct ra_backend_ops *ops;
     int n_threads;
-    enum ra_compute compute; /* set before ra_model_attach; AUTO after init */
+    enum ra_compute compute; /* set before ra_context_init; AUTO after init */
 };
 
 /* The CPU backend; n_threads <= 0 means one per CPU of the process's affinity mask (ra_cpus_allowed).
@@ -217,7 +218,7 @@ int ra_cuda_device_count(void);
 int ra_backend_cuda_init(struct ra_backend **out, int device);
 /* The dtype weight matrices take on the device (--device-dtype): bf16 (the
  * default) or f16, with fp32 accumulation, or f32. Norm weights stay fp32.
- * Set it before ra_model_attach. */
+ * Set it before ra_context_init. */
 int ra_backend_cuda_set_dtype(struct ra_backend *be, enum ra_dtype dtype);
 
 /* Zeroed memory of `bytes` where the backend keeps activations and the KV cache (its mem_kind),

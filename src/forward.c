@@ -22,7 +22,7 @@ struct ra_workspace {
     float *kf, *vf; /* [n][kv_dim] fp32 K and V before a bf16 cache rounds them; only for one */
 };
 
-static void workspace_free(struct ra_backend *be, struct ra_workspace *ws)
+void ra_workspace_free(struct ra_backend *be, struct ra_workspace *ws)
 {
     if (!ws)
         return;
@@ -35,17 +35,17 @@ static void workspace_free(struct ra_backend *be, struct ra_workspace *ws)
 
 /* Makes room for n tokens; with a cache that is not fp32 (narrow_kv), also
  * the fp32 K and V rows the projections and RoPE write before rounding. */
-static int workspace_reserve(struct ra_model *m, int n, int narrow_kv)
+static int workspace_reserve(struct ra_context *ctx, int n, int narrow_kv)
 {
-    struct ra_workspace *ws = m->ws;
+    struct ra_workspace *ws = ctx->ws;
     if (ws && ws->capacity >= n && (!narrow_kv || ws->kf))
         return RA_OK;
     if (ws && ws->capacity > n)
         n = ws->capacity;
-    struct ra_backend *be = m->backend;
-    const struct ra_config *c = &m->config;
-    workspace_free(be, ws);
-    m->ws = ws = calloc(1, sizeof *ws);
+    struct ra_backend *be = ctx->backend;
+    const struct ra_config *c = &ctx->model->config;
+    ra_workspace_free(be, ws);
+    ctx->ws = ws = calloc(1, sizeof *ws);
     if (!ws)
         return ra_error_set(RA_ENOMEM, "forward: out of memory");
     const size_t d = (size_t)n * c->dim * sizeof(float), h = (size_t)n * c->hidden_dim * sizeof(float);
@@ -64,101 +64,12 @@ static int workspace_reserve(struct ra_model *m, int n, int narrow_kv)
     }
     if (!ws->x || !ws->xb || !ws->q || !ws->att || !ws->hb || !ws->hb2 || !ws->logits ||
         (narrow_kv && (!ws->kf || !ws->vf))) {
-        workspace_free(be, ws);
-        m->ws = NULL;
+        ra_workspace_free(be, ws);
+        ctx->ws = NULL;
         return ra_error_set(RA_ENOMEM, "forward: cannot allocate activations for %d tokens (%.1f MiB)", n,
                             (4.0 * (double)d + 2.0 * (double)h) / 1048576.0);
     }
     return RA_OK;
-}
-
-/* The model's tensors, each once (a tied classifier is the embedding), and
- * whether a matmul reads each (the rest: the embedding table, norm vectors). */
-static int weight_list(struct ra_model *m, struct ra_tensor **list, int *matmul)
-{
-    struct ra_weights *w = &m->weights;
-    const int tied = w->output.data == w->embed.data;
-    int k = 0;
-    matmul[k] = tied;
-    list[k++] = &w->embed;
-    for (int l = 0; w->layers && l < m->config.n_layers; l++) {
-        struct ra_layer_weights *lw = &w->layers[l];
-        struct ra_tensor *t[] = { &lw->attn_norm, &lw->wq, &lw->wk, &lw->wv, &lw->wo,
-                                  &lw->ffn_norm, &lw->w_gate, &lw->w_down, &lw->w_up };
-        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-            matmul[k] = t[i]->rows > 1;
-            list[k++] = t[i];
-        }
-    }
-    matmul[k] = 0;
-    list[k++] = &w->final_norm;
-    if (!tied) {
-        matmul[k] = 1;
-        list[k++] = &w->output;
-    }
-    return k;
-}
-
-static void weights_release(struct ra_model *m, struct ra_backend *be)
-{
-    const size_t most = 3 + 9 * (size_t)m->config.n_layers;
-    struct ra_tensor **list = malloc(sizeof *list * most);
-    int *matmul = malloc(sizeof *matmul * most);
-    if (list && matmul) {
-        const int k = weight_list(m, list, matmul);
-        for (int i = 0; i < k; i++)
-            if (list[i]->device)
-                be->ops->weight_release(be, list[i]);
-    }
-    m->weights.output.device = NULL; /* tied: the embedding's copy, released above */
-    free(list);
-    free(matmul);
-}
-
-/* Lets the backend make its own copies of the weights (a GPU's, bf16 ones). */
-static int weights_prepare(struct ra_model *m, struct ra_backend *be)
-{
-    const size_t most = 3 + 9 * (size_t)m->config.n_layers;
-    struct ra_tensor **list = malloc(sizeof *list * most);
-    int *matmul = malloc(sizeof *matmul * most);
-    int rc = RA_OK;
-    if (!list || !matmul) {
-        rc = ra_error_set(RA_ENOMEM, "attach: out of memory");
-        goto out;
-    }
-    const int k = weight_list(m, list, matmul);
-    for (int i = 0; i < k && rc == RA_OK; i++)
-        rc = be->ops->weight_prepare(be, list[i], matmul[i]);
-    if (m->weights.output.data == m->weights.embed.data)
-        m->weights.output.device = m->weights.embed.device;
-    if (rc != RA_OK)
-        weights_release(m, be);
-out:
-    free(list);
-    free(matmul);
-    return rc;
-}
-
-int ra_model_attach(struct ra_model *m, struct ra_backend *be)
-{
-    ra_model_detach(m);
-    m->backend = be;
-    if (!be->ops->weight_prepare)
-        return RA_OK;
-    int rc = weights_prepare(m, be);
-    if (rc != RA_OK)
-        m->backend = NULL;
-    return rc;
-}
-
-void ra_model_detach(struct ra_model *m)
-{
-    if (m->backend) {
-        weights_release(m, m->backend);
-        workspace_free(m->backend, m->ws);
-    }
-    m->ws = NULL;
-    m->backend = NULL;
 }
 
 void ra_forward_flops(const struct ra_config *c, int start, int n, double *linear, double *attention)
@@ -169,13 +80,11 @@ void ra_forward_flops(const struct ra_config *c, int start, int n, double *linea
     *attention = L * 4.0 * d * pairs; /* QKᵀ and PV over the visible keys */
 }
 
-/* A position list: sorted, strictly increasing, not negative; takes no exchange. */
-static int check_positions(const struct ra_rows *rows, const struct ra_kv_exchange *xchg)
+/* A position list: sorted, strictly increasing, not negative. */
+static int check_positions(const struct ra_rows *rows)
 {
     if (!rows->pos)
         return RA_OK;
-    if (xchg)
-        return ra_error_set(RA_EINVAL, "forward: a position list takes no KV exchange");
     for (int i = 0; i < rows->n; i++)
         if (rows->pos[i] < 0 || (i > 0 && rows->pos[i] <= rows->pos[i - 1]))
             return ra_error_set(RA_EINVAL, "forward: position %d (row %d) is negative or not above the one before",
@@ -184,12 +93,12 @@ static int check_positions(const struct ra_rows *rows, const struct ra_kv_exchan
 }
 
 /* Rows of positions [start, start+n) (a list: its first to its last) fit the model and the cache. */
-static int check_span(const struct ra_model *m, const int32_t *tokens, const struct ra_rows *rows, int start, int n,
+static int check_span(const struct ra_context *ctx, const int32_t *tokens, const struct ra_rows *rows, int start, int n,
                       const struct ra_kvcache *kv)
 {
-    const struct ra_config *c = &m->config;
-    if (!m->backend)
-        return ra_error_set(RA_EINVAL, "forward: no backend attached to the model");
+    if (!ctx || !ctx->model || !ctx->backend)
+        return ra_error_set(RA_EINVAL, "forward: the context has no model or no backend");
+    const struct ra_config *c = &ctx->model->config;
     if (n <= 0 || start < 0)
         return ra_error_set(RA_EINVAL, "forward: empty or negative span [%d, %d)", start, start + n);
     if (start + n > c->seq_len)
@@ -204,8 +113,8 @@ static int check_span(const struct ra_model *m, const int32_t *tokens, const str
             return ra_error_set(RA_ERANGE, "forward: span [%d, %d) does not fit the KV cache (%d rows from "
                                 "position %d)", start, start + n, kv->capacity, first);
     }
-    if (!ra_backend_supports(m->backend, RA_OP_KV_CACHE, kv->dtype))
-        return ra_error_set(RA_EUNSUPPORTED, "forward: the %s backend has no %s KV cache", m->backend->ops->name,
+    if (!ra_backend_supports(ctx->backend, RA_OP_KV_CACHE, kv->dtype))
+        return ra_error_set(RA_EUNSUPPORTED, "forward: the %s backend has no %s KV cache", ctx->backend->ops->name,
                             ra_dtype_name(kv->dtype));
     for (int i = 0; i < rows->n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
@@ -217,22 +126,50 @@ static int check_span(const struct ra_model *m, const int32_t *tokens, const str
 /* Runs one backend op, charging its time to a stats bucket when stats are on. */
 #define OP(bucket, call)                                                 \
     do {                                                                 \
-        double t0_ = m->stats ? ra_wall_s() : 0;                               \
+        double t0_ = stats ? ra_wall_s() : 0;                            \
         if ((rc = (call)) != RA_OK)                                      \
             goto out;                                                    \
-        if (m->stats)                                                    \
-            m->stats->bucket += ra_wall_s() - t0_;                             \
+        if (stats)                                                       \
+            stats->bucket += ra_wall_s() - t0_;                          \
     } while (0)
 
-#define HOOK(name)                                                               \
-    do {                                                                         \
-        if (xchg && xchg->name) {                                                \
-            double t0_ = m->stats ? ra_wall_s() : 0;                                   \
-            if ((rc = xchg->name(xchg->ctx, l, kv, start, n)) != RA_OK)          \
-                goto out;                                                        \
-            if (m->stats)                                                        \
-                m->stats->t_exchange += ra_wall_s() - t0_;                             \
-        }                                                                        \
+enum hook_point { AT_LAYER_BEGIN, AT_KV_READY, AT_LAYER_END };
+
+/* Runs the first N hooks of CTX at one point, in list order, the first failure stopping them. */
+static int run_hooks(struct ra_context *ctx, int n, enum hook_point at, const struct ra_hook_args *a)
+{
+    if (n == 0)
+        return RA_OK;
+    const double t0 = ctx->stats ? ra_wall_s() : 0;
+    int rc = RA_OK;
+    for (int i = 0; i < n && rc == RA_OK; i++) {
+        const struct ra_hook *h = ctx->hooks[i];
+        int (*fn)(void *, const struct ra_hook_args *) = at == AT_LAYER_BEGIN ? h->layer_begin
+                                                         : at == AT_KV_READY  ? h->kv_ready
+                                                                              : h->layer_end;
+        if (fn)
+            rc = fn(h->self, a);
+    }
+    if (ctx->stats)
+        ctx->stats->t_exchange += ra_wall_s() - t0;
+    return rc;
+}
+
+/* The attend hooks as a pipeline: each sees the rows the ones before it chose. */
+static int run_attend(struct ra_context *ctx, int n, const struct ra_hook_args *a, const float **k,
+                      const float **v, int *rows)
+{
+    int rc = RA_OK;
+    for (int i = 0; i < n && rc == RA_OK; i++)
+        if (ctx->hooks[i]->attend)
+            rc = ctx->hooks[i]->attend(ctx->hooks[i]->self, a, k, v, rows);
+    return rc;
+}
+
+#define HOOKS(at)                                                          \
+    do {                                                                   \
+        if ((rc = run_hooks(ctx, n_hooks, at, &args)) != RA_OK)            \
+            goto out;                                                      \
     } while (0)
 
 /* The diagnostic pass's state: host scratch for downloads, and where the
@@ -247,7 +184,7 @@ struct probe {
 
 /* Checks rows [0, rows) of BUF (a backend buffer, WIDTH elements of DT a row,
  * the first at position POS0): RA_ERANGE with the whole story if one is not finite. */
-static int probe_rows_dt(struct ra_model *m, struct probe *p, const void *buf, enum ra_dtype dt, int rows,
+static int probe_rows_dt(struct ra_backend *be, struct probe *p, const void *buf, enum ra_dtype dt, int rows,
                          int width, int pos0, int layer, const char *what)
 {
     const size_t need = (size_t)rows * (size_t)width;
@@ -258,10 +195,10 @@ static int probe_rows_dt(struct ra_model *m, struct probe *p, const void *buf, e
             return ra_error_set(RA_ENOMEM, "forward: out of memory while locating non-finite logits");
         p->floats = need;
     }
-    int rc = m->backend->ops->download(m->backend, p->host, buf, need * ra_dtype_size(dt));
+    int rc = be->ops->download(be, p->host, buf, need * ra_dtype_size(dt));
     if (rc != RA_OK)
         return rc;
-    const int64_t bad = ra_first_nonfinite(p->host, dt, (int64_t)need, m->backend->n_threads);
+    const int64_t bad = ra_first_nonfinite(p->host, dt, (int64_t)need, be->n_threads);
     if (bad < 0)
         return RA_OK;
     char in[64] = "the ";
@@ -273,63 +210,66 @@ static int probe_rows_dt(struct ra_model *m, struct probe *p, const void *buf, e
                         pos0 + (int)(bad / width));
 }
 
-static int probe_rows(struct ra_model *m, struct probe *p, const float *buf, int rows, int width, int pos0,
+static int probe_rows(struct ra_backend *be, struct probe *p, const float *buf, int rows, int width, int pos0,
                       int layer, const char *what)
 {
-    return probe_rows_dt(m, p, buf, RA_DTYPE_F32, rows, width, pos0, layer, what);
+    return probe_rows_dt(be, p, buf, RA_DTYPE_F32, rows, width, pos0, layer, what);
 }
 
 /* Runs a probe when there is one (the diagnostic pass); nothing otherwise. */
 #define PROBE(...)                                                        \
     do {                                                                  \
-        if (probe && (rc = probe_rows(m, probe, __VA_ARGS__)) != RA_OK)   \
+        if (probe && (rc = probe_rows(be, probe, __VA_ARGS__)) != RA_OK)  \
             goto out;                                                     \
     } while (0)
 #define PROBE_DT(...)                                                     \
     do {                                                                  \
-        if (probe && (rc = probe_rows_dt(m, probe, __VA_ARGS__)) != RA_OK) \
+        if (probe && (rc = probe_rows_dt(be, probe, __VA_ARGS__)) != RA_OK) \
             goto out;                                                     \
     } while (0)
 
 /* The forward pass; with PROBE set, also the diagnostic pass that checks each
- * stage's output for non-finite values and stops at the first. */
+ * stage's output for non-finite values and stops at the first (without the
+ * hooks: the rows before the span are in the cache already). */
 /* The K and V rows of a position list are made in the workspace and written
  * to the cache at their positions with set_rows (the cache rows between them
  * must be there already); attention then reads the cache's rows up to the
  * last position, each query the keys at or before its own. */
-static int forward(struct ra_model *m, const int32_t *tokens, const struct ra_rows *rows, struct ra_kvcache *kv,
-                   const struct ra_kv_exchange *xchg, float *logits_last, struct probe *probe)
+static int forward(struct ra_context *ctx, const int32_t *tokens, const struct ra_rows *rows, struct ra_kvcache *kv,
+                   float *logits_last, struct probe *probe)
 {
     int rc;
     const int n = rows->n, gapped = rows->pos != NULL;
     const int start = ra_rows_pos(rows, 0), end = rows->n > 0 ? ra_rows_pos(rows, n - 1) + 1 : start;
     const int narrow_kv = kv->dtype != RA_DTYPE_F32;
     int32_t *idx = NULL; /* a list's cache rows, per layer */
-    if ((rc = check_positions(rows, xchg)) != RA_OK ||
-        (rc = check_span(m, tokens, rows, start, end - start, kv)) != RA_OK ||
-        (rc = workspace_reserve(m, n, narrow_kv || gapped)) != RA_OK)
+    if ((rc = check_positions(rows)) != RA_OK ||
+        (rc = check_span(ctx, tokens, rows, start, end - start, kv)) != RA_OK ||
+        (rc = workspace_reserve(ctx, n, narrow_kv || gapped)) != RA_OK)
         return rc;
-    if (gapped && !ra_backend_supports(m->backend, RA_OP_POSITIONS, kv->dtype))
+    if (gapped && !ra_backend_supports(ctx->backend, RA_OP_POSITIONS, kv->dtype))
         return ra_error_set(RA_EUNSUPPORTED, "forward: the %s backend takes no position lists over a %s KV cache",
-                            m->backend->ops->name, ra_dtype_name(kv->dtype));
+                            ctx->backend->ops->name, ra_dtype_name(kv->dtype));
     if (gapped && !(idx = malloc(sizeof *idx * (size_t)n)))
         return ra_error_set(RA_ENOMEM, "forward: out of memory");
-    struct ra_backend *be = m->backend;
+    struct ra_backend *be = ctx->backend;
     const struct ra_backend_ops *op = be->ops;
-    const struct ra_config *c = &m->config;
+    const struct ra_config *c = &ctx->model->config;
+    const struct ra_weights *wt = &ctx->weights;
+    struct ra_forward_stats *stats = probe ? NULL : ctx->stats; /* the diagnosis is no part of the timings */
+    const int n_hooks = probe ? 0 : ctx->n_hooks;
     const struct ra_rope rope = ra_config_rope(c);
-    struct ra_workspace *ws = m->ws;
+    struct ra_workspace *ws = ctx->ws;
     const int d = c->dim, kvd = ra_config_kv_dim(c), hid = c->hidden_dim;
     const struct ra_attention_shape shape = { c->n_heads, c->n_kv_heads, c->head_dim, d, kvd, kv->dtype };
 
-    OP(t_other, op->embed(be, ws->x, &m->weights.embed, tokens, n));
+    OP(t_other, op->embed(be, ws->x, &wt->embed, tokens, n));
     PROBE(ws->x, n, d, start, -1, "token embedding");
     for (int l = 0; l < c->n_layers; l++) {
-        const struct ra_layer_weights *w = &m->weights.layers[l];
-        HOOK(layer_begin);
+        const struct ra_layer_weights *w = &wt->layers[l];
+        struct ra_hook_args args = { .layer = l, .start = start, .n = n, .rows = rows, .kv = kv, .x = ws->x };
+        HOOKS(AT_LAYER_BEGIN);
         OP(t_other, op->rmsnorm(be, ws->xb, ws->x, &w->attn_norm, n, d, c->norm_eps));
-        if (m->tap && m->tap->attn_input && (rc = m->tap->attn_input(m->tap->ctx, l, start, n, ws->xb)) != RA_OK)
-            goto out;
         OP(t_linear, op->matmul(be, ws->q, d, ws->xb, d, &w->wq, n));
         /* An fp32 cache takes K and V straight from the GEMMs; another is
          * written once K is rotated, each value rounded once. */
@@ -350,18 +290,19 @@ static int forward(struct ra_model *m, const int32_t *tokens, const struct ra_ro
             OP(t_other, op->narrow(be, ra_kvcache_k(kv, l, start), kv->dtype, kf, (size_t)n * kvd));
             OP(t_other, op->narrow(be, ra_kvcache_v(kv, l, start), kv->dtype, vf, (size_t)n * kvd));
         }
-        HOOK(kv_ready);
+        args.xa = ws->xb;
+        args.q = ws->q;
+        args.k = kf;
+        args.v = vf;
+        HOOKS(AT_KV_READY);
         /* every row attention will read, the earlier positions' too: the
          * layer's buffer holds positions [first, end) */
         const float *ak = ra_kvcache_k(kv, l, first), *av = ra_kvcache_v(kv, l, first);
         PROBE_DT(ak, kv->dtype, end - first, kvd, first, l, "keys");
         PROBE_DT(av, kv->dtype, end - first, kvd, first, l, "values");
         int nk = end - first;
-        if (xchg && xchg->attend) {
-            const struct ra_layer_acts acts = { ws->x, ws->xb, ws->q };
-            if ((rc = xchg->attend(xchg->ctx, l, kv, start, n, &acts, &ak, &av, &nk)) != RA_OK)
-                goto out;
-        }
+        if ((rc = run_attend(ctx, n_hooks, &args, &ak, &av, &nk)) != RA_OK)
+            goto out;
         /* the keys end at the last query: nk rows up to position end - 1 */
         const struct ra_rows keys = { nk, end - nk, NULL };
         OP(t_attention, op->attention(be, ws->att, ws->q, rows, ak, av, &keys, &shape));
@@ -374,17 +315,18 @@ static int forward(struct ra_model *m, const int32_t *tokens, const struct ra_ro
         OP(t_linear, op->matmul(be, ws->xb, d, ws->hb, hid, &w->w_down, n));
         OP(t_other, op->add(be, ws->x, ws->xb, (size_t)n * d));
         PROBE(ws->x, n, d, start, l, "output");
-        HOOK(layer_end);
+        args.xa = args.q = args.k = args.v = NULL; /* overwritten by the layer's tail */
+        HOOKS(AT_LAYER_END);
     }
     if (logits_last) { /* only the span's last token needs the classifier */
         float *last = ws->x + (size_t)(n - 1) * d;
-        OP(t_other, op->rmsnorm(be, ws->xb, last, &m->weights.final_norm, 1, d, c->norm_eps));
+        OP(t_other, op->rmsnorm(be, ws->xb, last, &wt->final_norm, 1, d, c->norm_eps));
         PROBE(ws->xb, 1, d, end - 1, -1, "final norm");
-        OP(t_other, op->matmul(be, ws->logits, c->vocab_size, ws->xb, d, &m->weights.output, 1));
+        OP(t_other, op->matmul(be, ws->logits, c->vocab_size, ws->xb, d, &wt->output, 1));
         PROBE(ws->logits, 1, c->vocab_size, end - 1, -1, "classifier's output");
         OP(t_other, op->download(be, logits_last, ws->logits, (size_t)c->vocab_size * sizeof(float)));
     }
-    if (m->stats) {
+    if (stats) {
         double lin, att;
         ra_forward_flops(c, start, n, &lin, &att);
         if (gapped) { /* each query against the keys up to its position */
@@ -393,45 +335,40 @@ static int forward(struct ra_model *m, const int32_t *tokens, const struct ra_ro
                 pairs += rows->pos[i] + 1.0;
             att = c->n_layers * 4.0 * d * pairs;
         }
-        m->stats->flop_linear += lin;
-        m->stats->flop_attention += att;
-        m->stats->tokens += n;
+        stats->flop_linear += lin;
+        stats->flop_attention += att;
+        stats->tokens += n;
     }
 out:
     free(idx);
     return rc;
 }
 
-int ra_forward_span(struct ra_model *m, const int32_t *tokens, int start, int n,
-                    struct ra_kvcache *kv, const struct ra_kv_exchange *xchg, float *logits_last)
+int ra_forward_span(struct ra_context *ctx, const int32_t *tokens, int start, int n, struct ra_kvcache *kv,
+                    float *logits_last)
 {
     const struct ra_rows rows = { n, start, NULL };
-    return forward(m, tokens, &rows, kv, xchg, logits_last, NULL);
+    return forward(ctx, tokens, &rows, kv, logits_last, NULL);
 }
 
-int ra_forward_rows(struct ra_model *m, const int32_t *tokens, const struct ra_rows *rows, struct ra_kvcache *kv,
+int ra_forward_rows(struct ra_context *ctx, const int32_t *tokens, const struct ra_rows *rows, struct ra_kvcache *kv,
                     float *logits_last)
 {
     if (!rows || rows->n <= 0)
         return ra_error_set(RA_EINVAL, "forward: no rows");
-    if (rows->pos && m->tap)
-        return ra_error_set(RA_EINVAL, "forward: a position list takes no layer tap");
-    return forward(m, tokens, rows, kv, NULL, logits_last, NULL);
+    return forward(ctx, tokens, rows, kv, logits_last, NULL);
 }
 
 /* Re-runs the span locally (its KV rows are recomputed to the same values,
  * the rows before it are already in the cache) with every stage checked. */
-static int locate_nonfinite(struct ra_model *m, const int32_t *tokens, int start, int n, struct ra_kvcache *kv,
+static int locate_nonfinite(struct ra_context *ctx, const int32_t *tokens, int start, int n, struct ra_kvcache *kv,
                             struct probe *p)
 {
-    float *logits = malloc((size_t)m->config.vocab_size * sizeof(float));
-    struct ra_forward_stats *stats = m->stats;
+    float *logits = malloc((size_t)ctx->model->config.vocab_size * sizeof(float));
     if (!logits)
         return ra_error_set(RA_ENOMEM, "forward: out of memory while locating non-finite logits");
-    m->stats = NULL; /* the diagnosis is no part of the run's timings */
     const struct ra_rows rows = { n, start, NULL };
-    int rc = forward(m, tokens, &rows, kv, NULL, logits, p);
-    m->stats = stats;
+    int rc = forward(ctx, tokens, &rows, kv, logits, p);
     free(logits);
     free(p->host);
     if (rc == RA_OK) /* not reproduced: say what is known */
@@ -441,10 +378,10 @@ static int locate_nonfinite(struct ra_model *m, const int32_t *tokens, int start
     return rc;
 }
 
-int ra_forward_check_logits(struct ra_model *m, const int32_t *tokens, int start, int n, struct ra_kvcache *kv,
+int ra_forward_check_logits(struct ra_context *ctx, const int32_t *tokens, int start, int n, struct ra_kvcache *kv,
                             const float *logits)
 {
-    const int64_t bad = ra_first_nonfinite(logits, RA_DTYPE_F32, m->config.vocab_size, 1);
+    const int64_t bad = ra_first_nonfinite(logits, RA_DTYPE_F32, ctx->model->config.vocab_size, 1);
     if (bad < 0)
         return RA_OK;
     struct probe p = { .logits_pos = start + n - 1, .logits_id = bad,
@@ -452,5 +389,5 @@ int ra_forward_check_logits(struct ra_model *m, const int32_t *tokens, int start
     if (!tokens)
         return ra_error_set(RA_ERANGE, "forward: the logits at position %d are not finite (id %lld is %s)",
                             p.logits_pos, (long long)bad, p.logits_kind);
-    return locate_nonfinite(m, tokens, start, n, kv, &p);
+    return locate_nonfinite(ctx, tokens, start, n, kv, &p);
 }

@@ -34,7 +34,7 @@ struct ra_generate {
  * logits (host, modified). Writes up to g->max_tokens ids to out, *n_out.
  * Logits that are not finite stop it with an error (ra_forward_check_logits)
  * rather than be sampled: greedy decoding of NaN gives token 0 forever. */
-int ra_generate_run(struct ra_model *m, struct ra_kvcache *kv, int n_prompt, float *logits,
+int ra_generate_run(struct ra_context *ctx, struct ra_kvcache *kv, int n_prompt, float *logits,
                     struct ra_sampler *s, const struct ra_generate *g, int32_t *out, int *n_out);
 
 #endif

@@ -202,7 +202,6 @@ int ra_model_load_opts(struct ra_model *m, const char *path, const struct ra_loa
 
 void ra_model_free(struct ra_model *m)
 {
-    ra_model_detach(m);
     for (int i = 0; i < m->n_files; i++)
         ra_mapped_file_close(&m->files[i]);
     for (int i = 0; i < m->n_owned; i++)

@@ -64,7 +64,7 @@ struct ra_tensor {
     enum ra_dtype dtype;
     int64_t rows, cols;
     const void *data;   /* host bytes, usually inside a mapping */
-    void *device;       /* a backend-side copy, NULL on the CPU backend */
+    void *device;       /* a backend's copy: set only in a run context's tensors (context.h) */
 };
 
 struct ra_config {
@@ -140,11 +140,6 @@ struct ra_weight_source {
     int64_t count;     /* elements */
 };
 
-struct ra_backend;
-struct ra_workspace;
-struct ra_forward_stats;
-struct ra_forward_tap;
-
 struct ra_model {
     struct ra_config config;
     struct ra_weights weights;
@@ -159,11 +154,6 @@ struct ra_model {
     /* Every tensor the loader took from a file, in load order. */
     struct ra_weight_source *sources;
     int n_sources;
-    /* Set by ra_model_attach(): where the forward pass runs. */
-    struct ra_backend *backend;
-    struct ra_workspace *ws;
-    struct ra_forward_stats *stats; /* optional: per-op timing, see forward.h */
-    const struct ra_forward_tap *tap; /* optional: observes the forward pass, see forward.h */
 };
 
 /* How ra_model_load_opts loads; all zero is ra_model_load's default. */

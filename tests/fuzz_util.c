@@ -153,15 +153,17 @@ static void run_forward(struct ra_model *m)
     int32_t tokens[3] = { 1 % c->vocab_size, c->vocab_size - 1, 0 };
     float *logits = malloc(sizeof *logits * (size_t)c->vocab_size);
     struct ra_kvcache kv;
+    struct ra_context cx;
 
     if (!be && ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }) != RA_OK)
         fuzz_fail("no CPU backend");
-    if (ra_model_attach(m, be) != RA_OK || ra_kvcache_init(&kv, be, c->n_layers, ra_config_kv_dim(c), n) != RA_OK)
+    if (ra_context_init(&cx, m, be) != RA_OK || ra_kvcache_init(&kv, be, c->n_layers, ra_config_kv_dim(c), n) != RA_OK)
         fuzz_fail("cannot attach a model that loaded");
-    if (ra_forward_span(m, tokens, 0, first, &kv, NULL, first == n ? logits : NULL) != RA_OK ||
-        (first < n && ra_forward_span(m, tokens + first, first, n - first, &kv, NULL, logits) != RA_OK))
+    if (ra_forward_span(&cx, tokens, 0, first, &kv, first == n ? logits : NULL) != RA_OK ||
+        (first < n && ra_forward_span(&cx, tokens + first, first, n - first, &kv, logits) != RA_OK))
         fuzz_fail("a forward pass over a model that loaded failed");
     ra_kvcache_free(&kv);
+    ra_context_free(&cx);
     free(logits);
 }
 

@@ -92,6 +92,7 @@ static int dump(const char *model_path, const char *ids_path, const char *out_pa
 {
     struct ra_model m;
     struct ra_backend *be = NULL;
+    struct ra_context cx = { 0 };
     struct ra_kvcache kv;
     struct prompts p = { 0 };
     float *logits = NULL;
@@ -115,7 +116,7 @@ static int dump(const char *model_path, const char *ids_path, const char *out_pa
     if ((rc = ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 })) != RA_OK)
         goto out;
     be->compute = RA_COMPUTE_F32; /* the oracle computes in fp32: so does this side */
-    if ((rc = ra_model_attach(&m, be)) != RA_OK)
+    if ((rc = ra_context_init(&cx, &m, be)) != RA_OK)
         goto out;
     if ((rc = ra_kvcache_init(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config), p.longest)) != RA_OK)
         goto out;
@@ -127,7 +128,7 @@ static int dump(const char *model_path, const char *ids_path, const char *out_pa
         goto out;
     }
     for (int i = 0; i < p.n && rc == RA_OK; i++) {
-        rc = ra_forward_span(&m, p.ids + p.start[i], 0, p.start[i + 1] - p.start[i], &kv, NULL, logits);
+        rc = ra_forward_span(&cx, p.ids + p.start[i], 0, p.start[i + 1] - p.start[i], &kv, logits);
         if (rc == RA_OK && fwrite(logits, sizeof *logits, (size_t)vocab, out) != (size_t)vocab)
             rc = ra_error_set(RA_EIO, "%s: %s", out_path, strerror(errno));
     }
@@ -142,6 +143,7 @@ out:
     free(p.start);
     if (have_kv)
         ra_kvcache_free(&kv);
+    ra_context_free(&cx);
     if (have_model)
         ra_model_free(&m);
     if (be)

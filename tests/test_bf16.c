@@ -22,23 +22,24 @@
 #define TOL_L2 0.2
 
 /* Greedy decoding from BOS with the given compute; logits[pos] kept. */
-static void greedy(struct ra_model *m, enum ra_compute compute, int32_t *ids, float (*logits)[VOCAB], char *unit,
+static void greedy(const struct ra_model *m, enum ra_compute compute, int32_t *ids, float (*logits)[VOCAB], char *unit,
                    size_t unit_size)
 {
     struct ra_backend *be;
+    struct ra_context cx;
     struct ra_kvcache kv;
     CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
     be->compute = compute;
-    CHECK_OK(ra_model_attach(m, be));
+    CHECK_OK(ra_context_init(&cx, m, be));
     CHECK_OK(ra_kvcache_init(&kv, be, m->config.n_layers, ra_config_kv_dim(&m->config), N_IDS + 1));
     int32_t token = 1;
     for (int pos = 0; pos < N_IDS && !test_failures; pos++) {
-        CHECK_OK(ra_forward_span(m, &token, pos, 1, &kv, NULL, logits[pos]));
+        CHECK_OK(ra_forward_span(&cx, &token, pos, 1, &kv, logits[pos]));
         ids[pos] = token = ra_argmax(logits[pos], VOCAB);
     }
     ra_backend_cpu_describe_linear(be, unit, unit_size);
     ra_kvcache_free(&kv);
-    ra_model_detach(m);
+    ra_context_free(&cx);
     ra_backend_free(be);
 }
 

@@ -79,15 +79,15 @@ struct reference {
     int32_t decoded[N_DECODE];
 };
 
-static void decode(struct ra_model *m, struct ra_kvcache *kv, int n_prompt, float *logits, int32_t *out)
+static void decode(struct ra_context *cx, struct ra_kvcache *kv, int n_prompt, float *logits, int32_t *out)
 {
     struct ra_sampler s;
     struct ra_generate g = { .max_tokens = N_DECODE, .eos_id = -1 };
     int n = 0;
-    float *work = malloc(sizeof(float) * (size_t)m->config.vocab_size);
-    memcpy(work, logits, sizeof(float) * (size_t)m->config.vocab_size);
-    CHECK_OK(ra_sampler_init(&s, m->config.vocab_size, 0.0f, 1.0f, 1));
-    CHECK_OK(ra_generate_run(m, kv, n_prompt, work, &s, &g, out, &n));
+    float *work = malloc(sizeof(float) * (size_t)cx->model->config.vocab_size);
+    memcpy(work, logits, sizeof(float) * (size_t)cx->model->config.vocab_size);
+    CHECK_OK(ra_sampler_init(&s, cx->model->config.vocab_size, 0.0f, 1.0f, 1));
+    CHECK_OK(ra_generate_run(cx, kv, n_prompt, work, &s, &g, out, &n));
     CHECK(n == N_DECODE);
     ra_sampler_free(&s);
     free(work);
@@ -219,11 +219,11 @@ static void check_bytes(const char *label, const struct ra_exchange *x, const st
     CHECK(all[0] == want && all[1] == want && all[2] == want && all[3] == want);
 }
 
-static void run_case(const char *model_name, struct ra_model *m, const int32_t *tokens, int n,
+static void run_case(const char *model_name, struct ra_context *cx, const int32_t *tokens, int n,
                      const struct reference *ref, enum ra_method method, enum ra_route route,
                      const int *bounds, const char *part_name, const struct ra_netem_config *link)
 {
-    const struct ra_config *c = &m->config;
+    const struct ra_config *c = &cx->model->config;
     struct ra_exchange x;
     struct ra_kvcache kv;
     float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
@@ -238,13 +238,13 @@ static void run_case(const char *model_name, struct ra_model *m, const int32_t *
                               ra_kv_row_bytes(ra_config_kv_dim(c), kv_dtype)));
     if (link)
         CHECK_OK(ra_netem_attach(&x, link));
-    CHECK_OK(cache_init(&kv, m->backend, c, ra_prefill_kv_rows(&x) + N_DECODE));
+    CHECK_OK(cache_init(&kv, cx->backend, c, ra_prefill_kv_rows(&x) + N_DECODE));
     test_mpi_count_start(x.comm);
-    CHECK_OK(ra_prefill_run(m, &x, &kv, tokens, logits, &ttft));
+    CHECK_OK(ra_prefill_run(cx, &x, &kv, tokens, logits, &ttft));
     check_bytes(label, &x, c, method, route, bounds, link != NULL);
     if (last) {
         double dl = test_max_rel_diff(logits, ref->logits, (size_t)c->vocab_size), dk = kv_diff(&kv, &ref->kv, n);
-        decode(m, &kv, n, logits, decoded);
+        decode(cx, &kv, n, logits, decoded);
         int same = memcmp(decoded, ref->decoded, sizeof decoded) == 0;
         const int bf16 = kv_dtype == RA_DTYPE_BF16;
         const double tl = bf16 ? (bf16_products() ? TOL_LOGITS_BF16_DP : TOL_LOGITS_BF16) : TOL,
@@ -263,6 +263,7 @@ static void check_model(const char *path, int n)
 {
     struct ra_model m;
     struct ra_backend *be;
+    struct ra_context cx;
     struct reference ref = { 0 };
     /* Every rank loads the same file, so all return here or none does. Only the
      * last rank compares results: its earlier failures must not make it skip
@@ -278,31 +279,32 @@ static void check_model(const char *path, int n)
     for (int i = 0; i < n; i++)
         tokens[i] = 1 + rand() % (c->vocab_size - 1);
     CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
-    CHECK_OK(ra_model_attach(&m, be));
+    CHECK_OK(ra_context_init(&cx, &m, be));
     if (rank == world - 1) {
         ref.logits = malloc(sizeof(float) * (size_t)c->vocab_size);
         CHECK_OK(cache_init(&ref.kv, be, c, n + N_DECODE));
-        CHECK_OK(ra_forward_span(&m, tokens, 0, n, &ref.kv, NULL, ref.logits));
-        decode(&m, &ref.kv, n, ref.logits, ref.decoded);
+        CHECK_OK(ra_forward_span(&cx, tokens, 0, n, &ref.kv, ref.logits));
+        decode(&cx, &ref.kv, n, ref.logits, ref.decoded);
     }
     int bounds[5][RA_MAX_RANKS + 1];
     const char *names[5];
     make_partitions(n, world, bounds, names, 7u * (unsigned)world);
     for (int pi = 0; pi < 5; pi++)
         for (int route = RA_ROUTE_CHAIN; route <= RA_ROUTE_DIRECT; route++)
-            run_case(path, &m, tokens, n, &ref, RA_METHOD_KVR, (enum ra_route)route, bounds[pi], names[pi], NULL);
-    run_case(path, &m, tokens, n, &ref, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds[0], names[0], NULL);
+            run_case(path, &cx, tokens, n, &ref, RA_METHOD_KVR, (enum ra_route)route, bounds[pi], names[pi], NULL);
+    run_case(path, &cx, tokens, n, &ref, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds[0], names[0], NULL);
     /* A link fast enough to cost nothing: only its companion messages matter here. */
     const struct ra_netem_config link = { .link_gbps = 1000, .noise_slot_ms = 5 };
     for (int route = RA_ROUTE_CHAIN; route <= RA_ROUTE_DIRECT; route++)
-        run_case(path, &m, tokens, n, &ref, RA_METHOD_KVR, (enum ra_route)route, bounds[1], names[1], &link);
-    run_case(path, &m, tokens, n, &ref, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds[0], names[0], &link);
+        run_case(path, &cx, tokens, n, &ref, RA_METHOD_KVR, (enum ra_route)route, bounds[1], names[1], &link);
+    run_case(path, &cx, tokens, n, &ref, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds[0], names[0], &link);
 
     if (ref.logits) {
         ra_kvcache_free(&ref.kv);
         free(ref.logits);
     }
     free(tokens);
+    ra_context_free(&cx);
     ra_model_free(&m);
     ra_backend_free(be);
 }

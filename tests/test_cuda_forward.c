@@ -48,24 +48,28 @@ static int run(struct ra_model *m, struct ra_backend *be, const int32_t *tokens,
     const struct ra_config *c = &m->config;
     const int V = c->vocab_size;
     struct ra_kvcache kv;
-    int rc = ra_model_attach(m, be);
-    if (rc == RA_OK)
-        rc = ra_kvcache_init(&kv, be, c->n_layers, ra_config_kv_dim(c), n + N_GEN);
+    struct ra_context cx; /* the backend's copies of the weights, for this run */
+    int rc = ra_context_init(&cx, m, be);
     if (rc != RA_OK)
         return rc;
-    if (split > 0 && (rc = ra_forward_span(m, tokens, 0, split, &kv, NULL, NULL)) != RA_OK)
+    if ((rc = ra_kvcache_init(&kv, be, c->n_layers, ra_config_kv_dim(c), n + N_GEN)) != RA_OK) {
+        ra_context_free(&cx);
+        return rc;
+    }
+    if (split > 0 && (rc = ra_forward_span(&cx, tokens, 0, split, &kv, NULL)) != RA_OK)
         goto out;
-    if ((rc = ra_forward_span(m, tokens + split, split, n - split, &kv, NULL, logits)) != RA_OK)
+    if ((rc = ra_forward_span(&cx, tokens + split, split, n - split, &kv, logits)) != RA_OK)
         goto out;
     for (int i = 0; i < N_GEN; i++) {
         const int32_t next = feed ? feed[i] : ra_argmax(logits + (size_t)i * V, V);
         if (out)
             out[i] = next;
-        if ((rc = ra_forward_span(m, &next, n + i, 1, &kv, NULL, logits + (size_t)(i + 1) * V)) != RA_OK)
+        if ((rc = ra_forward_span(&cx, &next, n + i, 1, &kv, logits + (size_t)(i + 1) * V)) != RA_OK)
             goto out;
     }
 out:
     ra_kvcache_free(&kv);
+    ra_context_free(&cx);
     return rc;
 }
 
@@ -137,7 +141,6 @@ static void compare(const char *name, struct ra_model *m, struct ra_backend *cpu
     CHECK_OK(ra_backend_cuda_set_dtype(gpu, RA_DTYPE_F32));
     CHECK_OK(run(m, gpu, tokens, n, 0, NULL, gpu_ids, got));
     CHECK(att_tol > 0 || memcmp(gpu_ids, ref_ids, sizeof ref_ids) == 0);
-    ra_model_detach(m);
     free(tokens);
     free(ref);
     free(got);
@@ -168,10 +171,11 @@ static void rows_case(const char *name, struct ra_model *m, struct ra_backend *g
     for (size_t i = 0; i < (size_t)ns * kvd; i++)
         junk[i] = 1e3f;
     struct ra_kvcache kv;
+    struct ra_context cx;
     CHECK_OK(ra_backend_cuda_set_dtype(gpu, RA_DTYPE_F32));
-    CHECK_OK(ra_model_attach(m, gpu));
+    CHECK_OK(ra_context_init(&cx, m, gpu));
     CHECK_OK(ra_kvcache_init(&kv, gpu, c->n_layers, kvd, n));
-    CHECK_OK(ra_forward_span(m, tokens, 0, n, &kv, NULL, full));
+    CHECK_OK(ra_forward_span(&cx, tokens, 0, n, &kv, full));
     const int L = c->n_layers - 1; /* the last layer's K rows: every layer before feeds them */
     CHECK_OK(gpu->ops->download(gpu, before, ra_kvcache_k(&kv, L, 0), sizeof(float) * (size_t)n * kvd));
     float *djunk = ra_backend_alloc(gpu, sizeof(float) * (size_t)ns * kvd);
@@ -180,14 +184,14 @@ static void rows_case(const char *name, struct ra_model *m, struct ra_backend *g
         CHECK_OK(gpu->ops->set_rows(gpu, ra_kvcache_k(&kv, l, 0), RA_DTYPE_F32, djunk, RA_DTYPE_F32, kvd, pos, ns));
         CHECK_OK(gpu->ops->set_rows(gpu, ra_kvcache_v(&kv, l, 0), RA_DTYPE_F32, djunk, RA_DTYPE_F32, kvd, pos, ns));
     }
-    CHECK_OK(ra_forward_rows(m, sub, &(struct ra_rows){ ns, 0, pos }, &kv, got));
+    CHECK_OK(ra_forward_rows(&cx, sub, &(struct ra_rows){ ns, 0, pos }, &kv, got));
     CHECK_OK(gpu->ops->download(gpu, after, ra_kvcache_k(&kv, L, 0), sizeof(float) * (size_t)n * kvd));
     const double el = rel_l2(got, full, (size_t)V), ek = rel_l2(after, before, (size_t)n * kvd);
     printf("%s: %d of %d rows at their positions: logits' relative error %.3g, K rows' %.3g\n", name, ns, n, el, ek);
     CHECK(el <= 1e-4 && ek <= 1e-4);
     ra_backend_release(gpu, djunk);
     ra_kvcache_free(&kv);
-    ra_model_detach(m);
+    ra_context_free(&cx);
     void *bufs[] = { tokens, pos, sub, full, got, before, after, junk };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);

@@ -50,6 +50,7 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
 {
     const struct ra_config *c = &m->config;
     struct ra_backend *be;
+    struct ra_context cx;
     struct ra_kvcache whole, split;
     int32_t *tokens = malloc((size_t)n * sizeof *tokens);
     float *ref = malloc((size_t)c->vocab_size * sizeof(float)), *got = malloc((size_t)c->vocab_size * sizeof(float));
@@ -58,9 +59,9 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
 
     CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = threads }));
     be->compute = compute;
-    CHECK_OK(ra_model_attach(m, be));
+    CHECK_OK(ra_context_init(&cx, m, be));
     CHECK_OK(ra_kvcache_init(&whole, be, c->n_layers, ra_config_kv_dim(c), n));
-    CHECK_OK(ra_forward_span(m, tokens, 0, n, &whole, NULL, ref));
+    CHECK_OK(ra_forward_span(&cx, tokens, 0, n, &whole, ref));
 
     const int parts_list[] = { 2, 3, 7 };
     for (int pi = 0; pi < 3; pi++) {
@@ -76,7 +77,7 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
             }
             CHECK_OK(ra_kvcache_init(&split, be, c->n_layers, ra_config_kv_dim(c), n));
             for (int i = 0; i < parts; i++)
-                CHECK_OK(ra_forward_span(m, tokens + b[i], b[i], b[i + 1] - b[i], &split, NULL,
+                CHECK_OK(ra_forward_span(&cx, tokens + b[i], b[i], b[i + 1] - b[i], &split,
                                          i == parts - 1 ? got : NULL));
             double dl = test_max_rel_diff(got, ref, (size_t)c->vocab_size), dk = kv_diff(&split, &whole, n);
             const double tol = compute == RA_COMPUTE_BF16 || m->weights.layers[0].wq.dtype == RA_DTYPE_BF16
@@ -94,13 +95,13 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
     CHECK(ref[ra_argmax(ref, c->vocab_size)] != ref[0] || ref[1] != ref[0]);
 
     /* A span past the cache or the context, and a token outside the vocabulary, fail cleanly. */
-    CHECK(ra_forward_span(m, tokens, n, 1, &whole, NULL, NULL) == RA_ERANGE);
+    CHECK(ra_forward_span(&cx, tokens, n, 1, &whole, NULL) == RA_ERANGE);
     int32_t bad = c->vocab_size;
-    CHECK(ra_forward_span(m, &bad, 0, 1, &whole, NULL, NULL) == RA_ERANGE);
+    CHECK(ra_forward_span(&cx, &bad, 0, 1, &whole, NULL) == RA_ERANGE);
     CHECK(strstr(ra_error_message(), "outside the vocabulary") != NULL);
 
     ra_kvcache_free(&whole);
-    ra_model_detach(m);
+    ra_context_free(&cx);
     ra_backend_free(be);
     free(tokens);
     free(ref);
@@ -114,6 +115,7 @@ static void check_many_threads(struct ra_model *m, int threads)
 {
     const struct ra_config *c = &m->config;
     struct ra_backend *one, *many;
+    struct ra_context c1, cn; /* one model, a context on each backend */
     struct ra_kvcache kv;
     int32_t tokens[40];
     float *ref = malloc((size_t)c->vocab_size * sizeof(float)), *got = malloc((size_t)c->vocab_size * sizeof(float));
@@ -122,16 +124,17 @@ static void check_many_threads(struct ra_model *m, int threads)
     CHECK_OK(ra_backend_open(&one, "cpu", &(struct ra_backend_params){ .threads = 1 }));
     CHECK_OK(ra_backend_open(&many, "cpu", &(struct ra_backend_params){ .threads = threads }));
     CHECK(many->n_threads == threads);
-    CHECK_OK(ra_model_attach(m, one));
+    CHECK_OK(ra_context_init(&c1, m, one));
+    CHECK_OK(ra_context_init(&cn, m, many));
     CHECK_OK(ra_kvcache_init(&kv, one, c->n_layers, ra_config_kv_dim(c), 40));
-    CHECK_OK(ra_forward_span(m, tokens, 0, 40, &kv, NULL, ref));
+    CHECK_OK(ra_forward_span(&c1, tokens, 0, 40, &kv, ref));
     ra_kvcache_free(&kv);
-    CHECK_OK(ra_model_attach(m, many));
     CHECK_OK(ra_kvcache_init(&kv, many, c->n_layers, ra_config_kv_dim(c), 40));
-    CHECK_OK(ra_forward_span(m, tokens, 0, 40, &kv, NULL, got));
+    CHECK_OK(ra_forward_span(&cn, tokens, 0, 40, &kv, got));
     CHECK(test_max_rel_diff(got, ref, (size_t)c->vocab_size) <= TOL);
     ra_kvcache_free(&kv);
-    ra_model_detach(m);
+    ra_context_free(&c1);
+    ra_context_free(&cn);
     ra_backend_free(one);
     ra_backend_free(many);
     free(ref);
@@ -146,23 +149,24 @@ static int check_nonfinite(struct ra_model *m, const int32_t *tokens, int n, int
 {
     const struct ra_config *c = &m->config;
     struct ra_backend *be;
+    struct ra_context cx;
     struct ra_kvcache kv;
     struct ra_sampler s;
     int32_t out[3];
     int n_out = -1;
     float *logits = malloc((size_t)c->vocab_size * sizeof(float));
     CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
-    CHECK_OK(ra_model_attach(m, be));
+    CHECK_OK(ra_context_init(&cx, m, be));
     CHECK_OK(ra_kvcache_init(&kv, be, c->n_layers, ra_config_kv_dim(c), n + 3));
     const int last = n - n / spans;
     for (int i = 0; i < spans; i++) {
         const int b0 = i * (n / spans), b1 = i == spans - 1 ? n : b0 + n / spans;
-        CHECK_OK(ra_forward_span(m, tokens + b0, b0, b1 - b0, &kv, NULL, i == spans - 1 ? logits : NULL));
+        CHECK_OK(ra_forward_span(&cx, tokens + b0, b0, b1 - b0, &kv, i == spans - 1 ? logits : NULL));
     }
     CHECK_OK(ra_sampler_init(&s, c->vocab_size, 0.0f, 0.9f, 1));
     const struct ra_generate g = { .max_tokens = 3, .eos_id = -1, .prompt = tokens, .prompt_start = last };
     ra_error_clear();
-    int rc = ra_generate_run(m, &kv, n, logits, &s, &g, out, &n_out);
+    int rc = ra_generate_run(&cx, &kv, n, logits, &s, &g, out, &n_out);
     if (where) {
         if (rc != RA_ERANGE || !strstr(ra_error_message(), where))
             fprintf(stderr, "  expected an error naming \"%s\", got %d: %s\n", where, rc, ra_error_message());
@@ -172,7 +176,7 @@ static int check_nonfinite(struct ra_model *m, const int32_t *tokens, int n, int
     }
     ra_sampler_free(&s);
     ra_kvcache_free(&kv);
-    ra_model_detach(m);
+    ra_context_free(&cx);
     ra_backend_free(be);
     free(logits);
     return n_out > 0 ? out[0] : -1;

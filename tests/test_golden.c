@@ -24,11 +24,12 @@ int main(void)
 
     struct ra_model m;
     struct ra_backend *be;
+    struct ra_context cx;
     struct ra_kvcache kv;
     CHECK_OK(ra_model_load(&m, model));
     CHECK(m.config.dim == 64 && m.config.n_layers == 5 && m.config.n_kv_heads == 4 && m.weights.tied);
     CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
-    CHECK_OK(ra_model_attach(&m, be));
+    CHECK_OK(ra_context_init(&cx, &m, be));
     CHECK_OK(ra_kvcache_init(&kv, be, m.config.n_layers, ra_config_kv_dim(&m.config), N_IDS + 1));
     if (test_failures)
         return test_result("test_golden");
@@ -36,7 +37,7 @@ int main(void)
     /* Step by step, as the reference ran: feed BOS, then each argmax. */
     int32_t token = 1;
     for (int pos = 0; pos < N_IDS; pos++) {
-        CHECK_OK(ra_forward_span(&m, &token, pos, 1, &kv, NULL, logits));
+        CHECK_OK(ra_forward_span(&cx, &token, pos, 1, &kv, logits));
         if (pos < 8) {
             double diff = test_max_rel_diff(logits, ref_logits[pos], VOCAB);
             if (diff > 1e-4)
@@ -59,12 +60,13 @@ int main(void)
     int n_out = 0;
     token = 1;
     CHECK_OK(ra_sampler_init(&s, VOCAB, 0.0f, 1.0f, 1));
-    CHECK_OK(ra_forward_span(&m, &token, 0, 1, &kv, NULL, logits));
-    CHECK_OK(ra_generate_run(&m, &kv, 1, logits, &s, &g, got, &n_out));
+    CHECK_OK(ra_forward_span(&cx, &token, 0, 1, &kv, logits));
+    CHECK_OK(ra_generate_run(&cx, &kv, 1, logits, &s, &g, got, &n_out));
     CHECK(n_out == N_IDS && memcmp(got, expected, sizeof got) == 0);
 
     ra_sampler_free(&s);
     ra_kvcache_free(&kv);
+    ra_context_free(&cx);
     ra_model_free(&m);
     ra_backend_free(be);
     return test_result("test_golden");

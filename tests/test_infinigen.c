@@ -184,22 +184,22 @@ struct decode_result {
 /* Prompt tokens[0, n_prompt) (calibration and prefill), then steps teacher-
  * forced tokens tokens[n_prompt, ...), against ra_forward_span: equal logits
  * bit for bit when `exact`. */
-static void run_decode(struct ra_model *m, const int32_t *tokens, int n_prompt, int steps,
+static void run_decode(struct ra_context *cx, const int32_t *tokens, int n_prompt, int steps,
                        const struct ra_infinigen_params *p, size_t pool_limit, int exact, struct decode_result *res)
 {
-    const struct ra_config *c = &m->config;
+    const struct ra_config *c = &cx->model->config;
     const int total = n_prompt + steps;
     struct ra_kvcache kv;
     struct ra_infinigen ig;
     struct ra_kvpool pool;
     float *dense = malloc(sizeof(float) * c->vocab_size), *got = malloc(sizeof(float) * c->vocab_size);
     memset(res, 0, sizeof *res);
-    CHECK_OK(ra_kvcache_init(&kv, m->backend, c->n_layers, ra_config_kv_dim(c), total));
+    CHECK_OK(ra_kvcache_init(&kv, cx->backend, c->n_layers, ra_config_kv_dim(c), total));
     CHECK_OK(ra_kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, total, pool_limit));
     CHECK_OK(ra_infinigen_init(&ig, c, p, pool.capacity));
-    CHECK_OK(ra_infinigen_calibrate(&ig, m, tokens, n_prompt));
-    CHECK_OK(ra_forward_span(m, tokens, 0, n_prompt, &kv, NULL, dense));
-    CHECK_OK(ra_infinigen_prefill(&ig, &pool, m, tokens, n_prompt, got));
+    CHECK_OK(ra_infinigen_calibrate(&ig, cx, tokens, n_prompt));
+    CHECK_OK(ra_forward_span(cx, tokens, 0, n_prompt, &kv, dense));
+    CHECK_OK(ra_infinigen_prefill(&ig, &pool, cx, tokens, n_prompt, got));
     if (exact)
         CHECK(memcmp(dense, got, sizeof(float) * c->vocab_size) == 0);
     for (int s = 0; s < steps; s++) {
@@ -207,9 +207,9 @@ static void run_decode(struct ra_model *m, const int32_t *tokens, int n_prompt, 
         struct ra_infinigen_step_stats st = { 0 };
         int per_layer[64];
         st.tokens_layer = c->n_layers <= 64 ? per_layer : NULL;
-        CHECK_OK(ra_forward_span(m, tokens + pos, pos, 1, &kv, NULL, dense));
+        CHECK_OK(ra_forward_span(cx, tokens + pos, pos, 1, &kv, dense));
         const int pooled0 = pool.n_used[0];
-        CHECK_OK(ra_infinigen_decode(&ig, &pool, m, tokens[pos], pos, got, &st));
+        CHECK_OK(ra_infinigen_decode(&ig, &pool, cx, tokens[pos], pos, got, &st));
         if (exact && memcmp(dense, got, sizeof(float) * c->vocab_size) != 0) {
             fprintf(stderr, "step %d: logits differ from dense\n", s);
             test_failures++;
@@ -245,22 +245,23 @@ static void check_full_selection_random(enum ra_rope_style style, int n_kv_heads
                              .rope_style = style };
     struct ra_model m;
     struct ra_backend *be;
+    struct ra_context cx;
     int32_t tokens[48];
     test_random_model(&m, &cfg, RA_DTYPE_F32, 3.0f);
     for (int i = 0; i < 48; i++)
         tokens[i] = test_rand_int(0, cfg.vocab_size - 1);
     CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
-    CHECK_OK(ra_model_attach(&m, be));
+    CHECK_OK(ra_context_init(&cx, &m, be));
     const struct ra_infinigen_params all = { .ratio = 1, .alpha = INFINITY, .cap = 1, .skew = 1 };
     struct decode_result r;
-    run_decode(&m, tokens, 32, 16, &all, 0, 1, &r);
+    run_decode(&cx, tokens, 32, 16, &all, 0, 1, &r);
     /* calibration through the model, also from fewer query rows than head_dim: A stays orthogonal */
     for (int n = 1; n <= 32; n += 31) {
         struct ra_infinigen ig;
         struct ra_infinigen_params p;
         ra_infinigen_params_default(&p);
         CHECK_OK(ra_infinigen_init(&ig, &m.config, &p, 8));
-        CHECK_OK(ra_infinigen_calibrate(&ig, &m, tokens, n));
+        CHECK_OK(ra_infinigen_calibrate(&ig, &cx, tokens, n));
         const int d = m.config.head_dim;
         double ortho = 0;
         for (int l = 0; l < cfg.n_layers; l++)
@@ -285,6 +286,7 @@ static void check_full_selection_random(enum ra_rope_style style, int n_kv_heads
     CHECK(r.fetched == 1 && r.agree == r.steps && r.kl == 0 && fabs(r.recall - 1) < 1e-12);
     printf("full selection %s Hkv=%d: logits equal to dense over %d steps (recall %.6f)\n", ra_rope_style_name(style),
            n_kv_heads, r.steps, r.recall);
+    ra_context_free(&cx);
     ra_model_free(&m);
     ra_backend_free(be);
 }
@@ -346,9 +348,10 @@ static void check_stories(void)
         return;
     struct ra_model m;
     struct ra_backend *be;
+    struct ra_context cx;
     CHECK_OK(ra_model_load(&m, path));
     CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
-    CHECK_OK(ra_model_attach(&m, be));
+    CHECK_OK(ra_context_init(&cx, &m, be));
     const struct ra_config *c = &m.config;
     /* a natural context: the model's own greedy continuation of BOS */
     enum { N = 320, PROMPT = 256 };
@@ -358,7 +361,7 @@ static void check_stories(void)
     CHECK_OK(ra_kvcache_init(&kv, be, c->n_layers, ra_config_kv_dim(c), N));
     tokens[0] = 1;
     for (int i = 0; i + 1 < N; i++) {
-        CHECK_OK(ra_forward_span(&m, tokens + i, i, 1, &kv, NULL, logits));
+        CHECK_OK(ra_forward_span(&cx, tokens + i, i, 1, &kv, logits));
         int best = 0;
         for (int j = 1; j < c->vocab_size; j++)
             best = logits[j] > logits[best] ? j : best;
@@ -369,7 +372,7 @@ static void check_stories(void)
 
     struct decode_result r;
     const struct ra_infinigen_params all = { .ratio = 1, .alpha = INFINITY, .cap = 1, .skew = 1 };
-    run_decode(&m, tokens, PROMPT, 8, &all, 0, 1, &r);
+    run_decode(&cx, tokens, PROMPT, 8, &all, 0, 1, &r);
     printf("stories260K full selection: logits equal to dense over %d steps\n", r.steps);
 
     /* the selection rule itself (T-B3): layer l's own query, every column: most of the mass */
@@ -378,7 +381,7 @@ static void check_stories(void)
     p.ratio = 1;
     p.cap = 1;
     p.oracle = 1;
-    run_decode(&m, tokens, PROMPT, N - PROMPT, &p, 0, 0, &r);
+    run_decode(&cx, tokens, PROMPT, N - PROMPT, &p, 0, 0, &r);
     printf("stories260K oracle (own query, ratio 1, alpha 5, no cap): recall %.4f, fetched %.3f, agreement %d/%d, "
            "KL %.2e\n", r.recall, r.fetched, r.agree, r.steps, r.kl);
     CHECK(r.recall > 0.85);
@@ -388,7 +391,7 @@ static void check_stories(void)
        faithful (on SmolLM2 speculating it too cost 7% of the greedy agreement, jobs/README.md) */
     ra_infinigen_params_default(&p);
     CHECK(p.dense_layers == 2);
-    run_decode(&m, tokens, PROMPT, N - PROMPT, &p, 0, 0, &r);
+    run_decode(&cx, tokens, PROMPT, N - PROMPT, &p, 0, 0, &r);
     /* the fraction of the pooled tokens the speculated layers attend (the dense ones take all) */
     const double frac = (r.fetched * c->n_layers - p.dense_layers) / (c->n_layers - p.dense_layers);
     printf("stories260K ratio %.1f alpha %.0f cap %.1f: recall %.4f (min head %.3f) with %.3f of the tokens at "
@@ -399,13 +402,13 @@ static void check_stories(void)
     /* without skewing, the same budget */
     struct decode_result plain;
     p.skew = 0;
-    run_decode(&m, tokens, PROMPT, N - PROMPT, &p, 0, 0, &plain);
+    run_decode(&cx, tokens, PROMPT, N - PROMPT, &p, 0, 0, &plain);
     printf("stories260K without skewing: recall %.4f, fetched %.3f, agreement %d/%d, KL %.2e\n", plain.recall,
            plain.fetched, plain.agree, plain.steps, plain.kl);
     /* a pool limited to 80% of the KV (counter eviction): invariants checked at every step */
     struct decode_result lim;
     p.skew = 1;
-    run_decode(&m, tokens, PROMPT, N - PROMPT, &p,
+    run_decode(&cx, tokens, PROMPT, N - PROMPT, &p,
                ra_kvpool_bytes(c->n_layers, ra_config_kv_dim(c), N) * 8 / 10, 0, &lim);
     printf("stories260K pool at 80%%: recall %.4f, agreement %d/%d, KL %.2e\n", lim.recall, lim.agree, lim.steps,
            lim.kl);
@@ -413,12 +416,12 @@ static void check_stories(void)
 
     /* ra_infinigen_quality, bench-decode's figures: 128 teacher-forced steps after the prompt */
     struct ra_infinigen_quality q;
-    CHECK_OK(ra_infinigen_quality(&m, &all, 0, tokens, PROMPT, 16, &q));
+    CHECK_OK(ra_infinigen_quality(&cx, &all, 0, tokens, PROMPT, 16, &q));
     CHECK(q.agreement == 1 && q.kl_max == 0 && q.recall_mean == 1 && q.bytes_per_layer == q.bytes_dense_per_layer);
     const size_t pool_mems[] = { 0, ra_kvpool_bytes(c->n_layers, ra_config_kv_dim(c), PROMPT + 128) / 2 };
     for (int i = 0; i < 2; i++) {
         ra_infinigen_params_default(&p);
-        CHECK_OK(ra_infinigen_quality(&m, &p, pool_mems[i], tokens, PROMPT, 128, &q));
+        CHECK_OK(ra_infinigen_quality(&cx, &p, pool_mems[i], tokens, PROMPT, 128, &q));
         printf("quality: stories260K prompt %d, %d steps teacher-forced on none's tokens, ratio %.1f alpha %.0f cap "
                "%.1f, pool %s: greedy agreement %.3f, KL mean %.3g max %.3g nats, recall mean %.4f min %.3f, "
                "%.1f rows = %.0f bytes fetched per layer and token (dense %.0f), %lld evictions\n",
@@ -433,6 +436,7 @@ static void check_stories(void)
         CHECK(q.bytes_per_layer <= most * q.bytes_dense_per_layer * (1 + 1e-9));
         CHECK(i == 0 ? q.evictions == 0 : q.evictions > 0);
     }
+    ra_context_free(&cx);
     ra_model_free(&m);
     ra_backend_free(be);
 }

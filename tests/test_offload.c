@@ -19,20 +19,20 @@
 #define STEPS 6
 
 /* Prefill N tokens into a fresh cache (capacity N + STEPS), with O's capture on. */
-static void prefill(struct ra_model *m, const int32_t *tokens, int n, struct ra_kvcache *kv, float *logits,
+static void prefill(struct ra_context *cx, const int32_t *tokens, int n, struct ra_kvcache *kv, float *logits,
                     struct ra_offload *o)
 {
-    const struct ra_config *c = &m->config;
-    CHECK_OK(ra_kvcache_init(kv, m->backend, c->n_layers, ra_config_kv_dim(c), n + STEPS));
+    const struct ra_config *c = &cx->model->config;
+    CHECK_OK(ra_kvcache_init(kv, cx->backend, c->n_layers, ra_config_kv_dim(c), n + STEPS));
     if (o)
         CHECK_OK(ra_offload_capture(o));
-    CHECK_OK(ra_forward_span(m, tokens, 0, n, kv, NULL, logits));
+    CHECK_OK(ra_forward_span(cx, tokens, 0, n, kv, logits));
 }
 
 /* Greedy decode of STEPS tokens; logits of every step into out[STEPS][vocab]. */
-static void decode(struct ra_model *m, struct ra_kvcache *kv, int n, float *logits, struct ra_offload *o, float *out)
+static void decode(struct ra_context *cx, struct ra_kvcache *kv, int n, float *logits, struct ra_offload *o, float *out)
 {
-    const int V = m->config.vocab_size;
+    const int V = cx->model->config.vocab_size;
     for (int i = 0; i < STEPS; i++) {
         int best = 0;
         for (int j = 1; j < V; j++)
@@ -40,22 +40,22 @@ static void decode(struct ra_model *m, struct ra_kvcache *kv, int n, float *logi
         if (o)
             CHECK_OK(ra_offload_step(o, best, n + i, logits));
         else
-            CHECK_OK(ra_forward_span(m, &best, n + i, 1, kv, NULL, logits));
+            CHECK_OK(ra_forward_span(cx, &best, n + i, 1, kv, logits));
         memcpy(out + (size_t)i * V, logits, (size_t)V * sizeof(float));
     }
 }
 
 /* K, V recomputed from the pool's X equal the prefill's rows, bit for bit. */
-static void check_recompute(struct ra_model *m, struct ra_offload *o, const struct ra_kvcache *kv, int n)
+static void check_recompute(struct ra_context *cx, struct ra_offload *o, const struct ra_kvcache *kv, int n)
 {
-    struct ra_backend *be = m->backend;
-    const int kvd = ra_config_kv_dim(&m->config);
+    struct ra_backend *be = cx->backend;
+    const int kvd = ra_config_kv_dim(&cx->model->config);
     float *k = ra_backend_alloc(be, (size_t)n * kvd * sizeof(float)), *v = ra_backend_alloc(be, (size_t)n * kvd * sizeof(float));
     const int ls[] = { 2, 3, n / 2, n - 1, n };
-    for (int layer = 0; layer < m->config.n_layers; layer++)
+    for (int layer = 0; layer < cx->model->config.n_layers; layer++)
         for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
             /* on the span's row count (kvpr.h): the first l rows are the ones used */
-            CHECK_OK(ra_kvpr_recompute(m, layer, ra_offload_pool_x(o, layer), 0, n, k, v));
+            CHECK_OK(ra_kvpr_recompute(cx, layer, ra_offload_pool_x(o, layer), 0, n, k, v));
             const size_t bytes = (size_t)ls[i] * kvd * sizeof(float);
             if (memcmp(k, kv->k[layer], bytes) || memcmp(v, kv->v[layer], bytes)) {
                 fprintf(stderr, "layer %d, l = %d: recomputed K/V differ from the stored rows\n", layer, ls[i]);
@@ -83,7 +83,7 @@ static int spec_fetch(struct ra_offload *o, int layer, int pos)
     int rc = ra_offload_send(o, ra_offload_slot_k(o, layer), ra_offload_pool_k(o, layer), bytes, 0);
     return rc ? rc : ra_offload_send(o, ra_offload_slot_v(o, layer), ra_offload_pool_v(o, layer), bytes, 0);
 }
-static int spec_attend(struct ra_offload *o, int layer, int pos, const struct ra_layer_acts *a, const float **k,
+static int spec_attend(struct ra_offload *o, int layer, int pos, const struct ra_hook_args *a, const float **k,
                        const float **v, int *rows)
 {
     log_hook('a', layer);
@@ -106,27 +106,27 @@ static int argmax(const float *x, int n)
 
 /* One InfiniGen decode of STEPS greedy steps through the engine; logits into
  * got; per step: the pool's invariants, bytes = rows fetched x row bytes. */
-static void infinigen_run(struct ra_model *m, const int32_t *tokens, int n, const struct ra_offload_config *cfg,
+static void infinigen_run(struct ra_context *cx, const int32_t *tokens, int n, const struct ra_offload_config *cfg,
                           float *got, int32_t *fed, int want_slots)
 {
-    const struct ra_config *c = &m->config;
+    const struct ra_config *c = &cx->model->config;
     const int V = c->vocab_size;
     const size_t row = (size_t)ra_config_kv_dim(c) * sizeof(float);
     float *logits = malloc((size_t)V * sizeof(float));
     struct ra_kvcache kv;
     struct ra_offload *o;
-    CHECK_OK(ra_offload_create(&o, m, cfg, n + STEPS));
+    CHECK_OK(ra_offload_create(&o, cx, cfg, n + STEPS));
     if (!o)
         goto out;
     CHECK(ra_offload_slots(o) == want_slots);
-    prefill(m, tokens, n, &kv, logits, o);
+    prefill(cx, tokens, n, &kv, logits, o);
     CHECK_OK(ra_offload_begin(o, &kv, n));
     { /* Kp is the backend's device memory, the bytes the budget counts */
         const struct ra_infinigen *ig = ra_infinigen_offload_state(o);
         size_t full_rows, slot_rows, kp_bytes;
         int full;
         CHECK_OK(ra_infinigen_offload_sizes(c, cfg, n + STEPS, &full, &full_rows, &slot_rows, &kp_bytes));
-        CHECK(ig && ig->kp_backend == m->backend && ra_infinigen_kp_bytes(ig) == kp_bytes);
+        CHECK(ig && ig->kp_backend == cx->backend && ra_infinigen_kp_bytes(ig) == kp_bytes);
         CHECK(ig && full == ig->p.dense_layers && full == (c->n_layers < 2 ? c->n_layers : 2));
     }
     for (int l = 0; l < c->n_layers; l++) /* decode reads the pool only */
@@ -160,9 +160,9 @@ out:
     free(logits);
 }
 
-static void check_infinigen(const char *name, struct ra_model *m, const int32_t *tokens, int n, const float *ref)
+static void check_infinigen(const char *name, struct ra_context *cx, const int32_t *tokens, int n, const float *ref)
 {
-    const struct ra_config *c = &m->config;
+    const struct ra_config *c = &cx->model->config;
     const int V = c->vocab_size;
     float *got = malloc((size_t)STEPS * V * sizeof(float)), *want = malloc((size_t)V * sizeof(float));
     int32_t fed[STEPS];
@@ -172,13 +172,13 @@ static void check_infinigen(const char *name, struct ra_model *m, const int32_t 
     for (int slots = 2; slots >= 1; slots--) {
         struct ra_offload *o;
         cfg.device_kv_mem = 0;
-        CHECK_OK(ra_offload_create(&o, m, &cfg, n + STEPS));
+        CHECK_OK(ra_offload_create(&o, cx, &cfg, n + STEPS));
         const size_t ws = o ? ra_offload_working_set(o) : 0; /* fixed + 2 slots */
         ra_offload_free(o);
         /* one slot: the fixed part (the dense layers' full slots, Kp) and one rotating slot */
         const size_t slot = 2 * (size_t)(n + STEPS + 1) * ra_config_kv_dim(c) * sizeof(float);
         cfg.device_kv_mem = slots == 2 ? 0 : ws - slot;
-        infinigen_run(m, tokens, n, &cfg, got, fed, slots);
+        infinigen_run(cx, tokens, n, &cfg, got, fed, slots);
         if (memcmp(ref, got, (size_t)STEPS * V * sizeof(float)))
             fprintf(stderr, "%s: infinigen (exact settings, %d slots) differs from none\n", name, slots),
                 test_failures++;
@@ -187,7 +187,7 @@ static void check_infinigen(const char *name, struct ra_model *m, const int32_t 
     const int keep = n / 2 > 4 ? n / 2 : 4;
     cfg = (struct ra_offload_config){ .mode = RA_OFFLOAD_INFINIGEN, .kvpr_force_l = -1,
                                       .ig_pool_mem = ra_kvpool_bytes(c->n_layers, ra_config_kv_dim(c), keep) };
-    infinigen_run(m, tokens, n, &cfg, got, fed, c->n_layers > 1 ? 2 : 1);
+    infinigen_run(cx, tokens, n, &cfg, got, fed, c->n_layers > 1 ? 2 : 1);
     struct ra_infinigen ig;
     struct ra_kvpool pool;
     struct ra_infinigen_params p;
@@ -195,10 +195,10 @@ static void check_infinigen(const char *name, struct ra_model *m, const int32_t 
     CHECK_OK(ra_kvpool_init(&pool, c->n_layers, c->n_kv_heads, c->head_dim, n + STEPS, cfg.ig_pool_mem));
     CHECK(pool.capacity == keep);
     CHECK_OK(ra_infinigen_init(&ig, c, &p, pool.capacity));
-    CHECK_OK(ra_infinigen_calibrate(&ig, m, tokens, n));
-    CHECK_OK(ra_infinigen_prefill(&ig, &pool, m, tokens, n, want));
+    CHECK_OK(ra_infinigen_calibrate(&ig, cx, tokens, n));
+    CHECK_OK(ra_infinigen_prefill(&ig, &pool, cx, tokens, n, want));
     for (int i = 0; i < STEPS; i++) {
-        CHECK_OK(ra_infinigen_decode(&ig, &pool, m, fed[i], n + i, want, NULL));
+        CHECK_OK(ra_infinigen_decode(&ig, &pool, cx, fed[i], n + i, want, NULL));
         if (memcmp(want, got + (size_t)i * V, (size_t)V * sizeof(float))) {
             fprintf(stderr, "%s: infinigen step %d differs from the reference decode loop\n", name, i);
             test_failures++;
@@ -216,17 +216,18 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
     const struct ra_config *c = &m->config;
     const int V = c->vocab_size;
     struct ra_backend *be;
+    struct ra_context cx;
     int32_t *tokens = malloc((size_t)n * sizeof *tokens);
     float *logits = malloc((size_t)V * sizeof(float)), *ref = malloc((size_t)STEPS * V * sizeof(float)),
           *got = malloc((size_t)STEPS * V * sizeof(float));
     for (int i = 0; i < n; i++)
         tokens[i] = test_rand_int(0, V - 1);
     CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = threads }));
-    CHECK_OK(ra_model_attach(m, be));
+    CHECK_OK(ra_context_init(&cx, m, be));
 
     struct ra_kvcache kv;
-    prefill(m, tokens, n, &kv, logits, NULL);
-    decode(m, &kv, n, logits, NULL, ref);
+    prefill(&cx, tokens, n, &kv, logits, NULL);
+    decode(&cx, &kv, n, logits, NULL, ref);
     ra_kvcache_free(&kv);
 
     /* full, kvpr with l forced to 0, 1, s/2, s (clamped to the prompt) and planned */
@@ -237,12 +238,12 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
                                          /* a fast device: the plan recomputes part (MHA) */
                                          .kvpr_v_gpu = 1e15 };
         struct ra_offload *o;
-        CHECK_OK(ra_offload_create(&o, m, &cfg, n + STEPS));
+        CHECK_OK(ra_offload_create(&o, &cx, &cfg, n + STEPS));
         if (!o)
             continue;
-        prefill(m, tokens, n, &kv, logits, o);
+        prefill(&cx, tokens, n, &kv, logits, o);
         if (cfg.mode == RA_OFFLOAD_KVPR && f == 1)
-            check_recompute(m, o, &kv, n);
+            check_recompute(&cx, o, &kv, n);
         CHECK_OK(ra_offload_begin(o, &kv, n));
         CHECK(ra_offload_stats(o)->bytes_prefill_moved ==
               2 * (int64_t)n * kv.kv_dim * (int64_t)sizeof(float) * c->n_layers); /* a cache of its own: copied */
@@ -283,12 +284,12 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
         const struct ra_offload_config pc = { .mode = RA_OFFLOAD_FULL, .link_gbps = 4, .link_latency_us = 10,
                                               .kvpr_force_l = -1 };
         struct ra_offload *o;
-        CHECK_OK(ra_offload_create_policy(&o, m, &pc, n + STEPS, &spec_policy));
+        CHECK_OK(ra_offload_create_policy(&o, &cx, &pc, n + STEPS, &spec_policy));
         if (o) {
-            prefill(m, tokens, n, &kv, logits, o);
+            prefill(&cx, tokens, n, &kv, logits, o);
             CHECK_OK(ra_offload_begin(o, &kv, n));
             order_len = 0;
-            decode(m, NULL, n, logits, o, got);
+            decode(&cx, NULL, n, logits, o, got);
             CHECK(!memcmp(ref, got, (size_t)STEPS * V * sizeof(float)));
             char want[4096] = "";
             for (int i = 0, len = 0; i < STEPS; i++)
@@ -313,18 +314,18 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
         const struct ra_offload_config vc = { .mode = in_pool[i], .link_gbps = 16, .kvpr_force_l = -1,
                                               .ig_ratio = 1, .ig_alpha = INFINITY, .ig_cap = 1 }; /* exact */
         struct ra_offload *o;
-        CHECK_OK(ra_offload_create(&o, m, &vc, n + STEPS));
+        CHECK_OK(ra_offload_create(&o, &cx, &vc, n + STEPS));
         if (!o)
             continue;
         CHECK_OK(ra_offload_prefill_cache(o, &kv, RA_DTYPE_F32));
         CHECK(kv.borrowed && kv.capacity == n + STEPS && kv.k[0] == (void *)ra_offload_pool_k(o, 0) &&
               kv.v[c->n_layers - 1] == (void *)ra_offload_pool_v(o, c->n_layers - 1));
         CHECK_OK(ra_offload_capture(o));
-        CHECK_OK(ra_forward_span(m, tokens, 0, n, &kv, NULL, logits));
+        CHECK_OK(ra_forward_span(&cx, tokens, 0, n, &kv, logits));
         CHECK_OK(ra_offload_begin(o, &kv, n));
         ra_kvcache_free(&kv); /* the arrays only: InfiniGen released the pool in begin */
         CHECK(ra_offload_stats(o)->bytes_prefill_moved == 0);
-        decode(m, NULL, n, logits, o, got);
+        decode(&cx, NULL, n, logits, o, got);
         if (memcmp(ref, got, (size_t)STEPS * V * sizeof(float)))
             fprintf(stderr, "%s: %s with the prefill in the pool differs from none\n", name,
                     ra_offload_mode_name(vc.mode)), test_failures++;
@@ -336,8 +337,8 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
         const int kvd = ra_config_kv_dim(c);
         float *ref16 = malloc((size_t)STEPS * V * sizeof(float));
         CHECK_OK(ra_kvcache_init_dtype(&kv, be, c->n_layers, kvd, n + STEPS, RA_DTYPE_BF16));
-        CHECK_OK(ra_forward_span(m, tokens, 0, n, &kv, NULL, logits));
-        decode(m, &kv, n, logits, NULL, ref16);
+        CHECK_OK(ra_forward_span(&cx, tokens, 0, n, &kv, logits));
+        decode(&cx, &kv, n, logits, NULL, ref16);
         ra_kvcache_free(&kv);
         CHECK(memcmp(ref, ref16, (size_t)STEPS * V * sizeof(float)) != 0); /* bf16 rows change the logits */
         const int ls[] = { -2, n / 2, -1 };
@@ -346,16 +347,16 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
                                                   .link_gbps = 16, .kvpr_force_l = ls[f], .kvpr_v_gpu = 1e15,
                                                   .kv_dtype = RA_DTYPE_BF16 };
             struct ra_offload *o;
-            CHECK_OK(ra_offload_create(&o, m, &bc, n + STEPS));
+            CHECK_OK(ra_offload_create(&o, &cx, &bc, n + STEPS));
             if (!o)
                 continue;
             CHECK(ra_offload_prefill_cache(o, &kv, RA_DTYPE_F32) == RA_EINVAL); /* the pool's dtype only */
             CHECK_OK(ra_offload_prefill_cache(o, &kv, RA_DTYPE_BF16));
             CHECK_OK(ra_offload_capture(o));
-            CHECK_OK(ra_forward_span(m, tokens, 0, n, &kv, NULL, logits));
+            CHECK_OK(ra_forward_span(&cx, tokens, 0, n, &kv, logits));
             CHECK_OK(ra_offload_begin(o, &kv, n));
             ra_kvcache_free(&kv);
-            decode(m, NULL, n, logits, o, got);
+            decode(&cx, NULL, n, logits, o, got);
             const struct ra_offload_stats *st = ra_offload_stats(o);
             int64_t kv_rows = 0; /* KV rows fetched: s' minus the recomputed rows, per step and layer */
             for (int i = 0; i < STEPS; i++)
@@ -376,26 +377,26 @@ static void check_model(const char *name, struct ra_model *m, int n, int threads
     struct ra_offload *o;
     const size_t one = 2 * (size_t)(n + STEPS) * ra_config_kv_dim(c) * sizeof(float);
     cfg.device_kv_mem = one;
-    CHECK_OK(ra_offload_create(&o, m, &cfg, n + STEPS));
+    CHECK_OK(ra_offload_create(&o, &cx, &cfg, n + STEPS));
     CHECK(o && ra_offload_slots(o) == 1);
     if (o) { /* one slot: no overlap, still exact */
-        prefill(m, tokens, n, &kv, logits, o);
+        prefill(&cx, tokens, n, &kv, logits, o);
         CHECK_OK(ra_offload_begin(o, &kv, n));
-        decode(m, NULL, n, logits, o, got);
+        decode(&cx, NULL, n, logits, o, got);
         CHECK(!memcmp(ref, got, (size_t)STEPS * V * sizeof(float)));
         ra_kvcache_free(&kv);
     }
     ra_offload_free(o);
     cfg.device_kv_mem = one - 1;
-    CHECK(ra_offload_create(&o, m, &cfg, n + STEPS) == RA_EINVAL && !o);
+    CHECK(ra_offload_create(&o, &cx, &cfg, n + STEPS) == RA_EINVAL && !o);
     CHECK(strstr(ra_error_message(), "cannot hold one layer's working set") != NULL);
-    check_infinigen(name, m, tokens, n, ref);
+    check_infinigen(name, &cx, tokens, n, ref);
     cfg.mode = RA_OFFLOAD_INFINIGEN;
     cfg.device_kv_mem = 64;
-    CHECK(ra_offload_create(&o, m, &cfg, n + STEPS) == RA_EINVAL && !o);
+    CHECK(ra_offload_create(&o, &cx, &cfg, n + STEPS) == RA_EINVAL && !o);
     CHECK(strstr(ra_error_message(), "the dense layers' full slots and the partial key cache") != NULL);
 
-    ra_model_detach(m);
+    ra_context_free(&cx);
     ra_backend_free(be);
     free(tokens), free(logits), free(ref), free(got);
 }

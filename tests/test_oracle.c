@@ -618,11 +618,11 @@ static void attention_rows_case(const struct attn_case *ac)
 
 /* Runs the real forward pass over [first, first+n) after [0, first) (when
  * first > 0) and compares the last logits and every cache row with the oracle. */
-static void forward_span_case(struct ra_model *m, struct ra_backend *be, const char *name, const char *isa,
+static void forward_span_case(struct ra_context *cx, struct ra_backend *be, const char *name, const char *isa,
                               const int32_t *tokens, int first, int n, const struct ref_kv *ref_kv,
                               const double *ref_logits, int capacity, double tol, enum ra_dtype kv_dtype)
 {
-    const struct ra_config *c = &m->config;
+    const struct ra_config *c = &cx->model->config;
     struct ra_kvcache kv;
     float *logits = malloc((size_t)c->vocab_size * sizeof(float));
     for (int i = 0; i < c->vocab_size; i++)
@@ -633,8 +633,8 @@ static void forward_span_case(struct ra_model *m, struct ra_backend *be, const c
         return;
     }
     if (first > 0)
-        CHECK_OK(ra_forward_span(m, tokens, 0, first, &kv, NULL, NULL));
-    CHECK_OK(ra_forward_span(m, tokens + first, first, n, &kv, NULL, logits));
+        CHECK_OK(ra_forward_span(cx, tokens, 0, first, &kv, NULL));
+    CHECK_OK(ra_forward_span(cx, tokens + first, first, n, &kv, logits));
     const int end = first + n;
     const double el = max_err(logits, ref_logits + (size_t)(end - 1) * c->vocab_size, (size_t)c->vocab_size);
     const double ek = kv_err(&kv, ref_kv, end);
@@ -687,11 +687,11 @@ static double kv_rows_err(const struct ra_kvcache *kv, const char *saved, const 
  * outside S are untouched, and the last logits (S holds the last position) are
  * the prefill's; both against the oracle too. Within the span cases'
  * tolerance: the gapped path sums attention in another order. */
-static void forward_rows_case(struct ra_model *m, struct ra_backend *be, const char *name, const char *isa,
+static void forward_rows_case(struct ra_context *cx, struct ra_backend *be, const char *name, const char *isa,
                               const int32_t *tokens, int T, const struct ref_kv *ref_kv, const double *ref_logits,
                               double tol, enum ra_dtype kv_dtype)
 {
-    const struct ra_config *c = &m->config;
+    const struct ra_config *c = &cx->model->config;
     struct ra_kvcache kv;
     if (ra_kvcache_init_dtype(&kv, be, c->n_layers, ra_config_kv_dim(c), T, kv_dtype) != RA_OK) {
         CHECK_OK(RA_ENOMEM);
@@ -701,7 +701,7 @@ static void forward_rows_case(struct ra_model *m, struct ra_backend *be, const c
     int32_t *pos = malloc((size_t)T * sizeof *pos), *sub = malloc((size_t)T * sizeof *sub);
     const size_t row = ra_kvcache_row_bytes(&kv), layer = (size_t)T * row;
     char *saved = malloc(2 * (size_t)c->n_layers * layer);
-    CHECK_OK(ra_forward_span(m, tokens, 0, T, &kv, NULL, full));
+    CHECK_OK(ra_forward_span(cx, tokens, 0, T, &kv, full));
     for (int l = 0; l < c->n_layers; l++) {
         memcpy(saved + 2 * (size_t)l * layer, ra_kvcache_k(&kv, l, 0), layer);
         memcpy(saved + (2 * (size_t)l + 1) * layer, ra_kvcache_v(&kv, l, 0), layer);
@@ -718,7 +718,7 @@ static void forward_rows_case(struct ra_model *m, struct ra_backend *be, const c
         }
     }
     const struct ra_rows rows = { n, 0, pos };
-    CHECK_OK(ra_forward_rows(m, sub, &rows, &kv, got));
+    CHECK_OK(ra_forward_rows(cx, sub, &rows, &kv, got));
     const double ek = kv_rows_err(&kv, saved, pos, n);
     double el = 0;
     for (int i = 0; i < c->vocab_size; i++)
@@ -747,10 +747,10 @@ static void forward_rows_case(struct ra_model *m, struct ra_backend *be, const c
     CHECK(ok);
     /* bad lists: one error each, the cache untouched */
     const int32_t unsorted[3] = { 4, 9, 9 }, negative[2] = { -1, 3 }, beyond[2] = { 5, T };
-    CHECK(ra_forward_rows(m, sub, &(struct ra_rows){ 3, 0, unsorted }, &kv, NULL) == RA_EINVAL);
-    CHECK(ra_forward_rows(m, sub, &(struct ra_rows){ 2, 0, negative }, &kv, NULL) == RA_EINVAL);
-    CHECK(ra_forward_rows(m, sub, &(struct ra_rows){ 2, 0, beyond }, &kv, NULL) == RA_ERANGE);
-    CHECK(ra_forward_rows(m, sub, &(struct ra_rows){ 0, 0, pos }, &kv, NULL) == RA_EINVAL);
+    CHECK(ra_forward_rows(cx, sub, &(struct ra_rows){ 3, 0, unsorted }, &kv, NULL) == RA_EINVAL);
+    CHECK(ra_forward_rows(cx, sub, &(struct ra_rows){ 2, 0, negative }, &kv, NULL) == RA_EINVAL);
+    CHECK(ra_forward_rows(cx, sub, &(struct ra_rows){ 2, 0, beyond }, &kv, NULL) == RA_ERANGE);
+    CHECK(ra_forward_rows(cx, sub, &(struct ra_rows){ 0, 0, pos }, &kv, NULL) == RA_EINVAL);
     ra_kvcache_free(&kv);
     free(full);
     free(got);
@@ -807,21 +807,22 @@ static void forward_case(struct ra_model *m, const char *name, const int *lens, 
             /* bf16 rows on avx512bf16: Q and P are rounded to bf16 too */
             const double tol = kv_dtype == RA_DTYPE_BF16 && isa == RA_CPU_ISA_AVX512BF16 ? TOL_TRAINED_BF16DP : tol_all;
             const double t = !bf16 ? tol : tol > TOL_FWD ? TOL_BF16_TRAINED : TOL_BF16;
-            CHECK_OK(ra_model_attach(m, be));
+            struct ra_context cx;
+            CHECK_OK(ra_context_init(&cx, m, be));
             for (int i = 0; i < n_lens; i++) {
-                forward_span_case(m, be, name, label, tokens, 0, lens[i], &ref_kv, ref_logits, T, t,
+                forward_span_case(&cx, be, name, label, tokens, 0, lens[i], &ref_kv, ref_logits, T, t,
                                   kv_dtype);
-                forward_span_case(m, be, name, label, tokens, MID, lens[i], &ref_kv, ref_logits, T, t,
+                forward_span_case(&cx, be, name, label, tokens, MID, lens[i], &ref_kv, ref_logits, T, t,
                                   kv_dtype);
             }
             if (!mode)
-                forward_rows_case(m, be, name, label, tokens, T, &ref_kv, ref_logits, tol, kv_dtype);
+                forward_rows_case(&cx, be, name, label, tokens, T, &ref_kv, ref_logits, tol, kv_dtype);
             if (mode) {
                 ra_backend_cpu_describe_linear(be, unit, sizeof unit);
                 printf("forward   %-12s %-16s linear layers: %s\n", label, name, bf16 ? unit : "fp32 (no bf16 unit)");
                 CHECK(!bf16 || strncmp(unit, "none", 4) != 0);
             }
-            ra_model_detach(m);
+            ra_context_free(&cx);
             ra_backend_free(be);
         }
     }
@@ -897,10 +898,11 @@ static void twin_case(struct ra_model *m, const char *name, int n, double tol)
     CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
     for (int v = 0; v < 2; v++) {
         logits[v] = malloc((size_t)c->vocab_size * sizeof(float));
-        CHECK_OK(ra_model_attach(models[v], be));
+        struct ra_context cx;
+        CHECK_OK(ra_context_init(&cx, models[v], be));
         CHECK_OK(ra_kvcache_init(&kv[v], be, c->n_layers, kvd, n));
-        CHECK_OK(ra_forward_span(models[v], tokens, 0, n, &kv[v], NULL, logits[v]));
-        ra_model_detach(models[v]);
+        CHECK_OK(ra_forward_span(&cx, tokens, 0, n, &kv[v], logits[v]));
+        ra_context_free(&cx);
     }
     double logit_diff = 0, kv_diff = 0;
     for (int i = 0; i < c->vocab_size; i++)

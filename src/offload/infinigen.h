@@ -31,6 +31,8 @@
 #include "model.h"
 #include "kvpool.h"
 
+struct ra_context;
+
 struct ra_infinigen_params {
     float ratio; /* partial columns per head, a fraction of head_dim (0.3) */
     float alpha; /* keep tokens within alpha of the max score; INFINITY keeps all (5: Llama 2, 4: OPT) */
@@ -90,9 +92,9 @@ static inline float *ra_infinigen_kp(const struct ra_infinigen *ig, int layer, i
  * then the column sums of |Q̃|+|K̃|). With skew off only the index. */
 int ra_infinigen_skew_layer(struct ra_infinigen *ig, int layer, const float *q, const float *k, int n);
 
-/* Calibrates every layer from a forward pass over tokens [0, n) of M (a
- * model attached to a host-memory backend, e.g. the CPU backend). */
-int ra_infinigen_calibrate(struct ra_infinigen *ig, struct ra_model *m, const int32_t *tokens, int n);
+/* Calibrates every layer from a forward pass of CTX (on a host-memory
+ * backend, e.g. the CPU backend) over tokens [0, n). */
+int ra_infinigen_calibrate(struct ra_infinigen *ig, struct ra_context *ctx, const int32_t *tokens, int n);
 
 /* x̃ = x·A in place for rows x [n] (stride ld) of `heads` heads: n_heads
  * (queries: head h uses its KV head's A) or n_kv_heads (keys). */
@@ -115,7 +117,8 @@ size_t ra_infinigen_kp_bytes(const struct ra_infinigen *ig);
 /* Kp and the pool hold the same token at every slot (RA_OK), else RA_ERANGE. */
 int ra_infinigen_check_pool(const struct ra_infinigen *ig, const struct ra_kvpool *pool);
 
-/* ---- a decode loop with the pool, for tests and bench-decode (host-memory backend) */
+/* ---- decode with the pool, for tests and bench-decode (a context on a host-memory backend):
+ * each call is one forward pass of the context with a hook of InfiniGen's added for it */
 
 /* Per decode step (filled by ra_infinigen_decode when not NULL). */
 struct ra_infinigen_step_stats {
@@ -131,13 +134,13 @@ struct ra_infinigen_step_stats {
 
 /* The prompt tokens [0, n), dense: fills the pool and Kp with every layer's
  * K and V; logits [vocab] of the last token when not NULL. */
-int ra_infinigen_prefill(struct ra_infinigen *ig, struct ra_kvpool *pool, struct ra_model *m,
+int ra_infinigen_prefill(struct ra_infinigen *ig, struct ra_kvpool *pool, struct ra_context *ctx,
                          const int32_t *tokens, int n, float *logits);
 
 /* One token at position pos (= the pool's tokens seen so far): the dense
  * layers attend every pooled token, a later layer l the tokens speculated at
  * layer l−1, each plus the current token; then its K and V join the pool. */
-int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct ra_model *m, int32_t token, int pos,
+int ra_infinigen_decode(struct ra_infinigen *ig, struct ra_kvpool *pool, struct ra_context *ctx, int32_t token, int pos,
                         float *logits, struct ra_infinigen_step_stats *stats);
 
 /* ---- quality metrics */
@@ -157,8 +160,8 @@ double ra_infinigen_kl(const float *logits_p, const float *logits_q, int n);
  * run's greedy tokens, so every step compares the two next-token
  * distributions from the same context. Calibrates on the prompt (post-RoPE Q
  * and K of a dense pass), prefills a pool of POOL_MEM bytes (0: unlimited),
- * then runs ra_infinigen_decode beside ra_forward_span. M: a host-memory
- * backend attached. */
+ * then runs ra_infinigen_decode beside ra_forward_span. CTX: on a
+ * host-memory backend. */
 struct ra_infinigen_quality {
     int steps;
     double agreement;       /* fraction of steps whose greedy tokens agree */
@@ -171,7 +174,7 @@ struct ra_infinigen_quality {
     double bytes_dense_per_layer; /* the same for fetching every pooled token */
     int64_t evictions;      /* pool evictions over the run */
 };
-int ra_infinigen_quality(struct ra_model *m, const struct ra_infinigen_params *p, size_t pool_mem,
+int ra_infinigen_quality(struct ra_context *ctx, const struct ra_infinigen_params *p, size_t pool_mem,
                          const int32_t *prompt, int n_prompt, int steps, struct ra_infinigen_quality *out);
 
 /* ---- the policy of the offload framework (--offload infinigen), infinigen_policy.c */

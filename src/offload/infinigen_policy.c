@@ -102,9 +102,9 @@ static int calibrate(struct ra_offload *o, struct ig_state *st)
     const int x0 = vw->x_start, n = vw->x_end - vw->x_start;
     if (n <= 0) /* nothing captured: identity skew, the first columns */
         return RA_OK;
-    struct ra_model *m = vw->m;
+    const struct ra_weights *w = &vw->ctx->weights;
     struct ra_backend *be = vw->be;
-    const struct ra_config *c = &m->config;
+    const struct ra_config *c = &vw->m->config;
     const struct ra_rope rope = ra_config_rope(c);
     float *q = malloc((size_t)n * c->dim * sizeof(float));
     if (!q)
@@ -112,7 +112,7 @@ static int calibrate(struct ra_offload *o, struct ig_state *st)
     int rc = RA_OK;
     for (int l = 0; l < c->n_layers && rc == RA_OK; l++) {
         const float *x = ra_offload_pool_x(o, l) + (size_t)x0 * c->dim;
-        if ((rc = be->ops->matmul(be, q, c->dim, x, c->dim, &m->weights.layers[l].wq, n)) != RA_OK ||
+        if ((rc = be->ops->matmul(be, q, c->dim, x, c->dim, &w->layers[l].wq, n)) != RA_OK ||
             (rc = be->ops->rope(be, q, c->dim, &(struct ra_rows){ n, x0, NULL }, c->n_heads, c->head_dim,
                                 &rope)) != RA_OK ||
             (rc = be->ops->synchronize(be)) != RA_OK)
@@ -220,14 +220,14 @@ static int ig_new_row(struct ra_offload *o, int layer, int pos)
     return state(o)->rows[layer];
 }
 
-static int ig_attend(struct ra_offload *o, int layer, int pos, const struct ra_layer_acts *a, const float **k,
+static int ig_attend(struct ra_offload *o, int layer, int pos, const struct ra_hook_args *a, const float **k,
                      const float **v, int *rows)
 {
     struct ra_offload_view *vw = ra_offload_view(o);
     struct ig_state *st = vw->policy_state;
-    struct ra_model *m = vw->m;
+    const struct ra_weights *w = &vw->ctx->weights;
     struct ra_backend *be = vw->be;
-    const struct ra_config *c = &m->config;
+    const struct ra_config *c = &vw->m->config;
     const struct ra_rope rope = ra_config_rope(c);
     *k = ra_offload_slot_k(o, layer);
     *v = ra_offload_slot_v(o, layer);
@@ -235,7 +235,7 @@ static int ig_attend(struct ra_offload *o, int layer, int pos, const struct ra_l
     if (layer + 1 >= c->n_layers || layer + 1 < st->ig.p.dense_layers)
         return RA_OK;
     /* the rehearsal of layer l+1 from this layer's attention input */
-    int rc = be->ops->matmul(be, st->qs, c->dim, a->xa, c->dim, &m->weights.layers[layer + 1].wq, 1);
+    int rc = be->ops->matmul(be, st->qs, c->dim, a->xa, c->dim, &w->layers[layer + 1].wq, 1);
     if (rc == RA_OK)
         rc = be->ops->rope(be, st->qs, c->dim, &(struct ra_rows){ 1, pos, NULL }, c->n_heads, c->head_dim, &rope);
     if (rc == RA_OK)

@@ -69,12 +69,12 @@ int ra_kvpr_plan_closed(const struct ra_kvpr_profile *p, const struct ra_kvpr_sh
     return ra_kvpr_cost(&q, sh, hi) < ra_kvpr_cost(&q, sh, lo) ? hi : lo;
 }
 
-int ra_kvpr_recompute(struct ra_model *m, int layer, const float *x, int x0, int nx, float *k, float *v)
+int ra_kvpr_recompute(struct ra_context *ctx, int layer, const float *x, int x0, int nx, float *k, float *v)
 {
-    struct ra_backend *be = m->backend;
-    const struct ra_config *c = &m->config;
+    struct ra_backend *be = ctx->backend;
+    const struct ra_config *c = &ctx->model->config;
     const struct ra_rope rope = ra_config_rope(c);
-    const struct ra_layer_weights *w = &m->weights.layers[layer];
+    const struct ra_layer_weights *w = &ctx->weights.layers[layer];
     const int kvd = ra_config_kv_dim(c);
     int rc = be->ops->matmul(be, k, kvd, x, c->dim, &w->wk, nx);
     if (rc == RA_OK)
@@ -96,7 +96,7 @@ static int time_best(struct ra_offload *o, int n, size_t bytes, float *k, float 
     double best = INFINITY;
     for (int rep = 0; rep < 3 && rc == RA_OK; rep++) {
         const double t0 = ra_wall_s();
-        rc = k ? ra_kvpr_recompute(vw->m, 0, ra_offload_slot_x(o, 0), 0, n, k, v)
+        rc = k ? ra_kvpr_recompute(vw->ctx, 0, ra_offload_slot_x(o, 0), 0, n, k, v)
                : be->ops->copy_async(be, ra_offload_slot_k(o, 0), ra_offload_pool_k(o, 0), bytes, RA_STREAM_COPY);
         if (rc == RA_OK)
             rc = be->ops->synchronize(be);
@@ -263,11 +263,11 @@ static int kvpr_ready(struct ra_offload *o, int layer, int pos)
     struct ra_backend *be = vw->be;
     const int device = be->ops->mem_kind(be) == RA_MEM_DEVICE, narrow = vw->kv_dtype != RA_DTYPE_F32;
     if (device && !narrow) {
-        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start, st->l, (float *)k,
+        rc = ra_kvpr_recompute(vw->ctx, layer, ra_offload_slot_x(o, layer), vw->x_start, st->l, (float *)k,
                                (float *)v);
     } else { /* into the f32 scratch: the CPU backend on the span's row count (kvpr.h; rows [l, span) of
                 X are stale and unused), then rounded to the cache's dtype as the forward pass does */
-        rc = ra_kvpr_recompute(vw->m, layer, ra_offload_slot_x(o, layer), vw->x_start,
+        rc = ra_kvpr_recompute(vw->ctx, layer, ra_offload_slot_x(o, layer), vw->x_start,
                                device ? st->l : vw->x_end - vw->x_start, st->scratch_k, st->scratch_v);
         if (rc == RA_OK)
             rc = narrow ? be->ops->narrow(be, k, vw->kv_dtype, st->scratch_k, count)

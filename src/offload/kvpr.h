@@ -60,7 +60,7 @@ int ra_kvpr_plan_closed(const struct ra_kvpr_profile *p, const struct ra_kvpr_sh
 
 /* Recomputes K, V of rows [x0, x0+nx) of LAYER from X (device, nx rows of dim)
  * into k, v (device, row stride kv_dim, row x0 first). */
-int ra_kvpr_recompute(struct ra_model *m, int layer, const float *x, int x0, int nx, float *k, float *v);
+int ra_kvpr_recompute(struct ra_context *ctx, int layer, const float *x, int x0, int nx, float *k, float *v);
 
 /* This step's split for s' = pos: forced (clamped) or planned by the scan. */
 int ra_kvpr_split(struct ra_offload *o, int pos);

@@ -33,8 +33,8 @@ struct ra_offload {
     struct ra_event *fetched[MAX_SLOTS], *x_fetched[MAX_SLOTS], *computed[MAX_SLOTS];
     struct ra_kvcache dev;        /* the forward pass's view: k[l] = slot of layer l, first[l] = the
                                      position of its row 0 */
-    struct ra_kv_exchange xchg;
-    struct ra_forward_tap tap;
+    struct ra_hook hook;          /* the engine's entry of the context's list, for a step */
+    struct ra_hook capture;       /* keeps the prefill's layer inputs, until begin */
     int pos;                      /* the step's position */
     int cur_layer;                /* the layer whose fetch ra_offload_send adds to */
     int issued;                   /* layers of this step whose fetch was issued */
@@ -178,10 +178,10 @@ static int issue_fetch(struct ra_offload *o, int layer)
     return rc;
 }
 
-static int hook_layer_begin(void *ctx, int layer, struct ra_kvcache *kv, int start, int n)
+static int hook_layer_begin(void *self, const struct ra_hook_args *a)
 {
-    struct ra_offload *o = ctx;
-    (void)kv, (void)start, (void)n;
+    struct ra_offload *o = self;
+    const int layer = a->layer;
     clock_run(o);
     int rc = RA_OK;
     if (o->issued <= layer)
@@ -204,26 +204,25 @@ static int hook_layer_begin(void *ctx, int layer, struct ra_kvcache *kv, int sta
     return rc;
 }
 
-static int hook_attend(void *ctx, int layer, struct ra_kvcache *kv, int start, int n, const struct ra_layer_acts *a,
-                       const float **k, const float **v, int *rows)
+static int hook_attend(void *self, const struct ra_hook_args *a, const float **k, const float **v, int *rows)
 {
-    struct ra_offload *o = ctx;
+    struct ra_offload *o = self;
+    const int layer = a->layer;
     int rc = RA_OK;
     if (o->policy->attend) /* its time is device work: it stays on the clock */
-        rc = o->policy->attend(o, layer, start, a, k, v, rows);
+        rc = o->policy->attend(o, layer, a->start, a, k, v, rows);
     /* a policy that picks layer l+1's rows from layer l's activations fetches now */
     if (rc == RA_OK && o->n_slots > 1 && o->policy->fetch_after_attend && layer + 1 < o->view.n_layers)
         rc = issue_fetch(o, layer + 1);
-    (void)kv, (void)n;
     o->stats.rows_attended += *rows;
     return rc;
 }
 
-static int hook_layer_end(void *ctx, int layer, struct ra_kvcache *kv, int start, int n)
+static int hook_layer_end(void *self, const struct ra_hook_args *a)
 {
-    struct ra_offload *o = ctx;
+    struct ra_offload *o = self;
     struct ra_backend *be = o->view.be;
-    (void)kv, (void)n;
+    const int layer = a->layer, start = a->start;
     clock_run(o);
     const size_t off = (size_t)start * o->row_bytes;
     const int s = slot_of(o, layer);
@@ -260,7 +259,11 @@ int ra_offload_step(struct ra_offload *o, int32_t token, int pos, float *logits)
     for (int l = 0; l < o->view.n_layers; l++) /* the layer hooks set them; the span check sees slots from 0 */
         o->dev.first[l] = 0;
     o->mark = ra_wall_s();
-    int rc = ra_forward_span(o->view.m, &token, pos, 1, &o->dev, &o->xchg, logits);
+    int rc = ra_context_hook_add(o->view.ctx, &o->hook);
+    if (rc == RA_OK) {
+        rc = ra_forward_span(o->view.ctx, &token, pos, 1, &o->dev, logits);
+        ra_context_hook_remove(o->view.ctx, &o->hook);
+    }
     if (rc == RA_OK)
         rc = be->ops->synchronize(be);
     clock_run(o);
@@ -269,12 +272,14 @@ int ra_offload_step(struct ra_offload *o, int32_t token, int pos, float *logits)
     return rc;
 }
 
-/* ---------------------------------------------------------------- KVPR's tap */
+/* ---------------------------------------------------------------- the prefill's layer inputs */
 
-static int tap_attn_input(void *ctx, int layer, int start, int n, const float *xa)
+static int capture_kv_ready(void *self, const struct ra_hook_args *a)
 {
-    struct ra_offload *o = ctx;
+    struct ra_offload *o = self;
     struct ra_backend *be = o->view.be;
+    const int layer = a->layer, start = a->start, n = a->n;
+    const float *xa = a->xa;
     if (start + n > o->view.max_rows)
         return ra_error_set(RA_ERANGE, "offload: prefill rows [%d, %d) beyond the pool's %d", start, start + n,
                             o->view.max_rows);
@@ -291,9 +296,8 @@ int ra_offload_capture(struct ra_offload *o)
 {
     if (!o || !o->pool_x)
         return RA_OK;
-    o->tap = (struct ra_forward_tap){ .ctx = o, .attn_input = tap_attn_input };
-    o->view.m->tap = &o->tap;
-    return RA_OK;
+    o->capture = (struct ra_hook){ .self = o, .kv_ready = capture_kv_ready };
+    return ra_context_hook_add(o->view.ctx, &o->capture);
 }
 
 /* ---------------------------------------------------------------- life cycle */
@@ -301,8 +305,7 @@ int ra_offload_capture(struct ra_offload *o)
 int ra_offload_begin(struct ra_offload *o, const struct ra_kvcache *prefill, int n_prompt)
 {
     struct ra_backend *be = o->view.be;
-    if (o->view.m->tap == &o->tap)
-        o->view.m->tap = NULL;
+    ra_context_hook_remove(o->view.ctx, &o->capture);
     if (n_prompt <= 0 || n_prompt > o->view.max_rows || n_prompt > prefill->capacity ||
         prefill->n_layers != o->view.n_layers || prefill->kv_dim != o->view.kv_dim)
         return ra_error_set(RA_EINVAL, "offload: a prompt of %d rows does not fit the engine (%d rows)", n_prompt,
@@ -389,8 +392,8 @@ void ra_offload_free(struct ra_offload *o)
     struct ra_backend *be = o->view.be;
     if (o->policy && o->policy->end)
         o->policy->end(o);
-    if (o->view.m && o->view.m->tap == &o->tap)
-        o->view.m->tap = NULL;
+    if (o->view.ctx)
+        ra_context_hook_remove(o->view.ctx, &o->capture);
     if (o->l0_k) be->ops->release_mem(be, o->l0_k, RA_MEM_DEVICE);
     if (o->l0_v) be->ops->release_mem(be, o->l0_v, RA_MEM_DEVICE);
     for (int s = 0; s < MAX_SLOTS; s++) {
@@ -424,27 +427,29 @@ static int format_size(char *buf, size_t n, double bytes)
     return snprintf(buf, n, "%.1f %s", bytes, u[i]);
 }
 
-int ra_offload_create(struct ra_offload **out, struct ra_model *m, const struct ra_offload_config *cfg, int max_rows)
+int ra_offload_create(struct ra_offload **out, struct ra_context *ctx, const struct ra_offload_config *cfg,
+                      int max_rows)
 {
     *out = NULL;
     if (cfg->mode == RA_OFFLOAD_NONE)
         return RA_OK;
-    if (cfg->mode == RA_OFFLOAD_INFINIGEN && m->backend && m->backend->ops->mem_kind(m->backend) == RA_MEM_DEVICE)
+    struct ra_backend *be = ctx->backend;
+    if (cfg->mode == RA_OFFLOAD_INFINIGEN && be && be->ops->mem_kind(be) == RA_MEM_DEVICE)
         return ra_error_set(RA_EUNSUPPORTED, "--offload infinigen: the %s backend is not supported yet (the "
                             "speculation and the partial key cache run in host memory: use the CPU backend)",
-                            m->backend->ops->name);
-    return ra_offload_create_policy(out, m, cfg, max_rows,
+                            be->ops->name);
+    return ra_offload_create_policy(out, ctx, cfg, max_rows,
                                     cfg->mode == RA_OFFLOAD_KVPR        ? &ra_kvpr_policy
                                     : cfg->mode == RA_OFFLOAD_INFINIGEN ? &ra_infinigen_policy
                                                                         : &policy_full);
 }
 
-int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const struct ra_offload_config *cfg,
+int ra_offload_create_policy(struct ra_offload **out, struct ra_context *ctx, const struct ra_offload_config *cfg,
                              int max_rows, const struct ra_offload_policy *policy)
 {
     *out = NULL;
-    if (!m->backend)
-        return ra_error_set(RA_EINVAL, "offload: no backend attached to the model");
+    if (!ctx->backend || !ctx->model)
+        return ra_error_set(RA_EINVAL, "offload: the context has no model or no backend");
     if (cfg->link_gbps < 0 || cfg->link_latency_us < 0 || !isfinite(cfg->link_gbps) ||
         !isfinite(cfg->link_latency_us))
         return ra_error_set(RA_EINVAL, "--host-link-gbps and --host-link-latency-us must be finite and >= 0");
@@ -456,13 +461,13 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
     if (cfg->kv_dtype != RA_DTYPE_F32 && cfg->mode == RA_OFFLOAD_INFINIGEN) /* its pool and speculation: f32 */
         return ra_error_set(RA_EUNSUPPORTED, "--offload infinigen needs --kv-dtype f32 (its host pool and "
                             "partial key cache hold f32 rows)");
-    const struct ra_config *c = &m->config;
-    struct ra_backend *be = m->backend;
+    const struct ra_config *c = &ctx->model->config;
+    struct ra_backend *be = ctx->backend;
     struct ra_offload *o = calloc(1, sizeof *o);
     if (!o)
         return ra_error_set(RA_ENOMEM, "offload: out of memory");
     o->cfg = *cfg;
-    o->view = (struct ra_offload_view){ .m = m, .be = be, .cfg = &o->cfg, .n_layers = c->n_layers,
+    o->view = (struct ra_offload_view){ .ctx = ctx, .m = ctx->model, .be = be, .cfg = &o->cfg, .n_layers = c->n_layers,
                                         .kv_dim = ra_config_kv_dim(c), .dim = c->dim, .max_rows = max_rows };
     o->policy = policy;
     o->emulated = be->ops->mem_kind(be) != RA_MEM_DEVICE;
@@ -556,8 +561,8 @@ int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const 
         o->dev.k[l] = ra_offload_slot_k(o, l);
         o->dev.v[l] = ra_offload_slot_v(o, l);
     }
-    o->xchg = (struct ra_kv_exchange){ .ctx = o, .layer_begin = hook_layer_begin, .attend = hook_attend,
-                                       .layer_end = hook_layer_end };
+    o->hook = (struct ra_hook){ .self = o, .layer_begin = hook_layer_begin, .attend = hook_attend,
+                                .layer_end = hook_layer_end };
     *out = o;
     return RA_OK;
 fail:

@@ -77,6 +77,7 @@
 #include <stdint.h>
 
 #include "../backend.h"
+#include "../context.h"
 #include "../forward.h"
 #include "../kvcache.h"
 #include "../model.h"
@@ -131,7 +132,7 @@ struct ra_offload_policy {
     int (*begin)(struct ra_offload *o);
     int (*fetch)(struct ra_offload *o, int layer, int pos);
     int (*ready)(struct ra_offload *o, int layer, int pos);
-    int (*attend)(struct ra_offload *o, int layer, int pos, const struct ra_layer_acts *acts, const float **k,
+    int (*attend)(struct ra_offload *o, int layer, int pos, const struct ra_hook_args *acts, const float **k,
                   const float **v, int *rows);
     int (*store)(struct ra_offload *o, int layer, int pos);
     void (*end)(struct ra_offload *o);
@@ -146,21 +147,22 @@ struct ra_offload_policy {
     int owns_pool;
 };
 
-/* Creates the engine for model M (attached to its backend), for up to
+/* Creates the engine for the passes of CTX (its model and backend), for up to
  * MAX_ROWS rows (prompt + generated). Checks the budget: RA_EINVAL when
  * --device-kv-mem cannot hold one layer's working set of MAX_ROWS rows.
  * mode none gives *out = NULL and RA_OK; infinigen needs a host-memory
  * backend (the CPU backend: its speculation runs on the host). */
-int ra_offload_create(struct ra_offload **out, struct ra_model *m, const struct ra_offload_config *cfg,
+int ra_offload_create(struct ra_offload **out, struct ra_context *ctx, const struct ra_offload_config *cfg,
                       int max_rows);
 /* The same with a policy of the caller's (how InfiniGen plugs in; tests).
  * The slots hold K and V of MAX_ROWS rows (+ X for cfg->mode kvpr). */
-int ra_offload_create_policy(struct ra_offload **out, struct ra_model *m, const struct ra_offload_config *cfg,
+int ra_offload_create_policy(struct ra_offload **out, struct ra_context *ctx, const struct ra_offload_config *cfg,
                              int max_rows, const struct ra_offload_policy *policy);
 void ra_offload_free(struct ra_offload *o);
 
-/* Before the prefill (KVPR only; a no-op otherwise): keep the layer inputs X
- * of the prefill's span in the pool. Sets m->tap until ra_offload_begin. */
+/* Before the prefill (KVPR and InfiniGen; a no-op otherwise): keep the layer
+ * inputs X of the prefill's span in the pool. Adds a hook to the context's
+ * list (its kv_ready copies a->xa) until ra_offload_begin. */
 int ra_offload_capture(struct ra_offload *o);
 
 /* Before the prefill: *KV becomes the cache of DTYPE rows the prefill writes,
@@ -175,7 +177,9 @@ int ra_offload_prefill_cache(struct ra_offload *o, struct ra_kvcache *kv, enum r
  * decode reads only the pool (the prefill cache is unused). */
 int ra_offload_begin(struct ra_offload *o, const struct ra_kvcache *prefill, int n_prompt);
 
-/* One decode step: the token at position pos; logits (host) of it. */
+/* One decode step: the token at position pos; logits (host) of it. The
+ * engine's hook joins the context's list for the step, after the hooks
+ * already there. */
 int ra_offload_step(struct ra_offload *o, int32_t token, int pos, float *logits);
 
 const struct ra_offload_stats *ra_offload_stats(const struct ra_offload *o);
@@ -188,7 +192,8 @@ void ra_offload_report(const struct ra_offload *o, FILE *f);
 
 /* ---- for policies ---- */
 struct ra_offload_view {
-    struct ra_model *m;
+    struct ra_context *ctx;     /* the passes' context: its weights are the backend's copies */
+    const struct ra_model *m;
     struct ra_backend *be;
     const struct ra_offload_config *cfg;
     int n_layers, kv_dim, dim, max_rows;
