@@ -220,11 +220,10 @@ static inline float dec_dot_dp(const uint16_t *q, const uint16_t *k, int hd)
 /* O += P·V for a group of rows over the keys [kb, kb+nkb) of a block, with
  * their outputs in 24 registers (nvec = head_dim/16 vectors a row, 24/nvec
  * rows): each V row is still read whole and in order, but the outputs are
- * loaded and stored once a block instead of once a key. bf16 rows in cache
- * went from 44-47 to 57-66 GB/s (12 heads of 64, one thread), and decode at
- * 8192 positions with an f32 cache from 23 to 27-29 tokens/s; reading a
- * block head by head instead, to keep one head's output in registers, loses
- * the hardware prefetch here. The same fma(p, v, o) in the same key order as
+ * loaded and stored once a block instead of once a key (faster from cache
+ * and in decode at long contexts: jobs/README.md); reading a block head by
+ * head instead, to keep one head's output in registers, loses the hardware
+ * prefetch. The same fma(p, v, o) in the same key order as
  * dec_axpy, so the results are the same bit for bit. */
 #define DEC_PV_REGS 24
 static inline __attribute__((always_inline)) vf dec_pv_load(const int bf16, const char *row, int e)
@@ -291,14 +290,13 @@ static int dec_pv_blocks(const struct dec_chunk *c, const struct dec_rows *q, co
 #endif
 
 /* Asks for rows [0, n) of row_bytes each into the cache hierarchy ahead of
- * use. One thread's decode attention over bf16 rows ran at about 60% of the
- * read bandwidth from memory: the hardware prefetchers stop running ahead
- * while a block is computed. Asking for the block's V rows during its K pass,
- * and for the next block's K rows before its P·V, took bf16 rows at 8192
- * positions from 12.1-12.4 to 9.9-10.3 ms for twelve layers (the hint T2: T0
- * was 10.2-10.9). Only there: f32 rows were level or a little slower with it,
- * and the AVX2 build, which has more arithmetic per row, slower (13.5-13.9 ms
- * to 14.3-14.5). */
+ * use (hint T2). One thread's decode attention over bf16 rows falls well
+ * short of the read bandwidth from memory: the hardware prefetchers stop
+ * running ahead while a block is computed. Asking for the block's V rows
+ * during its K pass, and for the next block's K rows before its P·V, closes
+ * much of that gap. Only for bf16 rows on the AVX-512 builds: f32 rows gain
+ * nothing, and the AVX2 build, which has more arithmetic per row, loses
+ * (jobs/README.md has the figures). */
 static inline void dec_prefetch(const char *rows, int n, size_t row_bytes)
 {
     for (size_t b = 0; b < (size_t)n * row_bytes; b += 64)

@@ -3,9 +3,9 @@
  * y[t][r] = w[r] · x[t] for a few tokens t: one decode step's linear layers
  * are memory bound, so the kernel's job is to stream each weight row once at
  * the memory's rate. Rows go one at a time, in memory order: the matrix is
- * one sequential stream for the prefetchers (on the EPYC here, groups of 2, 4
- * or 8 rows read in parallel streamed 30-50% slower on one core, and software
- * prefetch did not help); 2 vectors in flight per step for the FMA latency,
+ * one sequential stream for the prefetchers (groups of rows read in parallel
+ * stream slower on one core, and software prefetch does not help:
+ * jobs/README.md); 2 vectors in flight per step for the FMA latency,
  * 4 for bf16 (the same bytes per step as f32); f16/bf16
  * weights are widened in registers (bf16: a 32-bit lane holds an even and an
  * odd weight, one shift and one mask make both fp32, against x split into
@@ -188,9 +188,8 @@ static void gemv(float *y, int ldy, const float *x, int ldx, int n, const void *
 #if defined(RA_KERNELS_BF16DP)
 /* gemv_bf16 for one token and k a multiple of 64: the same sums in a loop
  * with nothing else in it. The general loop below, with its token loop and
- * tails, ran bench-small's bf16 decode GEMVs 1.2-1.3x slower (8.0-8.6 ms
- * against 6.6-7.2 for the 85 matrices, one thread); one inline row helper
- * with the tails, shared by both, was slower still (9.7-10.1 ms). */
+ * tails, runs bench-small's bf16 decode GEMVs slower, and one inline row
+ * helper with the tails, shared by both, slower still (jobs/README.md). */
 static void gemv_bf16_1(float *y, const uint16_t *x, const uint16_t *w, int64_t rows, int64_t k)
 {
     for (int64_t r = 0; r < rows; r++) {

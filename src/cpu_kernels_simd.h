@@ -35,7 +35,7 @@ static inline float vmaxall(vf v) { return _mm512_reduce_max_ps(v); }
 #define VL 8
 #define NV 4 /* vectors of queries per item (prefill) */
 /* micro-kernel rows for items of 1, 2, 4 vectors: 12 accumulators of 16
- * registers (with 4 vectors, 3 rows: 20% faster at 4096 tokens than 2 x 6) */
+ * registers (with 4 vectors, 3 rows: faster than 2 x 6, jobs/README.md) */
 #define NA_FOR(nv) ((nv) == 4 ? 3 : (nv) == 2 ? 6 : 12)
 typedef __m256 vf;
 #define vload _mm256_load_ps
