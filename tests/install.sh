@@ -78,7 +78,8 @@ for s in run-prefill prefill.sbatch common.sh installed.sh; do
     [ -f "$jobs/$s" ] || fail "make install did not install jobs/$s"
 done
 if [ -f "$MODELS/stories260K.bin" ]; then
-    out=$(cd "$TMP" && "$jobs/run-prefill" --model "$MODELS/stories260K.bin" --context 8 --ranks 1 --dry-run 2>&1) ||
+    # Without RA_BUILD_DIR (jobs/sanitize sets it for its build tree): the install's own default.
+    out=$(cd "$TMP" && env -u RA_BUILD_DIR "$jobs/run-prefill" --model "$MODELS/stories260K.bin" --context 8 --ranks 1 --dry-run 2>&1) ||
         fail "installed run-prefill --dry-run: $out"
     echo "$out" | grep -q "$prefix/bin/runahead " || fail "installed run-prefill does not run $prefix/bin/runahead: $out"
 fi
