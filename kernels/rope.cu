@@ -13,7 +13,9 @@ struct rope_factors {
     float f[RA_ROPE_MAX_PAIRS];
 };
 
-__global__ static void rope_kernel(float *x, int ld, int n, int n_heads, int head_dim, int pos0,
+/* Row i at pos[i] or, pos NULL, pos0 + step * i (step 0: every row at pos0,
+ * which is rope_shift's rotation by a delta); rows of dtype dt. */
+__global__ static void rope_kernel(void *x, int dt, int ld, int n, int n_heads, int head_dim, int pos0, int step,
                                    const int32_t *pos, float theta, int style, struct rope_factors sf)
 {
     const int half = head_dim / 2;
@@ -25,21 +27,24 @@ __global__ static void rope_kernel(float *x, int ld, int n, int n_heads, int hea
         float freq = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
         if (sf.scaled)
             freq /= sf.f[j];
-        const float a = (float)(pos ? pos[i] : pos0 + i) * freq;
+        const float a = (float)(pos ? pos[i] : pos0 + step * i) * freq;
         const float c = cosf(a), s = sinf(a);
-        float *v = x + (size_t)i * ld + (size_t)h * head_dim;
+        const size_t row = (size_t)i * ld + (size_t)h * head_dim;
         const int i0 = style == RA_ROPE_HALF ? j : 2 * j, i1 = style == RA_ROPE_HALF ? j + half : 2 * j + 1;
-        const float v0 = v[i0], v1 = v[i1];
-        v[i0] = v0 * c - v1 * s;
-        v[i1] = v0 * s + v1 * c;
+        const float v0 = ra_load(x, dt, row + i0), v1 = ra_load(x, dt, row + i1);
+        ra_store(x, dt, row + i0, v0 * c - v1 * s);
+        ra_store(x, dt, row + i1, v0 * s + v1 * c);
     }
 }
 
-extern "C" int ra_cuda_rope(float *x, int ld, int n, int n_heads, int head_dim, int pos0, const int32_t *pos,
-                            float theta, int style, const float *factors, cudaStream_t stream)
+extern "C" int ra_cuda_rope_rows(void *x, int dtype, int ld, int n, int n_heads, int head_dim, int pos0, int step,
+                                 const int32_t *pos, float theta, int style, const float *factors,
+                                 cudaStream_t stream)
 {
     if (head_dim % 2 != 0 || (style != RA_ROPE_INTERLEAVED && style != RA_ROPE_HALF))
         return ra_error_set(RA_EINVAL, "cuda rope: head dimension %d is odd or style %d unknown", head_dim, style);
+    if (dtype != RA_DTYPE_F32 && dtype != RA_DTYPE_BF16)
+        return ra_error_set(RA_EUNSUPPORTED, "cuda rope: %s rows (f32 or bf16)", ra_dtype_name((enum ra_dtype)dtype));
     if (factors && head_dim / 2 > RA_ROPE_MAX_PAIRS)
         return ra_error_set(RA_EINVAL, "cuda rope: scaled RoPE with head dimension %d (at most %d)", head_dim,
                             2 * RA_ROPE_MAX_PAIRS);
@@ -51,7 +56,14 @@ extern "C" int ra_cuda_rope(float *x, int ld, int n, int n_heads, int head_dim, 
     sf.scaled = factors != NULL;
     if (factors)
         memcpy(sf.f, factors, (size_t)(head_dim / 2) * sizeof(float));
-    rope_kernel<<<ra_grid_1d(total), 256, 0, stream>>>(x, ld, n, n_heads, head_dim, pos0, pos, theta, style, sf);
+    rope_kernel<<<ra_grid_1d(total), 256, 0, stream>>>(x, dtype, ld, n, n_heads, head_dim, pos0, step, pos, theta,
+                                                        style, sf);
     CUDA_CHECK_LAUNCH();
     return RA_OK;
+}
+
+extern "C" int ra_cuda_rope(float *x, int ld, int n, int n_heads, int head_dim, int pos0, const int32_t *pos,
+                            float theta, int style, const float *factors, cudaStream_t stream)
+{
+    return ra_cuda_rope_rows(x, RA_DTYPE_F32, ld, n, n_heads, head_dim, pos0, 1, pos, theta, style, factors, stream);
 }
