@@ -21,6 +21,7 @@
 #include "costmodel.h"
 #include "partition.h"
 #include "prefill.h"
+#include "program.h"
 #include "ra_mpi.h"
 #include "ra_core.h"
 #include "search.h"
@@ -540,15 +541,8 @@ static int calibrate(struct tune *t)
 static int open_backend(struct tune *t, int threads)
 {
     const struct options *o = t->o;
-    struct ra_backend_params p = RA_BACKEND_PARAMS_INIT;
-    p.device = o->device;
-    p.local_rank = t->local_rank;
-    p.rank = rank;
-    p.threads = threads;
-    p.device_dtype = o->device_dtype;
-    p.compute = o->compute;
-    p.kv_dtype = o->kv_dtype;
-    return ra_backend_open(&t->be, o->backend, &p);
+    const struct ra_program_backend b = { o->backend, o->device, o->device_dtype, o->compute, o->kv_dtype };
+    return ra_program_open_backend(&b, rank, t->local_rank, threads, &t->be);
 }
 
 static int setup(struct tune *t)

@@ -12,6 +12,7 @@
 #include "offload/offload.h"
 #include "partition.h"
 #include "prefill.h"
+#include "program.h"
 #include "ra_mpi.h"
 #include "report.h"
 #include "ra_core.h"
@@ -389,11 +390,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 /* The vocabulary: --tokenizer, or the model's own (src/vocab.h, ra_vocab_find). */
 static int find_tokenizer(const struct options *o, char *path, size_t len)
 {
-    if (o->tokenizer) {
-        snprintf(path, len, "%s", o->tokenizer);
-        return 1;
-    }
-    return o->model && ra_vocab_find(o->model, path, len);
+    return ra_program_find_tokenizer(o->tokenizer, o->model, path, len);
 }
 
 static int need_text(const struct options *o)
@@ -689,15 +686,8 @@ out:
  * ra_mpi_local_rank. */
 static int open_backend(const struct options *o, int threads, int local_rank, struct ra_backend **be)
 {
-    struct ra_backend_params p = RA_BACKEND_PARAMS_INIT;
-    p.device = o->device;
-    p.local_rank = local_rank;
-    p.rank = rank;
-    p.threads = threads;
-    p.compute = o->compute;
-    p.device_dtype = o->device_dtype;
-    p.kv_dtype = o->kv_dtype;
-    return ra_backend_open(be, o->backend, &p);
+    const struct ra_program_backend b = { o->backend, o->device, o->device_dtype, o->compute, o->kv_dtype };
+    return ra_program_open_backend(&b, rank, local_rank, threads, be);
 }
 
 static int run(int argc, char **argv)
