@@ -97,15 +97,17 @@ int ra_chunk_layer(struct ra_chunk *c, int layer, const void **k, const void **v
 void ra_chunk_close(struct ra_chunk *c);
 
 /* Stores rows [n_prefix, n_prefix + n) of every layer of KV (a cache of the
- * store's KV dtype holding PREFIX followed by TOKENS, computed in one causal
- * pass from position 0) as the chunk TOKENS behind PREFIX: the file first,
+ * store's KV dtype holding PREFIX followed by TOKENS, computed causally from
+ * position 0, as ra_store_add does) as the chunk TOKENS behind PREFIX: the file first,
  * then the index under the lock, then eviction past the capacity. An existing
  * chunk under the key is kept (RA_OK). KV is read through its backend. */
 int ra_store_put(struct ra_store *st, const int32_t *prefix, int n_prefix, const int32_t *tokens, int n,
                  const struct ra_kvcache *kv);
 
-/* Computes the chunk TOKENS behind PREFIX in isolation on CTX (prefix rows
- * are computed once per call) and puts it. For `runahead-chunks add` and
+/* Computes the chunk TOKENS behind PREFIX in isolation on CTX, on a fresh
+ * cache: the prefix as one span from 0, then the chunk as one span (the rows
+ * equal those of that recomputation bit for bit; one span of both may differ
+ * in the last bits, the kernels blocking rows differently), and puts it. For `runahead-chunks add` and
  * for misses written back after a request (--store-write). */
 int ra_store_add(struct ra_store *st, struct ra_context *ctx, const int32_t *prefix, int n_prefix,
                  const int32_t *tokens, int n);
