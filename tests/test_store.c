@@ -11,7 +11,9 @@
  * naming the file (and the layer), found by ra_store_verify too. The index
  * keeps the LRU order of gets once synced, evicts past the capacity, and
  * everything survives closing and reopening. A full disk (the file size limit)
- * while writing leaves no file and the index unchanged. */
+ * while writing leaves no file and the index unchanged; a missing, plain,
+ * broken or read-only store directory is one error line naming it; 4 processes
+ * putting chunks at once lose none. */
 #include "half.h"
 #include "random_model.h"
 #include "ra_core.h"
@@ -25,6 +27,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #define NP 3  /* the leading prefix's tokens */
 #define NT 21 /* a chunk's tokens */
@@ -305,6 +308,256 @@ static void corruption(const struct ra_model *m, struct ra_context *ctx)
     ra_store_close(st);
 }
 
+/* ------------------------------------------------------------ LRU, eviction, reopening */
+
+static void hex_key(const struct ra_store *st, const int32_t *t, char hex[2 * RA_STORE_HASH_BYTES + 1])
+{
+    uint8_t key[RA_STORE_HASH_BYTES];
+    CHECK_OK(ra_store_key(&st->id, st->rope, prefix, NP, t, NT, key));
+    ra_store_hex(key, hex);
+}
+
+/* The index, least recently used first, is chunks ORDER[n] of T. */
+static void check_order(struct ra_store *st, int32_t t[][NT], const int *order, int n, const char *what)
+{
+    struct ra_store_entry *e = NULL;
+    int got = 0, same;
+    CHECK_OK(ra_store_list(st, &e, &got));
+    same = got == n;
+    for (int i = 0; i < n && same; i++) {
+        char hex[2 * RA_STORE_HASH_BYTES + 1];
+        hex_key(st, t[order[i]], hex);
+        same = strcmp(e[i].key, hex) == 0;
+    }
+    printf("%s: %d chunks, %s\n", what, got, same ? "in the expected LRU order" : "NOT IN THE EXPECTED ORDER");
+    CHECK(same);
+    free(e);
+}
+
+static int exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static void get_one(struct ra_store *st, const int32_t *t)
+{
+    struct ra_chunk *ch = NULL;
+    CHECK_OK(ra_store_get(st, prefix, NP, t, NT, &ch));
+    CHECK(ch != NULL);
+    ra_chunk_close(ch);
+}
+
+static void lru(const struct ra_model *m, struct ra_context *ctx)
+{
+    int32_t t[5][NT];
+    struct ra_store *st = NULL;
+    struct ra_store_entry *e = NULL;
+    int n = 0, evicted = -1;
+    const char *dir = path_in("lru");
+    for (int i = 0; i < 5; i++)
+        chunk_tokens(t[i], 20 + i, m->config.vocab_size);
+    CHECK_OK(open_store(&st, dir, m, RA_DTYPE_F32, 0, RA_STORE_CREATE));
+    if (!st)
+        return;
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(ra_store_add(st, ctx, prefix, NP, t[i], NT));
+    check_order(st, t, (const int[]){ 0, 1, 2, 3 }, 4, "4 chunks put");
+    get_one(st, t[2]);
+    get_one(st, t[0]);
+    get_one(st, t[2]);
+    check_order(st, t, (const int[]){ 0, 1, 2, 3 }, 4, "3 gets before the sync");
+    CHECK_OK(ra_store_sync(st));
+    check_order(st, t, (const int[]){ 1, 3, 0, 2 }, 4, "gets of 2, 0, 2, synced");
+    CHECK_OK(ra_store_list(st, &e, &n));
+    CHECK(n == 4 && e[2].uses == 1 && e[3].uses == 2 && e[0].uses == 0);
+    const uint64_t bytes = n ? e[0].bytes : 0;
+    free(e);
+    ra_store_close(st);
+
+    /* Reopened with room for 3: a fifth chunk evicts the two least recently used (1, 3). */
+    CHECK_OK(open_store(&st, dir, m, RA_DTYPE_F32, 3 * bytes, 0));
+    if (!st)
+        return;
+    char *p[5];
+    for (int i = 0; i < 5; i++)
+        p[i] = key_path(st, t[i]);
+    CHECK_OK(ra_store_add(st, ctx, prefix, NP, t[4], NT));
+    check_order(st, t, (const int[]){ 0, 2, 4 }, 3, "a fifth chunk at a capacity of 3");
+    CHECK(!exists(p[1]) && !exists(p[3]) && exists(p[0]) && exists(p[2]) && exists(p[4]));
+    CHECK_OK(ra_store_evict(st, bytes, &evicted));
+    printf("evicted down to one chunk's bytes: %d evicted\n", evicted);
+    CHECK(evicted == 2 && !exists(p[0]) && !exists(p[2]) && exists(p[4]));
+    ra_store_close(st);
+
+    /* Reopened as it is: the capacity, the index and the chunk's rows are kept. */
+    CHECK_OK(open_store(&st, dir, m, RA_DTYPE_F32, 0, 0));
+    if (!st)
+        goto out;
+    CHECK(st->capacity == 3 * bytes);
+    check_order(st, t, (const int[]){ 4 }, 1, "reopened");
+    struct ra_chunk *ch = NULL;
+    CHECK_OK(ra_store_get(st, prefix, NP, t[4], NT, &ch));
+    CHECK(ch != NULL);
+    for (int l = 0; ch && l < m->config.n_layers; l++) {
+        const void *k, *v;
+        CHECK_OK(ra_chunk_layer(ch, l, &k, &v));
+    }
+    ra_chunk_close(ch);
+    expect_miss(st, prefix, NP, t[0], "an evicted chunk");
+    int bad = -1;
+    CHECK_OK(ra_store_verify(st, &bad));
+    CHECK(bad == 0);
+    ra_store_close(st);
+out:
+    for (int i = 0; i < 5; i++)
+        free(p[i]);
+}
+
+/* ------------------------------------------------------------ bad input */
+
+static void expect_open_error(const char *dir, const struct ra_model *m, unsigned flags, const char *names,
+                              const char *cause, const char *what)
+{
+    struct ra_store *st = NULL;
+    int rc = open_store(&st, dir, m, RA_DTYPE_F32, 0, flags);
+    printf("%s: %s\n", what, rc != RA_OK ? ra_error_message() : "OPENED");
+    CHECK(rc != RA_OK && st == NULL && strstr(ra_error_message(), names) && strstr(ra_error_message(), cause));
+    ra_store_close(st);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = calloc(1, 1 << 16);
+    if (f && buf && fread(buf, 1, (1 << 16) - 1, f) == 0 && ferror(f))
+        buf[0] = '\0';
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* Files under DIR/chunks that are not a chunk (a temporary file left behind). */
+static int stray_files(const char *dir)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "test -z \"$(find '%s/chunks' -type f ! -name '*.rachunk')\"", dir);
+    return system(cmd) != 0;
+}
+
+/* The file size limit stands in for a full disk: the write fails with EFBIG. */
+static void full_disk(const struct ra_model *m, struct ra_context *ctx)
+{
+    const char *dir = path_in("full");
+    int32_t t[2][NT];
+    struct ra_store *st = NULL;
+    struct rlimit old, lim;
+    chunk_tokens(t[0], 30, m->config.vocab_size);
+    chunk_tokens(t[1], 31, m->config.vocab_size);
+    CHECK_OK(open_store(&st, dir, m, RA_DTYPE_F32, 0, RA_STORE_CREATE));
+    if (!st)
+        return;
+    CHECK_OK(ra_store_add(st, ctx, prefix, NP, t[0], NT));
+    char *before = slurp(st->index_path), *path = key_path(st, t[1]);
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    lim = old;
+    lim.rlim_cur = 8192; /* a chunk is 28 KiB */
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    int rc = ra_store_add(st, ctx, prefix, NP, t[1], NT);
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, SIG_DFL);
+    printf("a full disk: %s\n", rc != RA_OK ? ra_error_message() : "WRITTEN");
+    CHECK(rc == RA_EIO && path && strstr(ra_error_message(), path) && strstr(ra_error_message(), "too large"));
+    char *after = slurp(st->index_path);
+    CHECK(before && after && strcmp(before, after) == 0);
+    CHECK(!exists(path) && !stray_files(dir));
+    free(before);
+    free(after);
+    free(path);
+    ra_store_close(st);
+}
+
+static void bad_input(const struct ra_model *m, struct ra_context *ctx)
+{
+    struct ra_store *st = NULL;
+    expect_open_error(path_in("absent"), m, 0, path_in("absent"), "No such file", "no such directory");
+    CHECK(mkdir(path_in("plain"), 0700) == 0);
+    expect_open_error(path_in("plain"), m, 0, path_in("plain"), "not a chunk store", "a directory without store.json");
+    FILE *f = fopen(path_in("plain/store.json"), "w");
+    CHECK(f && fputs("{\"format\": \"runahead-chunk-store\", \"model\": ", f) >= 0 && fclose(f) == 0);
+    expect_open_error(path_in("plain"), m, 0, "plain/store.json", "not JSON", "a broken store.json");
+    CHECK(fclose(fopen(path_in("afile"), "w")) == 0);
+    expect_open_error(path_in("afile"), m, RA_STORE_CREATE, path_in("afile"), "not a directory", "a file");
+
+    /* Not writable: refused unless opened read-only (root writes anywhere: not checked then). */
+    CHECK_OK(open_store(&st, path_in("ro"), m, RA_DTYPE_F32, 0, RA_STORE_CREATE));
+    ra_store_close(st);
+    st = NULL;
+    CHECK(chmod(path_in("ro"), 0555) == 0);
+    if (geteuid() != 0)
+        expect_open_error(path_in("ro"), m, 0, path_in("ro"), "not writable", "a store that is not writable");
+    CHECK_OK(open_store(&st, path_in("ro"), m, RA_DTYPE_F32, 0, RA_STORE_READONLY));
+    if (st) {
+        int32_t t[NT];
+        chunk_tokens(t, 0, m->config.vocab_size);
+        expect_miss(st, prefix, NP, t, "a read-only store");
+        CHECK(ra_store_add(st, ctx, prefix, NP, t, NT) == RA_EINVAL);
+    }
+    ra_store_close(st);
+    CHECK(chmod(path_in("ro"), 0755) == 0);
+    full_disk(m, ctx);
+}
+
+/* ------------------------------------------------------------ concurrent writers */
+
+#define WRITERS 4
+#define EACH 3
+
+/* WRITERS processes, each with its own store handle, put EACH chunks at once: the index loses none. */
+static void concurrent(const struct ra_model *m, struct ra_context *ctx)
+{
+    const char *dir = path_in("shared");
+    const struct ra_config *c = &m->config;
+    struct ra_kvcache kv;
+    struct ra_store *st = NULL;
+    int32_t t[WRITERS * EACH][NT];
+    pid_t pid[WRITERS];
+    for (int i = 0; i < WRITERS * EACH; i++)
+        chunk_tokens(t[i], 40 + i, c->vocab_size);
+    CHECK_OK(open_store(&st, dir, m, RA_DTYPE_F32, 0, RA_STORE_CREATE));
+    CHECK_OK(ra_kvcache_init(&kv, be, c->n_layers, ra_config_kv_dim(c), NP + NT));
+    CHECK_OK(ra_forward_span(ctx, prefix, 0, NP, &kv, NULL));
+    CHECK_OK(ra_forward_span(ctx, t[0], NP, NT, &kv, NULL));
+    fflush(NULL);
+    for (int w = 0; w < WRITERS; w++) {
+        if ((pid[w] = fork()) == 0) {
+            struct ra_store *mine = NULL;
+            int ok = open_store(&mine, dir, m, RA_DTYPE_F32, 0, 0) == RA_OK;
+            for (int i = 0; ok && i < EACH; i++)
+                ok = ra_store_put(mine, prefix, NP, t[w * EACH + i], NT, &kv) == RA_OK;
+            if (!ok)
+                fprintf(stderr, "writer %d: %s\n", w, ra_error_message());
+            ra_store_close(mine);
+            _exit(ok ? 0 : 1);
+        }
+        CHECK(pid[w] > 0);
+    }
+    for (int w = 0; w < WRITERS; w++) {
+        int status = -1;
+        CHECK(pid[w] > 0 && waitpid(pid[w], &status, 0) == pid[w] && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    struct ra_store_entry *e = NULL;
+    int n = 0, bad = -1;
+    CHECK_OK(ra_store_list(st, &e, &n));
+    CHECK_OK(ra_store_verify(st, &bad));
+    printf("%d writers of %d chunks each at once: %d in the index, %d faults\n", WRITERS, EACH, n, bad);
+    CHECK(n == WRITERS * EACH && bad == 0);
+    free(e);
+    ra_kvcache_free(&kv);
+    ra_store_close(st);
+}
+
 /* ------------------------------------------------------------ main */
 
 int main(void)
@@ -333,6 +586,9 @@ int main(void)
         round_trip(&a, &ca, RA_DTYPE_BF16);
         identities(&a, &ca, &b, &cb, &a_rope);
         corruption(&a, &ca);
+        lru(&a, &ca);
+        bad_input(&a, &ca);
+        concurrent(&a, &ca);
     }
     ra_context_free(&ca);
     ra_context_free(&cb);
