@@ -300,9 +300,17 @@ static void corruption(const struct ra_model *m, struct ra_context *ctx)
     CHECK(patch(p[3], 0, "GARBAGE!", 8) == 0);
     expect_error(st, t[3], p[3], "not a chunk file", "no magic");
 
+    CHECK(copy_file(p[3], path_in("bad/chunks/00/0000.tmp")) == 0); /* a stray file */
+    CHECK(copy_file(p[3], path_in("bad/chunks/00/0000000000000000000000000000000000000000000000000000000000000000.rachunk")) == 0);
     CHECK_OK(ra_store_verify(st, &bad));
     printf("verify: %d faults\n", bad);
-    CHECK(bad == 4);
+    CHECK(bad == 6);
+
+    /* Put again: the damaged chunks are replaced, verify finds only the two strays. */
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(ra_store_add(st, ctx, prefix, NP, t[i], NT));
+    CHECK_OK(ra_store_verify(st, &bad));
+    CHECK(bad == 2);
     for (int i = 0; i < 4; i++)
         free(p[i]);
     ra_store_close(st);

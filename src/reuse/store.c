@@ -3,6 +3,7 @@
  * store_index.c's. */
 #include "reuse/store_impl.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -371,13 +372,18 @@ static double now_s(void)
     return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
 }
 
-/* Whether a valid chunk of this identity is already at PATH. */
+/* Whether a valid chunk of this identity, every layer's checksum right, is
+ * already at PATH (a damaged one is replaced). */
 static int already_there(const struct ra_store *st, const char *path, const int32_t *prefix, int n_prefix,
                          const int32_t *tokens, int n)
 {
     struct ra_chunk *c = NULL;
     char why[128];
     int there = ra_chunk_open(path, &c) == RA_OK && c && ra_chunk_matches(c, st, prefix, n_prefix, tokens, n, why, sizeof why);
+    for (int l = 0; there && l < st->n_layers; l++) {
+        const void *k, *v;
+        there = ra_chunk_layer(c, l, &k, &v) == RA_OK;
+    }
     ra_chunk_close(c);
     ra_error_clear();
     return there;
@@ -475,6 +481,54 @@ static int verify_file(struct ra_store *st, const char *key, const char *path)
     return bad;
 }
 
+/* Whether KEY is one of the N entries. */
+static int in_index(const struct ra_store_entry *e, int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (strncmp(e[i].key, key, 2 * RA_STORE_HASH_BYTES) == 0)
+            return 1;
+    return 0;
+}
+
+/* Files under DIR/chunks/KK/ that the index does not name: chunks whose
+ * index update failed, temporary files of a writer that died. */
+static int verify_orphans(struct ra_store *st, const struct ra_store_entry *e, int n, int *bad)
+{
+    char *chunks = join(st->dir, "chunks");
+    DIR *top = chunks ? opendir(chunks) : NULL;
+    struct dirent *d, *f;
+    if (!top) {
+        int rc = chunks && errno == ENOENT ? RA_OK : ra_error_set(RA_EIO, "%s/chunks: cannot read: %s", st->dir, strerror(errno));
+        free(chunks);
+        return rc;
+    }
+    while ((d = readdir(top))) {
+        if (d->d_name[0] == '.')
+            continue;
+        char *sub = join(chunks, d->d_name);
+        DIR *dd = sub ? opendir(sub) : NULL;
+        while (dd && (f = readdir(dd))) {
+            const char *dot = strchr(f->d_name, '.');
+            if (f->d_name[0] == '.')
+                continue;
+            if (!dot || strcmp(dot, ".rachunk") != 0 || dot - f->d_name != 2 * RA_STORE_HASH_BYTES) {
+                fprintf(stderr, "runahead: %s/%s: not a chunk file (a temporary file left by a writer?)\n", sub,
+                        f->d_name);
+                (*bad)++;
+            } else if (!in_index(e, n, f->d_name)) {
+                fprintf(stderr, "runahead: %s/%s: a chunk file the index does not name\n", sub, f->d_name);
+                (*bad)++;
+            }
+        }
+        if (dd)
+            closedir(dd);
+        free(sub);
+    }
+    closedir(top);
+    free(chunks);
+    return RA_OK;
+}
+
 int ra_store_verify(struct ra_store *st, int *bad)
 {
     struct ra_store_entry *e = NULL;
@@ -502,6 +556,8 @@ int ra_store_verify(struct ra_store *st, int *bad)
         }
         free(path);
     }
+    if (rc == RA_OK)
+        rc = verify_orphans(st, e, n, bad);
     free(e);
     return rc;
 }

@@ -453,4 +453,52 @@ for name, d in seeds.items():
     assert len(text) < 4096, (name, len(text))
     open(os.path.join(out, "seed-" + name), "wb").write(text)
 PY
+# ---------------------------------------------------------------- chunk files (tests/fuzz_chunk.c: the input is the file)
+mkdir -p "$here/chunk"
+rm -f "$here/chunk"/seed-*
+python3 - "$here" <<'PY'
+import hashlib, os, struct, sys
+
+out = os.path.join(sys.argv[1], "chunk")
+def put(name, data):
+    with open(os.path.join(out, "seed-" + name), "wb") as f:
+        f.write(data)
+
+def align(x):
+    return (x + 4095) // 4096 * 4096
+
+# src/reuse/store_impl.h: the fixed header, ids, a SHA-256 per layer, 4 KiB aligned layers of K then V.
+def chunk(layers=1, kv_dim=4, dtype=0, prefix=(1,), tokens=(5, 6), version=1, fix=None, damage=None):
+    size = 4 if dtype == 0 else 2
+    layer_bytes = 2 * kv_dim * size * len(tokens)
+    stride = align(layer_bytes)
+    head = 192 + 4 * (len(prefix) + len(tokens)) + 32 * layers
+    data_off = align(head)
+    file_bytes = data_off + stride * layers
+    f = dict(data=data_off, stride=stride, layer=layer_bytes, file=file_bytes, layers=layers, tokens=len(tokens))
+    f.update(fix or {})
+    rows = [bytes((l * 7 + i) % 251 for i in range(layer_bytes)) for l in range(layers)]
+    sums = b"".join(hashlib.sha256(r).digest() for r in rows)
+    h = b"RACHUNK\0" + struct.pack("<6I", version, dtype, f["layers"], kv_dim, len(prefix), f["tokens"])
+    h += bytes(range(32)) + b"\1" * 32 + bytes(32) + b"\2" * 32
+    h += struct.pack("<4Q", f["data"], f["stride"], f["layer"], f["file"])
+    h += struct.pack("<%di" % (len(prefix) + len(tokens)), *prefix, *tokens) + sums
+    body = bytearray(h.ljust(data_off, b"\0") + b"".join(r.ljust(stride, b"\0") for r in rows))
+    if damage is not None:
+        body[damage] ^= 0x40
+    return bytes(body)
+
+put("f32", chunk())
+put("bf16-3-layers", chunk(layers=3, kv_dim=8, dtype=2, prefix=(1, 2, 3), tokens=tuple(range(10, 40))))
+put("no-prefix", chunk(prefix=()))
+put("layer-checksum", chunk(layers=2, damage=4096 + 4096 + 3))
+put("truncated", chunk()[:5000])
+put("sizes-lie", chunk(fix=dict(stride=8192)))
+put("tokens-lie", chunk(fix=dict(tokens=3)))
+put("version-2", chunk(version=2))
+put("dtype-f16", chunk(dtype=1))
+put("huge-counts", chunk(fix=dict(layers=0xffffffff, tokens=0x7fffffff)))
+put("header-only", chunk()[:192])
+PY
+
 echo "make-seeds: wrote $(ls "$here"/*/seed-* | wc -l) seeds, $(cat "$here"/*/seed-* | wc -c) bytes"
