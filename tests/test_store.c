@@ -511,6 +511,12 @@ static void bad_input(const struct ra_model *m, struct ra_context *ctx)
         chunk_tokens(t, 0, m->config.vocab_size);
         expect_miss(st, prefix, NP, t, "a read-only store");
         CHECK(ra_store_add(st, ctx, prefix, NP, t, NT) == RA_EINVAL);
+        struct ra_store_entry *e = NULL;
+        int n = -1, bad = -1;
+        CHECK_OK(ra_store_list(st, &e, &n));
+        CHECK_OK(ra_store_verify(st, &bad));
+        CHECK(n == 0 && bad == 0);
+        free(e);
     }
     ra_store_close(st);
     CHECK(chmod(path_in("ro"), 0755) == 0);

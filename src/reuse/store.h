@@ -120,7 +120,8 @@ struct ra_store_entry {
     uint64_t uses;
     int n_tokens, n_prefix;
 };
-/* Reads the index under the lock into a malloc'ed array (*n entries). */
+/* Reads the index into a malloc'ed array (*n entries); it needs no lock (the
+ * index is replaced whole by a rename), so a read-only store lists too. */
 int ra_store_list(struct ra_store *st, struct ra_store_entry **entries, int *n);
 /* Evicts least recently used chunks until the store holds at most
  * target_bytes; *evicted (may be NULL) counts them. */

@@ -236,14 +236,11 @@ int ra_store_sync(struct ra_store *st)
     return rc;
 }
 
+/* Without the lock: the index is replaced whole by a rename, so a reader sees
+ * one version of it (and a read-only store needs no lock file). */
 int ra_store_list(struct ra_store *st, struct ra_store_entry **entries, int *n)
 {
-    struct ra_filelock l;
-    int rc = ra_store_lock(st, &l);
-    if (rc != RA_OK)
-        return rc;
-    rc = ra_store_index_read(st, entries, n);
-    ra_filelock_release(&l);
+    int rc = ra_store_index_read(st, entries, n);
     if (rc == RA_OK)
         qsort(*entries, (size_t)*n, sizeof **entries, by_last_use);
     return rc;
