@@ -1,5 +1,7 @@
 /* The chunk store (src/reuse/store.h) on random models.
  *
+ * Identities: a model and a copy of it agree, another seed or RoPE base does
+ * not; a vocabulary differs with one score or one piece changed.
  * A chunk added (isolated computation, then put) and got back holds exactly
  * the rows of an independent recomputation on a fresh cache, f32 and bf16,
  * and the scalar oracle's rows within rounding. A chunk of another identity
@@ -21,6 +23,7 @@
 #include "reuse/store.h"
 #include "reuse/store_impl.h"
 #include "test.h"
+#include "vocab.h"
 
 #include <errno.h>
 #include <dirent.h>
@@ -83,6 +86,78 @@ static int copy_file(const char *from, const char *to)
 static double row_value(const void *p, size_t i, enum ra_dtype dt)
 {
     return dt == RA_DTYPE_F32 ? ((const float *)p)[i] : ra_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* ------------------------------------------------------------ identities of models and vocabularies */
+
+/* A 512-piece llama2.c tokenizer.bin (<unk>, <s>, </s>, byte pieces, printable
+ * ASCII, two-letter pieces); VARIANT 1 changes one score, 2 one piece. */
+static int write_tokenizer(const char *path, int variant)
+{
+    FILE *f = fopen(path, "wb");
+    int32_t maxlen = 6;
+    int ok = f && fwrite(&maxlen, 4, 1, f) == 1;
+    for (int i = 0; ok && i < 512; i++) {
+        char piece[8];
+        float score = i < 259 ? 0 : i < 259 + 95 ? -2 : -1;
+        if (i < 3)
+            strcpy(piece, i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+        else if (i < 259)
+            snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
+        else if (i < 259 + 95)
+            piece[0] = (char)(32 + i - 259), piece[1] = '\0';
+        else
+            piece[0] = (char)('a' + (i - 354) / 26 % 26), piece[1] = (char)('a' + (i - 354) % 26), piece[2] = '\0';
+        if (i == 400 && variant == 1)
+            score = -1.5f;
+        if (i == 400 && variant == 2)
+            piece[1] = 'Z';
+        int32_t len = (int32_t)strlen(piece);
+        ok = fwrite(&score, 4, 1, f) == 1 && fwrite(&len, 4, 1, f) == 1 && fwrite(piece, 1, (size_t)len, f) == (size_t)len;
+    }
+    if (f)
+        ok &= fclose(f) == 0;
+    return ok ? 0 : -1;
+}
+
+static int vocab_id(const char *path, uint8_t out[RA_STORE_HASH_BYTES])
+{
+    struct ra_vocab v;
+    int rc = ra_vocab_load(&v, path);
+    if (rc != RA_OK)
+        return rc;
+    rc = ra_store_vocab_identity(&v, out);
+    ra_vocab_free(&v);
+    return rc;
+}
+
+/* Same model (a second copy from the same seed) or vocabulary: the same
+ * identity; another seed, RoPE base, score or piece: another one. */
+static void identity_hashes(const struct ra_config *c, const struct ra_model *a, const struct ra_model *b,
+                            const struct ra_model *a_rope)
+{
+    uint8_t ia[32], ia2[32], ib[32], ir[32], zero[32] = { 0 }, v[4][32];
+    struct ra_model again;
+    test_rand_seed(1);
+    test_random_model(&again, c, RA_DTYPE_F32, 2.0f);
+    CHECK_OK(ra_store_model_identity(a, ia));
+    CHECK_OK(ra_store_model_identity(&again, ia2));
+    CHECK_OK(ra_store_model_identity(b, ib));
+    CHECK_OK(ra_store_model_identity(a_rope, ir));
+    ra_model_free(&again);
+    CHECK(memcmp(ia, ia2, 32) == 0 && memcmp(ia, ib, 32) != 0 && memcmp(ia, ir, 32) != 0);
+    CHECK_OK(ra_store_vocab_identity(NULL, v[0]));
+    CHECK(memcmp(v[0], zero, 32) == 0);
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "tok%d.bin", i);
+        CHECK(write_tokenizer(path_in(name), i) == 0);
+        CHECK_OK(vocab_id(path_in(name), v[i + 1]));
+    }
+    CHECK_OK(vocab_id(path_in("tok0.bin"), v[0]));
+    CHECK(memcmp(v[0], v[1], 32) == 0 && memcmp(v[1], zero, 32) != 0);
+    CHECK(memcmp(v[1], v[2], 32) != 0 && memcmp(v[1], v[3], 32) != 0 && memcmp(v[2], v[3], 32) != 0);
+    printf("identities: a model and its copy agree, another seed or RoPE base differs; so do vocabularies\n");
 }
 
 /* ------------------------------------------------------------ put, get, recompute */
@@ -596,6 +671,7 @@ int main(void)
     CHECK_OK(ra_context_init(&ca, &a, be));
     CHECK_OK(ra_context_init(&cb, &b, be));
     if (!test_failures) {
+        identity_hashes(&c, &a, &b, &a_rope);
         round_trip(&a, &ca, RA_DTYPE_F32);
         round_trip(&a, &ca, RA_DTYPE_BF16);
         identities(&a, &ca, &b, &cb, &a_rope);
