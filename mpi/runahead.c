@@ -17,6 +17,8 @@
 #include "report.h"
 #include "ra_core.h"
 #include "chat.h"
+#include "reuse/request.h"
+#include "reuse/run.h"
 #include "vocab.h"
 #include "sysinfo.h"
 #include "spec.h"
@@ -36,6 +38,9 @@ struct options {
     const char *model, *tokenizer;
     const char *prompt, *prompt_file, *prompt_ids, *prompt_ids_file;
     const char *system, *user, *messages; /* a chat, rendered with the model's template */
+    const char *request;           /* --request: a prompt made of chunks (reuse/request.h) */
+    int reuse_given;               /* --reuse: the prefill runs through reuse/run.h */
+    struct ra_reuse_run reuse;
     int generate, threads, tokenize_only, ignore_eos, no_check_weights;
     float temperature, top_p;
     unsigned long long seed;
@@ -102,6 +107,10 @@ static void usage(FILE *f)
 "                            rendered with the model's chat template (ChatML, Llama 2 or\n"
 "                            Llama 3) and the assistant's turn appended\n"
 "      --messages FILE.json  a chat: [{\"role\": \"user\", \"content\": \"...\"}, ...]\n"
+"      --request FILE.json   a prompt made of chunks: {\"system\": S, \"chunks\": [C, ...],\n"
+"                            \"question\": Q}, each a text or {\"ids\": [...]}, a chunk also\n"
+"                            {\"file\": PATH}; rendered with the chat template where there is\n"
+"                            one (see mpi/README.md)\n"
 "  -i, --prompt-ids \"1 2 3\"  token ids, space or comma separated\n"
 "  -I, --prompt-ids-file F   token ids read from F\n"
 "Generation:\n"
@@ -150,6 +159,23 @@ static void usage(FILE *f)
 "      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
 "                            prompt pass (a stopped or hung rank); set it above the time\n"
 "                            of one pass. Default: off\n"
+"Chunk-cache reuse (one rank; needs --request):\n"
+"      --reuse MODE          none: full prefill (the reference); prefix: reuse the longest\n"
+"                            stored prefix of chunks; full: every stored chunk's K/V re-positioned,\n"
+"                            nothing recomputed; blend: CacheBlend, full and then the rows that\n"
+"                            deviate most recomputed. Default: none\n"
+"      --store DIR           the chunk store (default $RA_STORE, else ~/.cache/runahead/chunks)\n"
+"      --store-write         compute the chunks the store misses and add them (after the first\n"
+"                            token)\n"
+"      --blend-ratio R|auto  blend: the fraction of the loaded rows recomputed (default 0.15);\n"
+"                            auto: the larger of 0.15 and the ratio whose recompute time equals\n"
+"                            the load time\n"
+"      --blend-check-layers L[,L...]  blend: the layers whose K/V deviation selects the rows\n"
+"                            (ascending, at most 8; default 1)\n"
+"      --blend-schedule R,R,...  blend: gradual filtering, a non-increasing ratio for each layer\n"
+"                            after the last check layer\n"
+"      --store-gbps G        emulate a store that reads G GB/s (1e9 bytes/s); default: as fast as\n"
+"                            it reads\n"
 "Decode on the last rank (after any --method):\n"
 "      --offload MODE        none (default): the KV cache stays where the prefill left it;\n"
 "                            full: the prompt's KV lives in a host pool and every step fetches\n"
@@ -202,6 +228,38 @@ static int infinigen_arg(const char *s, const char *flag, int unit, int allow_in
     return rc;
 }
 
+/* --reuse MODE. */
+static int reuse_mode_parse(const char *s, enum ra_reuse_mode *mode)
+{
+    static const char *const names[] = { "none", "prefix", "full", "blend" };
+    static const enum ra_reuse_mode modes[] = { RA_REUSE_NONE, RA_REUSE_PREFIX, RA_REUSE_FULL, RA_REUSE_BLEND };
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, names[i])) {
+            *mode = modes[i];
+            return RA_OK;
+        }
+    return ra_error_set(RA_EINVAL, "--reuse: '%s' is not none, prefix, full or blend", s);
+}
+
+/* The reuse options fit together and with the rest. */
+static int reuse_options_check(struct options *o, int blend_given, int store_given)
+{
+    o->reuse.repeat = o->repeat;
+    if (blend_given && o->reuse.mode != RA_REUSE_BLEND)
+        return ra_error_set(RA_EINVAL, "--blend-ratio, --blend-check-layers and --blend-schedule need --reuse blend");
+    if (store_given && !o->reuse_given)
+        return ra_error_set(RA_EINVAL, "--store, --store-write and --store-gbps need --reuse");
+    if (!o->reuse_given)
+        return RA_OK;
+    if (!o->request)
+        return ra_error_set(RA_EINVAL, "--reuse needs --request FILE (a prompt made of chunks)");
+    if (world > 1)
+        return ra_error_set(RA_EINVAL, "--reuse runs on one rank in this version (%d ranks were started)", world);
+    if (o->offload.mode != RA_OFFLOAD_NONE || o->trace)
+        return ra_error_set(RA_EINVAL, "--reuse does not combine with --offload or --trace in this version");
+    return RA_OK;
+}
+
 /* Returns RA_OK, a negative status, or 1 when the program should exit 0 (help). */
 static int parse_options(int argc, char **argv, struct options *o)
 {
@@ -211,7 +269,8 @@ static int parse_options(int argc, char **argv, struct options *o)
            OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_KV_DTYPE, OPT_OFFLOAD, OPT_DEVICE_KV_MEM,
            OPT_HOST_LINK_GBPS, OPT_HOST_LINK_LATENCY, OPT_KVPR_L,
            OPT_IG_RATIO, OPT_IG_ALPHA, OPT_IG_CAP, OPT_IG_POOL_MEM, OPT_NO_MMAP, OPT_SYSTEM, OPT_USER,
-           OPT_MESSAGES };
+           OPT_MESSAGES, OPT_REQUEST, OPT_REUSE, OPT_STORE, OPT_STORE_WRITE, OPT_BLEND_RATIO,
+           OPT_BLEND_CHECK, OPT_BLEND_SCHEDULE, OPT_STORE_GBPS };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -223,6 +282,14 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "system", required_argument, NULL, OPT_SYSTEM },
         { "user", required_argument, NULL, OPT_USER },
         { "messages", required_argument, NULL, OPT_MESSAGES },
+        { "request", required_argument, NULL, OPT_REQUEST },
+        { "reuse", required_argument, NULL, OPT_REUSE },
+        { "store", required_argument, NULL, OPT_STORE },
+        { "store-write", no_argument, NULL, OPT_STORE_WRITE },
+        { "blend-ratio", required_argument, NULL, OPT_BLEND_RATIO },
+        { "blend-check-layers", required_argument, NULL, OPT_BLEND_CHECK },
+        { "blend-schedule", required_argument, NULL, OPT_BLEND_SCHEDULE },
+        { "store-gbps", required_argument, NULL, OPT_STORE_GBPS },
         { "generate", required_argument, NULL, 'n' },
         { "temperature", required_argument, NULL, 't' },
         { "top-p", required_argument, NULL, OPT_TOP_P },
@@ -269,7 +336,9 @@ static int parse_options(int argc, char **argv, struct options *o)
     *o = (struct options){ .generate = 64, .temperature = 0.0f, .top_p = 0.9f, .seed = 1, .partition = NULL,
                            .repeat = 1, .method = world > 1 ? RA_METHOD_KVR : RA_METHOD_SINGLE,
                            .netem = { .noise_slot_ms = 5, .noise_seed = 1 }, .device = -1,
-                           .device_dtype = RA_DTYPE_BF16, .offload = { .kvpr_force_l = -1 } };
+                           .device_dtype = RA_DTYPE_BF16, .offload = { .kvpr_force_l = -1 },
+                           .reuse = { .mode = RA_REUSE_NONE, .cfg = RA_REUSE_CONFIG_INIT } };
+    int blend_given = 0, store_given = 0;
     unsigned long long kv_mem = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:z:p:f:i:I:n:t:s:T:o:hV", longopts, NULL)) != -1) {
@@ -284,6 +353,26 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_SYSTEM: o->system = optarg; break;
         case OPT_USER: o->user = optarg; break;
         case OPT_MESSAGES: o->messages = optarg; break;
+        case OPT_REQUEST: o->request = optarg; break;
+        case OPT_REUSE: rc = reuse_mode_parse(optarg, &o->reuse.mode), o->reuse_given = 1; break;
+        case OPT_STORE: o->reuse.store_dir = optarg, store_given = 1; break;
+        case OPT_STORE_WRITE: o->reuse.cfg.store_write = 1, store_given = 1; break;
+        case OPT_STORE_GBPS:
+            if ((rc = ra_arg_double(optarg, "--store-gbps", &o->reuse.cfg.store_gbps)) == RA_OK &&
+                !(o->reuse.cfg.store_gbps > 0))
+                rc = ra_error_set(RA_EINVAL, "--store-gbps: '%s' must be more than 0", optarg);
+            store_given = 1;
+            break;
+        case OPT_BLEND_RATIO: rc = ra_reuse_ratio_parse(optarg, &o->reuse.cfg.ratio), blend_given = 1; break;
+        case OPT_BLEND_CHECK:
+            rc = ra_reuse_check_layers_parse(optarg, o->reuse.cfg.check, &o->reuse.cfg.n_check);
+            blend_given = 1;
+            break;
+        case OPT_BLEND_SCHEDULE:
+            rc = ra_reuse_schedule_parse(optarg, o->reuse.schedule, &o->reuse.cfg.n_schedule);
+            o->reuse.cfg.schedule = o->reuse.schedule;
+            blend_given = 1;
+            break;
         case 'n': rc = ra_arg_int(optarg, "--generate", 0, 1 << 24, &o->generate); break;
         case 't': rc = ra_arg_float(optarg, "--temperature", &o->temperature); break;
         case OPT_TOP_P: rc = ra_arg_float(optarg, "--top-p", &o->top_p); break;
@@ -351,10 +440,12 @@ static int parse_options(int argc, char **argv, struct options *o)
     if (optind < argc)
         return ra_error_set(RA_EINVAL, "unexpected argument '%s' (see --help)", argv[optind]);
     int sources = !!o->prompt + !!o->prompt_file + !!o->prompt_ids + !!o->prompt_ids_file;
-    sources += !!o->user + !!o->messages;
+    sources += !!o->user + !!o->messages + !!o->request;
     if (sources != 1)
         return ra_error_set(RA_EINVAL, "give exactly one of --prompt, --prompt-file, --prompt-ids, --prompt-ids-file, "
-                            "--user, --messages (got %d)", sources);
+                            "--user, --messages, --request (got %d)", sources);
+    if ((rc = reuse_options_check(o, blend_given, store_given)) != RA_OK)
+        return rc;
     if (o->system && !o->user)
         return ra_error_set(RA_EINVAL, "--system needs --user (with --messages, put it in the file)");
     if (!o->tokenize_only && !o->model)
@@ -395,7 +486,8 @@ static int find_tokenizer(const struct options *o, char *path, size_t len)
 
 static int need_text(const struct options *o)
 {
-    return o->prompt || o->prompt_file || o->user || o->messages || o->tokenize_only || o->output == OUTPUT_TEXT;
+    return o->prompt || o->prompt_file || o->user || o->messages || (o->tokenize_only && !o->request) ||
+           o->output == OUTPUT_TEXT;
 }
 
 /* --user/--messages: the chat rendered with the vocabulary's template, its
@@ -428,11 +520,28 @@ static int chat_prompt(const struct options *o, const struct ra_vocab *v, int32_
     return rc;
 }
 
+/* --request, kept whole on rank 0: the reuse run needs its parts. */
+static struct ra_request request;
+
+static int request_prompt(const struct options *o, const struct ra_vocab *v, int32_t **ids, int *n)
+{
+    int rc = ra_request_load(&request, o->request, v, v ? v->chat_template : NULL);
+    if (rc != RA_OK)
+        return rc;
+    if (!(*ids = malloc(sizeof **ids * (size_t)request.n)))
+        return ra_error_set(RA_ENOMEM, "out of memory for %d prompt ids", request.n);
+    memcpy(*ids, request.ids, sizeof **ids * (size_t)request.n);
+    *n = request.n;
+    return RA_OK;
+}
+
 static int read_prompt(const struct options *o, const struct ra_vocab *v, int32_t **ids, int *n)
 {
     char *text = NULL;
     size_t len = 0;
     int rc;
+    if (o->request)
+        return request_prompt(o, v, ids, n);
     if (o->prompt_ids)
         return ra_prompt_parse_ids(o->prompt_ids, "--prompt-ids", ids, n);
     if (o->user || o->messages)
@@ -680,6 +789,45 @@ out:
     return rc;
 }
 
+/* --reuse: the request prefilled through the chunk store (reuse/run.h) on this one rank, then
+ * the usual decode; the report on stderr and in --report. */
+static int run_reuse(struct options *o, struct ra_context *ctx, const struct ra_vocab *tok, struct result *r,
+                     struct outputs *outs)
+{
+    const struct ra_config *c = &ctx->model->config;
+    struct ra_kvcache kv = { 0 };
+    struct ra_reuse_report rep = { 0 };
+    float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    r->ttft = calloc((size_t)o->repeat, sizeof *r->ttft);
+    r->generated = malloc(sizeof(int32_t) * (size_t)(o->generate > 0 ? o->generate : 1));
+    int rc = logits && r->ttft && r->generated ? RA_OK : ra_error_set(RA_ENOMEM, "out of memory");
+    if (rc == RA_OK)
+        rc = ra_kvcache_init_dtype(&kv, ctx->backend, c->n_layers, ra_config_kv_dim(c), r->n_prompt + o->generate,
+                                   o->kv_dtype);
+    if (rc == RA_OK)
+        rc = ra_reuse_run_prefill(ctx, tok, &o->reuse, &request, &kv, logits, r->ttft, &rep);
+    if (rc == RA_OK && (rc = decode(o, ctx, &kv, tok, logits, r, 0, NULL)) == RA_OK)
+        rc = print_output(o, tok, r);
+    if (rc == RA_OK) {
+        ra_reuse_report_print(stderr, &rep, &request);
+        if (r->n_generated > 1)
+            fprintf(stderr, "decode: %d tokens in %.3f s (%.1f tokens/s)\n", r->n_generated - 1, r->t_decode,
+                    (r->n_generated - 1) / r->t_decode);
+    }
+    if (rc == RA_OK && o->report) {
+        const struct ra_reuse_record rec = {
+            .model = o->model, .request = o->request, .backend = ctx->backend->ops->name, .config = c,
+            .threads = ctx->backend->n_threads, .kv_dtype = o->kv_dtype, .req = &request, .ttft = r->ttft,
+            .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode,
+        };
+        rc = ra_reuse_record_write(&outs->report, &rec, &o->reuse, &rep);
+    }
+    free(rep.recomputed);
+    ra_kvcache_free(&kv);
+    free(logits);
+    return rc;
+}
+
 /* --backend (ra_backend_open): cpu, or cuda on the GPU of the rank's index on
  * its node (modulo the GPUs it sees) unless --device names one; by default
  * cuda when the build has it and this rank sees a GPU. LOCAL_RANK comes from
@@ -745,12 +893,18 @@ static int run(int argc, char **argv)
     const struct ra_load_options load = { .no_check_weights = o.no_check_weights,
                                           .n_threads = o.threads ? o.threads : ra_mpi_threads_per_rank() };
     rc = ra_model_load_opts(&m, o.model, &load);
+    if (rc == RA_OK && o.request && rank == 0) /* names the request's file and chunk */
+        rc = ra_reuse_check_request(&o.reuse, &request, o.request, &m.config, o.generate);
     if (rc == RA_OK)
         rc = check_fit(&o, &m, tok, tok_path, &r);
     const int local_rank = ra_mpi_local_rank(); /* collective: every rank, whatever rc is */
     if (rc == RA_OK)
         rc = open_backend(&o, load.n_threads, local_rank, &be);
-    if (rc == RA_OK && (rc = ra_context_init(&ctx, &m, be)) == RA_OK)
+    if (rc == RA_OK && (rc = ra_context_init(&ctx, &m, be)) == RA_OK && o.reuse_given) {
+        rc = run_reuse(&o, &ctx, tok, &r, &outs); /* one rank: nothing to agree on */
+        goto out;
+    }
+    if (rc == RA_OK)
         rc = choose_partition(&o, &ctx, r.n_prompt, bounds);
     if (rc == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
@@ -810,6 +964,7 @@ out:
     ra_backend_free(be);
     if (tok)
         ra_vocab_free(tok);
+    ra_request_free(&request);
     return rc;
 }
 

@@ -1,11 +1,13 @@
 /* Requests made of chunks (src/reuse/request.h): ids requests without a
  * tokenizer, text requests on a 512-piece SentencePiece vocabulary (the size
  * of stories260K's, whose own tokenizer is not distributed), SmolLM2's ChatML
- * against the whole conversation rendered by ra_chat_render, and every bad
- * input refused with one line naming the file and the entry. */
+ * against the whole conversation rendered by ra_chat_render, every bad
+ * input refused with one line naming the file and the entry; the values of
+ * runahead's reuse options (reuse/run.h). */
 #include "chat.h"
 #include "ra_core.h"
 #include "reuse/request.h"
+#include "reuse/run.h"
 #include "test.h"
 #include "vocab.h"
 
@@ -305,6 +307,30 @@ static void test_bad(void)
         ra_vocab_free(&v);
 }
 
+/* runahead's reuse option values (reuse/run.h). */
+static void test_options(void)
+{
+    double r = 0, sched[RA_REUSE_MAX_SCHEDULE];
+    int layers[RA_BLEND_MAX_CHECK], n = 0;
+    CHECK_OK(ra_reuse_ratio_parse("auto", &r));
+    CHECK(r < 0);
+    CHECK_OK(ra_reuse_ratio_parse("0.25", &r));
+    CHECK(r == 0.25);
+    CHECK(ra_reuse_ratio_parse("1.5", &r) != RA_OK && strstr(ra_error_message(), "'1.5' is not in [0, 1]"));
+    CHECK(ra_reuse_ratio_parse("x", &r) != RA_OK && strstr(ra_error_message(), "--blend-ratio"));
+    CHECK_OK(ra_reuse_check_layers_parse("1,3,4", layers, &n));
+    CHECK(n == 3 && layers[0] == 1 && layers[2] == 4);
+    CHECK(ra_reuse_check_layers_parse("2,1", layers, &n) != RA_OK && strstr(ra_error_message(), "not ascending"));
+    CHECK(ra_reuse_check_layers_parse("0,1,2,3,4,5,6,7,8", layers, &n) != RA_OK);
+    CHECK(ra_reuse_check_layers_parse("-1", layers, &n) != RA_OK);
+    CHECK_OK(ra_reuse_schedule_parse("0.3,0.3,0.1", sched, &n));
+    CHECK(n == 3 && sched[0] == 0.3 && sched[2] == 0.1);
+    CHECK(ra_reuse_schedule_parse("0.1,0.2", sched, &n) != RA_OK && strstr(ra_error_message(), "non-increasing"));
+    CHECK(ra_reuse_schedule_parse("0.1,1.2", sched, &n) != RA_OK && strstr(ra_error_message(), "'1.2' is not in"));
+    CHECK(ra_reuse_schedule_parse(",", sched, &n) != RA_OK && strstr(ra_error_message(), "holds no ratio"));
+    CHECK(ra_reuse_schedule_parse("0.1,x", sched, &n) != RA_OK && strstr(ra_error_message(), "--blend-schedule"));
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s", test_tmpdir("test_request"));
@@ -312,5 +338,6 @@ int main(void)
     test_text_spm();
     test_chatml();
     test_bad();
+    test_options();
     return test_result("test_request");
 }

@@ -1,0 +1,107 @@
+#!/bin/sh
+# runahead --request and --reuse on stories260K (src/reuse/run.h, mpi/runahead.c).
+#  1. One request file of ids (no tokenizer) and one of text (a 512-piece
+#     SentencePiece vocabulary written here, the size of stories260K's) drive
+#     every mode; each prints the tokens of the same prompt given as
+#     --prompt-ids (the ids --tokenize-only --request prints) to the chain's
+#     single-rank prefill, the independent reference.
+#  2. --report: the reuse record (mode, rows recomputed per layer, hits and
+#     misses, the prompt's parts summing to its length, one TTFT per
+#     --repeat).
+#  3. Bad input, one line naming the file and the cause, non-zero exit: a
+#     missing chunk file, malformed JSON, a chunk and a prompt longer than the
+#     context, ids outside the vocabulary, text without a tokenizer, options
+#     that do not fit together (their values: test_request), --reuse on 2 ranks.
+. "$(dirname "$0")/lib.sh"
+need_fixture stories260K.bin
+need_command python3 python3
+M="$MODELS/stories260K.bin"
+RA="$BUILD/runahead"
+
+# tok512.bin: <unk>, <s>, </s>, the 256 byte pieces, printable ASCII, two-letter pieces.
+python3 - "$TMP/tok512.bin" <<'PY' || { fail "cannot write tok512.bin"; finish; }
+import struct, sys
+pieces = [(b"<unk>", 0.0), (b"<s>", 0.0), (b"</s>", 0.0)]
+pieces += [(b"<0x%02X>" % i, 0.0) for i in range(256)]
+pieces += [(bytes([c]), -2.0) for c in range(32, 127)]
+pieces += [(bytes([97 + k // 26 % 26, 97 + k % 26]), -1.0) for k in range(512 - len(pieces))]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<i", 6))
+    for p, s in pieces:
+        f.write(struct.pack("<fi", s, len(p)) + p)
+PY
+mkdir -p "$TMP/docs"
+printf 'the cat sat on the mat. ' >"$TMP/docs/a.txt"
+cat >"$TMP/ids.json" <<'EOF'
+{"system": {"ids": [1]}, "chunks": [{"ids": [403, 407, 261, 378]}, {"ids": [280, 303, 411, 300, 301]}],
+ "question": {"ids": [500, 266]}}
+EOF
+cat >"$TMP/text.json" <<'EOF'
+{"system": "once upon a time", "chunks": ["there was a dog. ", {"file": "docs/a.txt"}, {"ids": [300, 301]}],
+ "question": "what did the cat do?"}
+EOF
+TOK="--tokenizer $TMP/tok512.bin"
+
+# 1. Every mode against the same ids through the chain's prefill.
+for req in ids text; do
+    args="--model $M --request $TMP/$req.json"
+    [ $req = text ] && args="$args $TOK"
+    ids=$($RA $args --tokenize-only 2>"$TMP/err") || { fail "$req: --tokenize-only: $(cat "$TMP/err")"; continue; }
+    want=$($RA --model $M --prompt-ids "$ids" -n 12 -o ids 2>"$TMP/err") || { fail "$req: reference: $(cat "$TMP/err")"; continue; }
+    got=$($RA $args -n 12 -o ids 2>"$TMP/err") || fail "$req: --request alone: $(cat "$TMP/err")"
+    [ "$got" = "$want" ] || fail "$req: --request alone printed '$got', --prompt-ids '$want'"
+    for mode in none; do
+        got=$($RA $args --reuse $mode -n 12 -o ids 2>"$TMP/err") || { fail "$req --reuse $mode: $(cat "$TMP/err")"; continue; }
+        [ "$got" = "$want" ] || fail "$req --reuse $mode printed '$got', --prompt-ids '$want'"
+        grep -q "^reuse $mode" "$TMP/err" || fail "$req --reuse $mode: no reuse summary on stderr"
+    done
+done
+
+# 2. The report.
+$RA --model $M --request "$TMP/ids.json" --reuse none --repeat 3 -n 4 -o ids --report "$TMP/r.json" \
+    >/dev/null 2>"$TMP/err" || fail "--report: $(cat "$TMP/err")"
+python3 - "$TMP/r.json" <<'PY' || fail "the reuse record is wrong (above)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+u, p = r["reuse"], r["prompt_parts"]
+bad = []
+if u["mode"] != "none": bad.append("mode %s" % u["mode"])
+if u["recomputed_rows"] != [12] * 5: bad.append("recomputed %s" % u["recomputed_rows"])
+if u["hits"] + u["misses"] != 2 or u["rows"] != 12: bad.append("hits %d misses %d rows %d" % (u["hits"], u["misses"], u["rows"]))
+if p != {"prefix": 1, "chunks": [4, 5], "suffix": 2} or r["context_length"] != 12: bad.append("parts %s" % p)
+if len(r["ttft_s"]["all"]) != 3 or not all(t > 0 for t in r["ttft_s"]["all"]): bad.append("ttft %s" % r["ttft_s"])
+if len(r["generated_ids"]) != 4: bad.append("generated %s" % r["generated_ids"])
+if bad: print("; ".join(bad)); sys.exit(1)
+PY
+
+# 3. Bad input.
+printf '{"chunks": [{"file": "docs/nope.txt"}], "question": "q"}' >"$TMP/missing.json"
+printf '{"chunks": [{"ids": [1, 2]}], "question": {"ids": [3]},}' >"$TMP/malformed.json"
+python3 - "$TMP" <<'PY'
+import json, sys
+d = sys.argv[1]
+json.dump({"chunks": [{"ids": [5] * 600}], "question": {"ids": [3]}}, open(d + "/longchunk.json", "w"))
+json.dump({"chunks": [{"ids": [5] * 300}, {"ids": [6] * 300}], "question": {"ids": [3]}}, open(d + "/longprompt.json", "w"))
+json.dump({"chunks": [{"ids": [5, 600]}], "question": {"ids": [3]}}, open(d + "/outside.json", "w"))
+PY
+expect_error "missing.json: chunk 0: .*docs/nope.txt: cannot open" $RA --model $M $TOK --request "$TMP/missing.json" --reuse none
+expect_error "malformed.json: line 1" $RA --model $M --request "$TMP/malformed.json" --reuse none
+expect_error "longchunk.json: chunk 0: 600 tokens .* context of 512" $RA --model $M --request "$TMP/longchunk.json" --reuse none
+expect_error "longprompt.json: the prompt has 601 tokens, more than the model's context of 512" \
+    $RA --model $M --request "$TMP/longprompt.json" --reuse none -n 1
+expect_error "longprompt.json: the prompt has 601 tokens" $RA --model $M --request "$TMP/longprompt.json" -n 1
+expect_error "outside.json: token id 600 at position 1 is outside the model's vocabulary" \
+    $RA --model $M --request "$TMP/outside.json" --reuse none
+expect_error "text.json: \"system\" is text, but the model has no tokenizer" $RA --model $M --request "$TMP/text.json"
+expect_error "--reuse needs --request" $RA --model $M --prompt-ids "1 2" --reuse none
+expect_error "--reuse: 'most' is not none, prefix, full or blend" $RA --model $M --request "$TMP/ids.json" --reuse most
+expect_error "need --reuse blend" $RA --model $M --request "$TMP/ids.json" --reuse full --blend-ratio 0.2
+expect_error "need --reuse" $RA --model $M --request "$TMP/ids.json" --store-write
+expect_error "--blend-check-layers: layer 5, but the model has 5 layers" $RA --model $M --request "$TMP/ids.json" \
+    --reuse blend --blend-check-layers 1,5
+run2() { timeout 120 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$@"; }
+run2 $RA --model $M --request "$TMP/ids.json" --reuse none >"$TMP/out" 2>"$TMP/err"; rc=$?
+n=$(grep -c "^runahead: rank" "$TMP/err")
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && grep -q "reuse runs on one rank in this version" "$TMP/err" ||
+    { fail "--reuse on 2 ranks: rc $rc, $n error lines"; cat "$TMP/err" >&2; }
+finish
