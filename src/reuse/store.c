@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,6 +193,16 @@ static int open_paths(struct ra_store *st, const char *dir)
     return RA_OK;
 }
 
+/* A file size limit (ulimit -f) kills a writer with SIGXFSZ by default, its
+ * temporary file left behind; ignored, the write fails with EFBIG, which
+ * put reports as a full disk. A handler set by the program is kept. */
+static void ignore_file_size_signal(void)
+{
+    struct sigaction sa;
+    if (sigaction(SIGXFSZ, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
+        signal(SIGXFSZ, SIG_IGN);
+}
+
 /* The directory exists (or is created) and, unless read-only, takes new files. */
 static int open_dir(struct ra_store *st)
 {
@@ -207,6 +218,7 @@ static int open_dir(struct ra_store *st)
     }
     if (st->flags & RA_STORE_READONLY)
         return RA_OK;
+    ignore_file_size_signal();
     if (access(st->dir, W_OK | X_OK) != 0)
         return ra_error_set(RA_EIO, "%s: the chunk store is not writable: %s", st->dir, strerror(errno));
     char *chunks = join(st->dir, "chunks");
@@ -256,6 +268,7 @@ void ra_store_close(struct ra_store *st)
 }
 
 const char *ra_store_dir(const struct ra_store *st) { return st->dir; }
+uint64_t ra_store_capacity(const struct ra_store *st) { return st->capacity; }
 
 /* ------------------------------------------------------------ get */
 
@@ -511,8 +524,11 @@ static int verify_orphans(struct ra_store *st, const struct ra_store_entry *e, i
             const char *dot = strchr(f->d_name, '.');
             if (f->d_name[0] == '.')
                 continue;
-            if (!dot || strcmp(dot, ".rachunk") != 0 || dot - f->d_name != 2 * RA_STORE_HASH_BYTES) {
-                fprintf(stderr, "runahead: %s/%s: not a chunk file (a temporary file left by a writer?)\n", sub,
+            if (dot && dot - f->d_name == 2 * RA_STORE_HASH_BYTES && strncmp(dot, ".rachunk.", 9) == 0) {
+                fprintf(stderr, "runahead: %s/%s: a chunk being written (or by a writer that died)\n", sub,
+                        f->d_name);
+            } else if (!dot || strcmp(dot, ".rachunk") != 0 || dot - f->d_name != 2 * RA_STORE_HASH_BYTES) {
+                fprintf(stderr, "runahead: %s/%s: not a chunk file\n", sub,
                         f->d_name);
                 (*bad)++;
             } else if (!in_index(e, n, f->d_name)) {

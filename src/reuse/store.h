@@ -67,7 +67,9 @@ enum {
 /* Opens the store in DIR for chunks of model M (its config gives the RoPE
  * part of every key) under identity ID. capacity: bytes, 0 keeps the
  * store's (default 16 GiB when created). Errors name DIR or the file and the
- * cause: not a store, not writable, another model's store. */
+ * cause: not a store, not writable, another model's store. A writable store
+ * sets SIGXFSZ to ignored where its action is the default, so that a file
+ * size limit is a write error naming the chunk (EFBIG), not a kill. */
 int ra_store_open(struct ra_store **st, const char *dir, const struct ra_model *m, const struct ra_store_identity *id,
                   uint64_t capacity, unsigned flags);
 /* Writes the uses recorded since the last call (LRU order) to the index,
@@ -75,6 +77,8 @@ int ra_store_open(struct ra_store **st, const char *dir, const struct ra_model *
 int ra_store_sync(struct ra_store *st);
 void ra_store_close(struct ra_store *st);
 const char *ra_store_dir(const struct ra_store *st);
+/* The store's capacity in bytes (store.json's, or the one given to open). */
+uint64_t ra_store_capacity(const struct ra_store *st);
 
 /* Looks up the chunk TOKENS[n] computed behind PREFIX[n_prefix]. A hit: *c
  * set (close it with ra_chunk_close), its use recorded. A miss: *c NULL and
