@@ -176,9 +176,11 @@ int ra_store_index_add(struct ra_store *st, const struct ra_store_entry *entry)
             goto out;
     }
     int before = n;
-    rc = evict_locked(st, e, &n, st->capacity, entry->key, NULL);
-    if (rc == RA_OK && (!found || n != before))
+    int rc_evict = evict_locked(st, e, &n, st->capacity, entry->key, NULL);
+    if (!found || n != before)
         rc = ra_store_index_write(st, e, n);
+    if (rc == RA_OK)
+        rc = rc_evict;
 out:
     free(e);
     ra_filelock_release(&l);
