@@ -24,8 +24,9 @@ struct ra_cpu_kernels {
     int (*attention)(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
                      const struct ra_attention_shape *s, int n_threads);
     /* Attention at positions; see ra_backend_ops.attention. A contiguous span
-     * over the keys up to it is `attention`'s call; otherwise the decode
-     * path's, a few tokens at a time, with each query's visible keys. */
+     * over the keys up to it is `attention`'s call; otherwise each query's
+     * visible keys (a prefix of the key rows) go to the decode path for up to
+     * a decode step's queries, else to the span's block kernel. */
     int (*attention_rows)(float *out, const float *q, const struct ra_rows *qrows, const void *k_cache,
                           const void *v_cache, const struct ra_rows *krows, const struct ra_attention_shape *s,
                           int n_threads);

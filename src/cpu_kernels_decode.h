@@ -483,15 +483,48 @@ static int attention(float *out, const float *q, const void *k_cache, const void
     const int round_qp = attention_round_qp(s);
     if (n <= DEC_MAX_N && s->n_heads * n <= RA_ATTN_MAX_HEADS_DEC)
         return attention_decode(out, q, k_cache, v_cache, start, n, s, round_qp, n_threads, NULL);
-    return attention_items(out, q, k_cache, v_cache, start, n, s, n_threads);
+    return attention_items(out, q, k_cache, v_cache, start, NULL, n, s, n_threads);
+}
+
+/* last[t - t0] = the last key row at or before query t's position (-1: none), t in [t0, t1). */
+static void visible_keys(int *last, const struct ra_rows *qr, int t0, int t1, const struct ra_rows *kr)
+{
+    int lo = 0, hi = kr->n; /* keys [0, lo) are at or before the query, [hi, n) after it */
+    for (int t = t0; t < t1; t++) {
+        const int p = ra_rows_pos(qr, t);
+        hi = kr->n;
+        while (lo < hi) { /* binary search: a sparse list over a long cache skips most keys */
+            const int mid = lo + (hi - lo) / 2;
+            if (ra_rows_pos(kr, mid) <= p)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        last[t - t0] = lo - 1;
+    }
+}
+
+/* More than a decode step's queries at positions: the block kernel with each query's key limit. */
+static int attention_rows_items(float *out, const float *q, const struct ra_rows *qr, const void *k_cache,
+                                const void *v_cache, const struct ra_rows *kr, const struct ra_attention_shape *s,
+                                int n_threads)
+{
+    int *last = malloc(sizeof(int) * (size_t)qr->n);
+    if (!last)
+        return ra_error_set(RA_ENOMEM, "attention: cannot allocate the limits of %d queries", qr->n);
+    visible_keys(last, qr, 0, qr->n, kr);
+    const int rc = attention_items(out, q, k_cache, v_cache, 0, last, qr->n, s, n_threads);
+    free(last);
+    return rc;
 }
 
 /* Attention at positions (see struct ra_cpu_kernels.attention_rows). One
  * contiguous span of queries over the contiguous keys up to it is the span
  * kernel's call, decided here once. Otherwise both lists are sorted, so the
- * keys a query sees are a prefix of the key rows, [0, last[t]]: the decode
- * path takes exactly that, for up to RA_ATTN_MAX_HEADS_DEC query rows (heads
- * x tokens) a call, each call reading the keys up to its last query's. */
+ * keys a query sees are a prefix of the key rows, [0, last[t]]: up to
+ * DEC_MAX_N queries (a decode step) take the decode path with exactly those;
+ * more take the span's block kernel with each query's limit, as `attention`
+ * chooses between them for a span. */
 static int attention_rows(float *out, const float *q, const struct ra_rows *qr, const void *k_cache,
                           const void *v_cache, const struct ra_rows *kr, const struct ra_attention_shape *s,
                           int n_threads)
@@ -502,30 +535,18 @@ static int attention_rows(float *out, const float *q, const struct ra_rows *qr, 
     const int rel = qr->start - kr->start; /* the first query's row among the keys */
     if (!qr->pos && !kr->pos && rel >= 0 && kr->n >= rel + qr->n)
         return qr->n > 0 ? attention(out, q, k_cache, v_cache, rel, qr->n, s, n_threads) : RA_OK;
-    if (s->n_heads > RA_ATTN_MAX_HEADS_DEC)
-        return ra_error_set(RA_EUNSUPPORTED, "attention: %d heads at position lists (at most %d)", s->n_heads,
-                            RA_ATTN_MAX_HEADS_DEC);
-    const int per = RA_ATTN_MAX_HEADS_DEC / s->n_heads, round_qp = attention_round_qp(s);
-    int last[RA_ATTN_MAX_HEADS_DEC];
-    int j = 0; /* keys [0, j) are at or before the current query's position */
-    for (int t0 = 0; t0 < qr->n && rc == RA_OK; t0 += per) {
-        const int nb = qr->n - t0 < per ? qr->n - t0 : per;
-        int seen = 0;
-        for (int t = 0; t < nb; t++) {
-            const int p = ra_rows_pos(qr, t0 + t);
-            while (j < kr->n && ra_rows_pos(kr, j) <= p)
-                j++;
-            last[t] = j - 1;
-            seen |= j > 0;
-        }
-        if (seen)
-            rc = attention_decode(out + (size_t)t0 * s->q_stride, q + (size_t)t0 * s->q_stride, k_cache, v_cache, 0,
-                                  nb, s, round_qp, n_threads, last);
-        for (int t = 0; t < nb; t++) /* a query before every key attends to nothing (not 0/0) */
-            if (last[t] < 0)
-                for (int h = 0; h < s->n_heads; h++)
-                    memset(out + (size_t)(t0 + t) * s->q_stride + (size_t)h * s->head_dim, 0,
-                           sizeof(float) * (size_t)s->head_dim);
-    }
+    if (qr->n > DEC_MAX_N || s->n_heads * qr->n > RA_ATTN_MAX_HEADS_DEC)
+        return attention_rows_items(out, q, qr, k_cache, v_cache, kr, s, n_threads);
+    int last[DEC_MAX_N];
+    int seen = 0;
+    visible_keys(last, qr, 0, qr->n, kr);
+    for (int t = 0; t < qr->n; t++)
+        seen |= last[t] >= 0;
+    if (seen)
+        rc = attention_decode(out, q, k_cache, v_cache, 0, qr->n, s, attention_round_qp(s), n_threads, last);
+    for (int t = 0; t < qr->n; t++) /* a query before every key attends to nothing (not 0/0) */
+        if (last[t] < 0)
+            for (int h = 0; h < s->n_heads; h++)
+                memset(out + (size_t)t * s->q_stride + (size_t)h * s->head_dim, 0, sizeof(float) * (size_t)s->head_dim);
     return rc;
 }

@@ -5,6 +5,10 @@
  * there, so the masked upper triangle is never computed: attention work
  * follows the lower triangle. Key blocks sit at absolute positions, so a
  * query's result does not depend on how the prompt was split into spans.
+ * A list of query positions (CacheBlend's recomputed rows, scattered over the
+ * prompt) runs the same items: each query carries its own key limit, masked
+ * lane by lane, and an item stops after its last query's limit, so a list of
+ * a sixth of the rows costs about a sixth of the span's work.
  *
  * Layout: an item keeps its queries transposed, Qt[d][r], and everything per
  * query in the same orientation: scores St[j][r] (key j, query r), the output
@@ -64,7 +68,21 @@ struct item {
     float m[BQ] __attribute__((aligned(64)));                         /* running max */
     float l[BQ] __attribute__((aligned(64)));                         /* running sum */
     float alpha[BQ] __attribute__((aligned(64)));                     /* this block's rescale of ot */
+    float lim[BQ] __attribute__((aligned(64)));                       /* each query's last visible key row */
 };
+
+/* The item's queries [q0, q0+nq) see key rows [0, lim): start + q0 + r for a
+ * span, lim[q0 + r] for a position list (ascending). Lanes past nq repeat the
+ * last query's, so the item never reads a key row beyond it. Returns the last
+ * query's limit: the item's key blocks end there. */
+static int item_limits(struct item *it, int start, const int *lim, int q0, int nq, int ld)
+{
+    for (int r = 0; r < ld; r++) {
+        const int qi = q0 + (r < nq ? r : nq - 1);
+        it->lim[r] = (float)(lim ? lim[qi] : start + qi);
+    }
+    return (int)it->lim[nq - 1];
+}
 
 /* 2^x for x <= 0 in scalar code (the vector kernels use vexp2_neg, the same
  * polynomial): the portable attention and the decode path. */
@@ -186,16 +204,16 @@ static void micro_rows(int w, int na, float *c, const float *cs, const float *x,
     }
 }
 
-/* Online softmax over keys [kb, kb+nk) for the item's queries at positions
- * pos0 + r: St becomes P (zero where masked), m and l advance, and alpha is
- * the factor Ot must be rescaled by. j outer, v inner: W independent max and
- * sum chains instead of one. */
-static inline __attribute__((always_inline)) void softmax_w(const int W, struct item *it, int kb, int nk, int pos0)
+/* Online softmax over keys [kb, kb+nk) for the item's queries, query r seeing
+ * keys up to it->lim[r]: St becomes P (zero where masked), m and l advance,
+ * and alpha is the factor Ot must be rescaled by. j outer, v inner: W
+ * independent max and sum chains instead of one. */
+static inline __attribute__((always_inline)) void softmax_w(const int W, struct item *it, int kb, int nk)
 {
-    const int full = kb + nk - 1 <= pos0; /* every query sees every key of the block */
+    const int full = kb + nk - 1 <= it->lim[0]; /* every query sees every key of the block */
     vf pos[NV], m_old[NV], mx[NV], sum[NV];
     for (int v = 0; v < W; v++) {
-        pos[v] = vadd(vset1((float)(pos0 + v * VL)), vlanes());
+        pos[v] = vload(it->lim + v * VL);
         m_old[v] = mx[v] = vload(it->m + v * VL);
         sum[v] = vzero();
     }
@@ -234,15 +252,15 @@ static inline __attribute__((always_inline)) void softmax_w(const int W, struct 
     }
 }
 
-static void softmax_block(int w, struct item *it, int kb, int nk, int pos0)
+static void softmax_block(int w, struct item *it, int kb, int nk)
 {
     switch (w) {
-    case 1: softmax_w(1, it, kb, nk, pos0); break;
+    case 1: softmax_w(1, it, kb, nk); break;
 #if NV >= 2
-    case 2: softmax_w(2, it, kb, nk, pos0); break;
+    case 2: softmax_w(2, it, kb, nk); break;
 #endif
 #if NV >= 4
-    case 4: softmax_w(4, it, kb, nk, pos0); break;
+    case 4: softmax_w(4, it, kb, nk); break;
 #endif
     default: break;
     }
@@ -285,7 +303,7 @@ static void micro_rows(int w, int na, float *c, const float *cs, const float *x,
         micro_tile(1, c + (size_t)a * BQ, cs, x + a * sa, sa, sk, y, kc);
 }
 
-static void softmax_block(int w, struct item *it, int kb, int nk, int pos0)
+static void softmax_block(int w, struct item *it, int kb, int nk)
 {
     (void)w;
     float mx[BQ], sum[BQ];
@@ -297,7 +315,7 @@ static void softmax_block(int w, struct item *it, int kb, int nk, int pos0)
         const float *s = it->st + j * BQ;
 #pragma omp simd
         for (int r = 0; r < BQ; r++) {
-            const float v = kb + j <= pos0 + r ? s[r] : -FLT_MAX;
+            const float v = (float)(kb + j) <= it->lim[r] ? s[r] : -FLT_MAX;
             mx[r] = v > mx[r] ? v : mx[r];
         }
     }
@@ -306,7 +324,7 @@ static void softmax_block(int w, struct item *it, int kb, int nk, int pos0)
 #pragma omp simd
         for (int r = 0; r < BQ; r++) {
             const float p = exp2_neg_s(s[r] - mx[r]);
-            s[r] = kb + j <= pos0 + r ? p : 0.0f;
+            s[r] = (float)(kb + j) <= it->lim[r] ? p : 0.0f;
             sum[r] += s[r];
         }
     }
@@ -405,7 +423,8 @@ struct item_dp {
 
 /* attend_block for bf16 rows (head_dim even) with bf16 products. */
 static void attend_block_dp(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
-                            int start, int q0, int nq, int h, int w, const struct ra_attention_shape *s)
+                            int start, const int *lim, int q0, int nq, int h, int w,
+                            const struct ra_attention_shape *s)
 {
     struct item it;
     struct item_dp dp;
@@ -426,13 +445,13 @@ static void attend_block_dp(float *out, const float *q, const uint16_t *k_cache,
     }
     memset(it.ot, 0, sizeof(float) * (size_t)hd * ld);
 
-    const int pos0 = start + q0, last = pos0 + nq - 1;
+    const int last = item_limits(&it, start, lim, q0, nq, ld);
     for (int kb = 0; kb <= last; kb += BK) {
         const int nk = last - kb + 1 < BK ? last - kb + 1 : BK, np = (nk + 1) / 2;
         const uint16_t *kblk = k_cache + head + (size_t)kb * kvs, *vblk = v_cache + head + (size_t)kb * kvs;
         /* St[j][r] = K[kb+j] · Q[r]: K's pairs (2i, 2i+1) are adjacent in the row */
         micro_dp_rows(w, nk, it.st, NULL, (const pair_t *)kblk, kvs / 2, 1, dp.qp, hp);
-        softmax_block(w, &it, kb, nk, pos0);
+        softmax_block(w, &it, kb, nk);
         /* P and V in pairs of keys; an odd block's last pair gets a zero partner */
         for (int i = 0; i < np; i++) {
             const int odd = 2 * i + 1 == nk;
@@ -453,7 +472,7 @@ static void attend_block_dp(float *out, const float *q, const uint16_t *k_cache,
     }
     for (int r = 0; r < nq; r++) {
         float *o = out + (size_t)(q0 + r) * s->q_stride + (size_t)h * hd;
-        const float inv = 1.0f / it.l[r];
+        const float inv = it.l[r] > 0 ? 1.0f / it.l[r] : 0.0f; /* a query before every key gets zeros */
         for (int d = 0; d < hd; d++)
             o[d] = it.ot[d * ld + r] * inv;
     }
@@ -475,10 +494,10 @@ static void widen_rows(float *dst, const uint16_t *src, size_t stride, int rows,
     }
 }
 
-/* One item: queries [q0, q0+nq) of head h (positions start+q0...), in w
+/* One item: queries [q0, q0+nq) of head h (key limits as item_limits), in w
  * vectors of VL lanes; all rows of the item's arrays are w*VL floats. */
 static void attend_block(float *out, const float *q, const void *k_cache, const void *v_cache,
-                         int start, int q0, int nq, int h, int w, const struct ra_attention_shape *s)
+                         int start, const int *lim, int q0, int nq, int h, int w, const struct ra_attention_shape *s)
 {
     struct item it;
     const int hd = s->head_dim, kvh = h / (s->n_heads / s->n_kv_heads), ld = w * VL;
@@ -500,7 +519,7 @@ static void attend_block(float *out, const float *q, const void *k_cache, const 
     }
     memset(it.ot, 0, sizeof(float) * (size_t)hd * ld);
 
-    const int pos0 = start + q0, last = pos0 + nq - 1; /* positions of the item's first and last query */
+    const int last = item_limits(&it, start, lim, q0, nq, ld); /* the item's last visible key row */
     for (int kb = 0; kb <= last; kb += BK) {
         const int nk = last - kb + 1 < BK ? last - kb + 1 : BK;
         const float *kblk, *vblk;
@@ -518,20 +537,22 @@ static void attend_block(float *out, const float *q, const void *k_cache, const 
         }
         /* St[j][r] = K[kb+j] · Q[r] */
         micro_rows(w, nk, it.st, NULL, kblk, ldkv, 1, it.qt, hd, vblk);
-        softmax_block(w, &it, kb, nk, pos0);
+        softmax_block(w, &it, kb, nk);
         /* Ot[d][r] = Ot[d][r] alpha[r] + sum_j V[kb+j][d] P[j][r] */
         micro_rows(w, hd, it.ot, it.alpha, vblk, 1, ldkv, it.st, nk, NULL);
     }
     for (int r = 0; r < nq; r++) {
         float *o = out + (size_t)(q0 + r) * s->q_stride + (size_t)h * hd;
-        const float inv = 1.0f / it.l[r];
+        const float inv = it.l[r] > 0 ? 1.0f / it.l[r] : 0.0f; /* a query before every key gets zeros */
         for (int d = 0; d < hd; d++)
             o[d] = it.ot[d * ld + r] * inv;
     }
 }
 
-static int attention_items(float *out, const float *q, const void *k_cache, const void *v_cache, int start, int n,
-                           const struct ra_attention_shape *s, int n_threads)
+/* Queries [0, n): query t sees key rows [0, start + t] (lim NULL: a span) or
+ * [0, lim[t]] (ascending; below 0: none, and the query gets zeros). */
+static int attention_items(float *out, const float *q, const void *k_cache, const void *v_cache, int start,
+                           const int *lim, int n, const struct ra_attention_shape *s, int n_threads)
 {
     int w = NV; /* item width in vectors: the fewest that hold the span, at most NV */
 #if ATTN_SIMD
@@ -549,11 +570,11 @@ static int attention_items(float *out, const float *q, const void *k_cache, cons
         const int q0 = qb * bq, nq = n - q0 < bq ? n - q0 : bq;
 #if defined(RA_KERNELS_BF16DP)
         if (s->kv_dtype == RA_DTYPE_BF16 && s->head_dim % 2 == 0) {
-            attend_block_dp(out, q, k_cache, v_cache, start, q0, nq, h, w, s);
+            attend_block_dp(out, q, k_cache, v_cache, start, lim, q0, nq, h, w, s);
             continue;
         }
 #endif
-        attend_block(out, q, k_cache, v_cache, start, q0, nq, h, w, s);
+        attend_block(out, q, k_cache, v_cache, start, lim, q0, nq, h, w, s);
     }
     return RA_OK;
 }

@@ -25,7 +25,6 @@ typedef __m512 vf;
 #define vle(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ)
 #define vselect(mask, yes, no) _mm512_mask_blend_ps(mask, no, yes)
 #define vpow2bits(t) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23))
-#define vlanes() _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #define vloadu _mm512_loadu_ps
 static inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
 static inline float vmaxall(vf v) { return _mm512_reduce_max_ps(v); }
@@ -50,7 +49,6 @@ typedef __m256 vf;
 #define vle(a, b) _mm256_cmp_ps(a, b, _CMP_LE_OQ)
 #define vselect(mask, yes, no) _mm256_blendv_ps(no, yes, mask)
 #define vpow2bits(t) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23))
-#define vlanes() _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7)
 #define vloadu _mm256_loadu_ps
 static inline float vsum(vf v)
 {

@@ -504,6 +504,65 @@ static void rows_copy_case(struct ra_backend *be)
     ra_backend_release(be, bd16);
 }
 
+/* More position lists over the whole cache [0, T) (bk, bv): CacheBlend's
+ * kind, a sixth of the rows at random gaps from position 0, more than one
+ * block of queries of any kernel; a single row at the first and at the last
+ * position; and a contiguous run given as a list, which must equal the span
+ * call on the same rows bit for bit (the same kernel, the same limits). ref:
+ * the oracle at every position of the cache, q the queries of every position. */
+static void attention_lists_case(struct ra_backend *be, const struct ra_attention_shape *s, const void *bk,
+                                 const void *bv, const float *q, const double *ref, int T, double tol,
+                                 const char *isa)
+{
+    enum { NS = 70, RUN = 70, RUN0 = 37 };
+    const int qd = s->q_stride;
+    int32_t sparse[NS], ends[2] = { 0, T - 1 }, run[RUN];
+    sparse[0] = 0;
+    for (int i = 1; i < NS; i++) { /* gaps of 1 to 8, kept below T */
+        const int p = sparse[i - 1] + test_rand_int(1, 8);
+        sparse[i] = p < T - NS + i ? p : T - NS + i;
+    }
+    for (int i = 0; i < RUN; i++)
+        run[i] = RUN0 + i;
+    float *bq = ra_backend_alloc(be, (size_t)NS * qd * sizeof(float));
+    float *bo = ra_backend_alloc(be, (size_t)NS * qd * sizeof(float));
+    float *qs = malloc((size_t)NS * qd * sizeof(float)), *out = malloc((size_t)NS * qd * sizeof(float));
+    float *span = malloc((size_t)RUN * qd * sizeof(float));
+    double *want = malloc((size_t)NS * qd * sizeof(double));
+    const struct ra_rows cache = { T, 0, NULL };
+    double e[3] = { 0, 0, 0 };
+    const int32_t *lists[3] = { sparse, ends, ends + 1 };
+    const int lens[3] = { NS, 1, 1 };
+    for (int c = 0; c < 3; c++) { /* the sparse list, then each single row */
+        for (int i = 0; i < lens[c]; i++) {
+            memcpy(qs + (size_t)i * qd, q + (size_t)lists[c][i] * qd, sizeof(float) * qd);
+            memcpy(want + (size_t)i * qd, ref + (size_t)lists[c][i] * qd, sizeof(double) * qd);
+        }
+        CHECK_OK(be->ops->upload(be, bq, qs, (size_t)lens[c] * qd * sizeof(float)));
+        CHECK_OK(be->ops->attention(be, bo, bq, &(struct ra_rows){ lens[c], 0, lists[c] }, bk, bv, &cache, s));
+        CHECK_OK(be->ops->download(be, out, bo, (size_t)lens[c] * qd * sizeof(float)));
+        e[c] = max_err(out, want, (size_t)lens[c] * qd);
+    }
+    CHECK_OK(be->ops->upload(be, bq, q + (size_t)RUN0 * qd, (size_t)RUN * qd * sizeof(float)));
+    CHECK_OK(be->ops->attention(be, bo, bq, &(struct ra_rows){ RUN, RUN0, NULL }, bk, bv, &cache, s));
+    CHECK_OK(be->ops->download(be, span, bo, (size_t)RUN * qd * sizeof(float)));
+    CHECK_OK(be->ops->attention(be, bo, bq, &(struct ra_rows){ RUN, 0, run }, bk, bv, &cache, s));
+    CHECK_OK(be->ops->download(be, out, bo, (size_t)RUN * qd * sizeof(float)));
+    const int same = memcmp(out, span, (size_t)RUN * qd * sizeof(float)) == 0;
+    const int ok = e[0] <= tol && e[1] <= tol && e[2] <= tol && same;
+    printf("attention %-8s hd %3d heads %d/%d  %s KV, lists from 0: %d sparse rows %.2e, row 0 %.2e, row %d %.2e, "
+           "a run as a list %s the span%s\n",
+           isa, s->head_dim, s->n_heads, s->n_kv_heads, ra_dtype_name(s->kv_dtype), NS, e[0], e[1], T - 1, e[2],
+           same ? "equal to" : "DIFFERS from", ok ? "" : "  FAIL");
+    CHECK(ok);
+    ra_backend_release(be, bq);
+    ra_backend_release(be, bo);
+    free(qs);
+    free(out);
+    free(span);
+    free(want);
+}
+
 /* Attention at position lists, against the oracle: queries at gapped
  * positions over a whole cache [0, T) (the oracle's answer at a position is
  * the same whatever the other queries are); queries over gathered keys (a
@@ -603,6 +662,7 @@ static void attention_rows_case(const struct attn_case *ac)
                    ra_cpu_isa_name(isa), hd, ac->n_heads, ac->n_kv_heads, ra_dtype_name(dt), NQ, e1, NK, e2, e3,
                    e1 <= tol && e2 <= tol && e3 <= tol ? "" : "  FAIL");
             CHECK(e1 <= tol && e2 <= tol && e3 <= tol);
+            attention_lists_case(be, &s, bk, bv, q, ref, T, tol, ra_cpu_isa_name(isa));
             void *bufs[] = { bk, bv, bkg, bvg, bq, bo };
             for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
                 ra_backend_release(be, bufs[i]);
