@@ -10,7 +10,8 @@
 #     --repeat).
 #  3. Bad input, one line naming the file and the cause, non-zero exit: a
 #     missing chunk file, malformed JSON, a chunk and a prompt longer than the
-#     context, ids outside the vocabulary, text without a tokenizer, options
+#     context, ids outside the vocabulary, text without a tokenizer, a store
+#     directory that does not exist, options
 #     that do not fit together (their values: test_request), --reuse on 2 ranks.
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
@@ -41,6 +42,7 @@ cat >"$TMP/text.json" <<'EOF'
  "question": "what did the cat do?"}
 EOF
 TOK="--tokenizer $TMP/tok512.bin"
+ids_want=""
 
 # 1. Every mode against the same ids through the chain's prefill.
 for req in ids text; do
@@ -48,6 +50,7 @@ for req in ids text; do
     [ $req = text ] && args="$args $TOK"
     ids=$($RA $args --tokenize-only 2>"$TMP/err") || { fail "$req: --tokenize-only: $(cat "$TMP/err")"; continue; }
     want=$($RA --model $M --prompt-ids "$ids" -n 12 -o ids 2>"$TMP/err") || { fail "$req: reference: $(cat "$TMP/err")"; continue; }
+    [ $req = ids ] && ids_want=$want
     got=$($RA $args -n 12 -o ids 2>"$TMP/err") || fail "$req: --request alone: $(cat "$TMP/err")"
     [ "$got" = "$want" ] || fail "$req: --request alone printed '$got', --prompt-ids '$want'"
     for mode in none; do
@@ -56,6 +59,11 @@ for req in ids text; do
         grep -q "^reuse $mode" "$TMP/err" || fail "$req --reuse $mode: no reuse summary on stderr"
     done
 done
+
+# --request alone is a prompt source for the chain too.
+got=$(timeout 120 $MPIEXEC -np 2 $MPIEXEC_FLAGS $RA --model $M --request "$TMP/ids.json" -n 12 -o ids 2>"$TMP/err") ||
+    fail "--request on 2 ranks: $(cat "$TMP/err")"
+[ "$got" = "$ids_want" ] || fail "--request on 2 ranks printed '$got', one rank '$ids_want'"
 
 # 2. The report.
 $RA --model $M --request "$TMP/ids.json" --reuse none --repeat 3 -n 4 -o ids --report "$TMP/r.json" \
@@ -93,6 +101,8 @@ expect_error "longprompt.json: the prompt has 601 tokens" $RA --model $M --reque
 expect_error "outside.json: token id 600 at position 1 is outside the model's vocabulary" \
     $RA --model $M --request "$TMP/outside.json" --reuse none
 expect_error "text.json: \"system\" is text, but the model has no tokenizer" $RA --model $M --request "$TMP/text.json"
+expect_error "$TMP/nostore: cannot open the chunk store" $RA --model $M --request "$TMP/ids.json" --reuse full \
+    --store "$TMP/nostore"
 expect_error "--reuse needs --request" $RA --model $M --prompt-ids "1 2" --reuse none
 expect_error "--reuse: 'most' is not none, prefix, full or blend" $RA --model $M --request "$TMP/ids.json" --reuse most
 expect_error "need --reuse blend" $RA --model $M --request "$TMP/ids.json" --reuse full --blend-ratio 0.2

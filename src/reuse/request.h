@@ -17,7 +17,14 @@
  *   suffix  = the question and the template's tail (end of turn, the
  *             assistant's header).
  * Without a template: prefix = BOS (where added) and the system text;
- * suffix = the question. Every mode of --reuse runs the same ids. */
+ * suffix = the question. Every mode of --reuse runs the same ids.
+ * Parts given as text are encoded without parsing special tokens (a
+ * document's "<|im_end|>" stays text), and are not stripped as the Llama 2
+ * and 3 templates strip a content: a chunk's ids are the same wherever it
+ * stands. Encoding the parts alone can differ from encoding the whole
+ * rendered text where a cut falls inside what the tokenizer keeps together
+ * (a chunk ending in a space before the next one's word); the decoded text
+ * is the same. */
 #ifndef RA_REUSE_REQUEST_H
 #define RA_REUSE_REQUEST_H
 

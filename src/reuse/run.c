@@ -5,6 +5,7 @@
 
 #include "args.h"
 #include "forward.h"
+#include "reuse/store.h"
 #include "status.h"
 #include "timing.h"
 
@@ -90,7 +91,7 @@ static int prefill_once(struct ra_context *ctx, const struct ra_reuse_run *o, co
 {
     const int n_layers = ctx->model->config.n_layers;
     if (o->mode != RA_REUSE_NONE || o->cfg.store_write)
-        return ra_error_set(RA_EUNSUPPORTED, "--reuse %s%s: the chunk store is not in this build yet",
+        return ra_error_set(RA_EUNSUPPORTED, "--reuse %s%s: the reuse engine is not in this build yet",
                             o->mode == RA_REUSE_PREFIX ? "prefix" : o->mode == RA_REUSE_FULL ? "full"
                             : o->mode == RA_REUSE_BLEND ? "blend" : "none",
                             o->cfg.store_write ? " --store-write" : "");
@@ -106,18 +107,42 @@ static int prefill_once(struct ra_context *ctx, const struct ra_reuse_run *o, co
     return rc;
 }
 
+/* The store, for the modes that read it and for --store-write: created
+ * where it is written, opened read-only otherwise. */
+static int open_store(struct ra_context *ctx, const struct ra_vocab *v, const struct ra_reuse_run *o,
+                      enum ra_dtype kv_dtype, struct ra_store **st)
+{
+    struct ra_store_identity id = { .kv_dtype = kv_dtype };
+    char dir[4096];
+    const char *d = o->store_dir;
+    int rc = RA_OK;
+    *st = NULL;
+    if (o->mode == RA_REUSE_NONE && !o->cfg.store_write)
+        return RA_OK;
+    if (!d && (rc = ra_store_default_dir(dir, sizeof dir)) == RA_OK)
+        d = dir;
+    if (rc == RA_OK)
+        rc = ra_store_model_identity(ctx->model, id.model);
+    if (rc == RA_OK)
+        rc = ra_store_vocab_identity(v, id.tokenizer);
+    if (rc == RA_OK)
+        rc = ra_store_open(st, d, ctx->model, &id, 0, o->cfg.store_write ? RA_STORE_CREATE : RA_STORE_READONLY);
+    return rc;
+}
+
 int ra_reuse_run_prefill(struct ra_context *ctx, const struct ra_vocab *v, const struct ra_reuse_run *o,
                          const struct ra_request *req, struct ra_kvcache *kv, float *logits, double *ttft,
                          struct ra_reuse_report *rep)
 {
-    int rc = RA_OK;
-    (void)v;
+    struct ra_store *st = NULL;
     memset(rep, 0, sizeof *rep);
+    int rc = open_store(ctx, v, o, kv->dtype, &st);
     for (int i = 0; rc == RA_OK && i < o->repeat; i++) {
         free(rep->recomputed);
         if ((rc = prefill_once(ctx, o, req, kv, logits, rep)) == RA_OK)
             ttft[i] = rep->ttft;
     }
+    ra_store_close(st);
     return rc;
 }
 
