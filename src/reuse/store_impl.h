@@ -1,6 +1,7 @@
 /* The chunk store's internals, shared by its sources (store.c: open, get,
  * put; store_file.c: identities and the chunk file format; store_index.c: the
- * index, its lock, LRU and eviction) and by the header parser's fuzz harness.
+ * index, its lock, LRU and eviction; store_verify.c: the check) and by the
+ * tests and the header parser's fuzz harness.
  *
  * A CHUNK FILE (little-endian):
  *   struct ra_chunk_header           fixed part, RA_CHUNK_HEADER_BYTES
@@ -96,6 +97,8 @@ struct ra_chunk {
     uint8_t *verified; /* [n_layers] 1 once the layer's checksum matched */
 };
 
+/* DIR/NAME (malloc'ed; NULL: out of memory). */
+char *ra_store_join(const char *dir, const char *name);
 /* DIR/chunks/KK/KEY.rachunk for the hex key KEY (malloc'ed). */
 char *ra_store_chunk_path(const struct ra_store *st, const char *key);
 /* Maps and parses PATH; RA_OK with *c NULL when the file does not exist. */
