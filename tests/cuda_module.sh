@@ -9,7 +9,7 @@ grep -q '^#define HAVE_CUDA 1' "$BUILD/config.h" 2>/dev/null \
     || skip_no_device "cuda_module: $BUILD is not a CUDA build (./configure --with-cuda)"
 need_fixture stories260K.bin
 
-for p in runahead runahead-tune runahead-synth runahead-table tests/cuda_devices; do
+for p in runahead runahead-tune runahead-chunks runahead-synth runahead-table tests/cuda_devices; do
     if ldd "$BUILD/$p" | grep -Eq 'lib(cudart|cublas|cublasLt|nccl|cuda)\.so'; then
         fail "$p links a CUDA library: $(ldd "$BUILD/$p" | grep -E 'lib(cudart|cublas|nccl|cuda)' | tr -s ' \t\n' ' ')"
     fi
