@@ -215,6 +215,8 @@ static int open_dir(struct ra_store *st)
     } else if (!S_ISDIR(sb.st_mode)) {
         return ra_error_set(RA_EINVAL, "%s: not a directory", st->dir);
     }
+    if ((st->flags & RA_STORE_USES) && access(st->dir, W_OK | X_OK) != 0)
+        st->flags |= RA_STORE_READONLY;
     if (st->flags & RA_STORE_READONLY)
         return RA_OK;
     ignore_file_size_signal();

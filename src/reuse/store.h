@@ -62,6 +62,8 @@ int ra_store_default_dir(char *buf, size_t len);
 enum {
     RA_STORE_CREATE = 1,   /* create DIR (and its parents) and store.json when absent */
     RA_STORE_READONLY = 2, /* never write: lookups only, uses not recorded */
+    RA_STORE_USES = 4,     /* a reader: READONLY where DIR cannot be written, else its
+                              uses are recorded in the index (LRU) as a writer's are */
 };
 
 /* Opens the store in DIR for chunks of model M (its config gives the RoPE
