@@ -4,7 +4,8 @@
 # chunks, verify clean, no temporary file left): a missing chunk file, a chunk
 # longer than the model's context, ids outside the vocabulary, text without a
 # tokenizer, a store of another model, a full disk during add (emulated with
-# ulimit -f), a store directory that is not writable (not checked as root:
+# ulimit -f; under mpirun the failing rank names itself and the other's chunks
+# are stored), a store directory that is not writable (not checked as root:
 # chmod does not stop root's writes); a corrupted chunk file fails verify,
 # naming the file; usage errors.
 . "$(dirname "$0")/lib.sh"
@@ -40,6 +41,17 @@ rc=$?
     { find "$S" -type f >&2; fail "add past ulimit -f left a temporary file"; }
 [ "$(tokens "$S")" = "$before" ] || fail "a failed add changed the store: '$(tokens "$S")'"
 chunks verify >/dev/null 2>&1 || fail "verify after the failed adds"
+# Under mpirun the rank that fails names itself and its chunk; the other rank's chunks are stored.
+# (Open MPI's shared memory would hit the limit too: its warnings are not ours.)
+(ulimit -f 64; PMIX_MCA_gds=hash OMPI_MCA_btl=self,tcp exec timeout 120 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$C" add -m "$M" \
+    --store "$TMP/s2" -T 1 --ids "1 2 3" --ids "$(seq_ids 5 500)" --ids "4 5") >/dev/null 2>"$TMP/err" &&
+    fail "mpirun add past ulimit -f succeeded"
+[ "$(grep -c "^runahead-chunks:" "$TMP/err")" -eq 2 ] &&
+    grep -q "^runahead-chunks: rank 1: --ids chunk 2: .*File too large" "$TMP/err" &&
+    grep -q "^runahead-chunks: rank 0: 2 chunks: 2 added (5 tokens)" "$TMP/err" ||
+    { cat "$TMP/err" >&2; fail "mpirun add past ulimit -f: not rank 1's error and rank 0's summary"; }
+[ "$(tokens "$TMP/s2")" = "2 3 " ] && "$C" verify -m "$M" --store "$TMP/s2" >/dev/null 2>&1 ||
+    fail "mpirun add past ulimit -f: rank 0's chunks not stored, or the store does not verify"
 mkdir -p "$TMP/ro" && chmod 555 "$TMP/ro"
 if touch "$TMP/ro/probe" 2>/dev/null; then
     echo "note: running as root, chmod does not stop writes: the unwritable store is not checked"
