@@ -90,14 +90,15 @@ static void usage(FILE *f)
 "  verify    check every chunk file (header, identity, each layer's checksum) and\n"
 "            the index; exit 1 when anything is bad\n"
 "  evict     remove least recently used chunks down to --to SIZE, or --all\n"
-"  stats     chunks, bytes, capacity and model\n"
+"  stats     chunks, bytes, capacity and model (the path given, and the start of\n"
+"            its identity, which the store's store.json names)\n"
 "\n"
 "Store and model (every command):\n"
 "      --store DIR           the store (default: $RA_STORE, else ~/.cache/runahead/chunks);\n"
 "                            add creates it\n"
-"      --capacity SIZE       bytes the store may hold (K/M/G/T suffixes; default: the\n"
-"                            store's, 16G for a new one); add evicts the least recently\n"
-"                            used chunks beyond it\n"
+"      --capacity SIZE       add: bytes the store may hold from now on (K/M/G/T suffixes;\n"
+"                            default: the store's, 16G for a new one); the least recently\n"
+"                            used chunks beyond it are evicted\n"
 "  -m, --model PATH          llama2.c checkpoint, Hugging Face directory or GGUF file\n"
 "  -z, --tokenizer PATH      its vocabulary (default: the model's own, as runahead finds it)\n"
 "      --no-check-weights    skip the scan for NaN/Inf weights at load\n"
@@ -237,6 +238,8 @@ static int check_options(const struct options *o)
         return ra_error_set(RA_EINVAL, "give --system or --system-ids, not both");
     if (o->request && (o->system || o->system_ids))
         return ra_error_set(RA_EINVAL, "--request FILE brings its own system prompt: drop --system");
+    if (o->capacity && o->cmd != CMD_ADD)
+        return ra_error_set(RA_EINVAL, "--capacity is for add (it sets the store's capacity)");
     if (o->json && o->cmd != CMD_LS)
         return ra_error_set(RA_EINVAL, "--json is for ls");
     if ((o->have_to || o->all) && o->cmd != CMD_EVICT)
@@ -635,8 +638,15 @@ static int stats(const struct options *o, struct setup *s)
     }
     const unsigned long long cap = ra_store_capacity(s->st);
     printf("store     %s\n", ra_store_dir(s->st));
-    printf("model     %s (%d layers, KV %s)\n", o->model, s->m.config.n_layers,
-           o->be.kv_dtype == RA_DTYPE_BF16 ? "bf16" : "f32");
+    uint8_t id[RA_STORE_HASH_BYTES];
+    if ((rc = ra_store_model_identity(&s->m, id)) != RA_OK) {
+        free(e);
+        return rc;
+    }
+    printf("model     %s (%d layers; identity ", o->model, s->m.config.n_layers);
+    for (int i = 0; i < 8; i++)
+        printf("%02x", id[i]);
+    printf("...)\n");
     printf("chunks    %d (%llu tokens)\n", n, tokens);
     printf("bytes     %llu (%.1f MiB)\n", bytes, bytes / 1048576.0);
     printf("capacity  %llu (%.1f MiB, %.1f%% used)\n", cap, cap / 1048576.0, cap ? 100.0 * bytes / cap : 0.0);

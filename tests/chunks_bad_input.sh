@@ -72,6 +72,7 @@ expect_error "^runahead-chunks: rank 0: unknown command 'lst'" "$C" lst -m "$M"
 expect_error "^runahead-chunks: rank 0: evict: give exactly one of --to SIZE and --all" "$C" evict -m "$M"
 expect_error "^runahead-chunks: rank 0: add: no chunks" "$C" add -m "$M"
 expect_error "^runahead-chunks: rank 0: --capacity: 'x' is not a size" "$C" add -m "$M" --capacity x --ids 1
+expect_error "^runahead-chunks: rank 0: --capacity is for add" "$C" stats -m "$M" --store "$S" --capacity 1M
 # Under mpirun the launcher adds its own lines: one of ours, and a non-zero exit.
 timeout 120 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$C" ls -m "$M" --store "$S" >/dev/null 2>"$TMP/err" &&
     fail "ls under mpirun -np 2 ran"

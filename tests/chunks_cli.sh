@@ -1,10 +1,11 @@
 #!/bin/sh
 # runahead-chunks on stories260K (ids) and SmolLM2 (text): add, ls, verify,
-# evict and stats round trip, least recently used first; chunks already stored
-# are found, not recomputed; 4 concurrent add processes and mpirun -np 2 lose
-# nothing (every chunk listed with its length, verify clean); the chunks of a
-# request file are those added from files and --system (the same keys), and
-# another prefix gives other keys. Bad input: tests/chunks_bad_input.sh.
+# evict and stats round trip, least recently used first; add --capacity
+# evicts down to the new capacity; chunks already stored are found, not
+# recomputed; 4 concurrent add processes and mpirun -np 2 lose nothing (every
+# chunk listed with its length, verify clean); the chunks of a request file
+# are those added from files and --system (the same keys), and another prefix
+# gives other keys. Bad input: tests/chunks_bad_input.sh.
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
 need_command "$MPIEXEC"
@@ -49,6 +50,11 @@ printf '{"chunks": [{"ids": [%s]}, {"ids": [%s]}], "question": {"ids": [5, 6]}}\
 chunks add --ids "$(seq_ids 8 4)" --ids "$(seq_ids 9 6)" 2>/dev/null || fail "add before the request"
 chunks add --request "$TMP/req.json" 2>"$TMP/err" || { cat "$TMP/err" >&2; fail "add --request"; }
 grep -q "2 chunks: 0 added (0 tokens), 2 already stored" "$TMP/err" || { cat "$TMP/err" >&2; fail "a request's chunks are new"; }
+
+# --capacity: the store's new capacity (two chunks of 24 KiB), the least recently used chunk (4) evicted.
+chunks add --capacity 48K --ids "$(seq_ids 10 9)" 2>/dev/null || fail "add --capacity 48K"
+[ "$(tokens "$S")" = "6 9 " ] || fail "add --capacity 48K left '$(tokens "$S")', not '6 9'"
+"$C" stats -m "$M" --store "$S" | grep -q "^capacity  *49152 " || fail "stats after add --capacity 48K"
 
 # --- 4 concurrent processes, then 2 MPI ranks: nothing lost
 S="$TMP/store2"
