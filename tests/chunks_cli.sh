@@ -5,7 +5,8 @@
 # recomputed; 4 concurrent add processes and mpirun -np 2 lose nothing (every
 # chunk listed with its length, verify clean); the chunks of a request file
 # are those added from files and --system (the same keys), and another prefix
-# gives other keys. Bad input: tests/chunks_bad_input.sh.
+# gives other keys (the template's default system prompt, as a request
+# without one). Bad input: tests/chunks_bad_input.sh.
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
 need_command "$MPIEXEC"
@@ -97,6 +98,10 @@ else
         { cat "$T/err" >&2; fail "a request's text chunks are not those of add --system"; }
     "$C" add -m "$G" --store "$T/s" -T 1 "$T/docs/a.txt" 2>"$T/err" || fail "add behind the default system prompt"
     grep -q "1 added" "$T/err" || { cat "$T/err" >&2; fail "another prefix found the chunk of --system"; }
+    printf '{"chunks": [{"file": "docs/a.txt"}], "question": "Who?"}' >"$T/req2.json"
+    "$C" add -m "$G" --store "$T/s" -T 1 --request "$T/req2.json" 2>"$T/err" || fail "add --request without a system"
+    grep -q "1 chunk: 0 added (0 tokens), 1 already stored" "$T/err" ||
+        { cat "$T/err" >&2; fail "a request without a system prompt is not behind the template's default"; }
     "$C" verify -m "$G" --store "$T/s" >/dev/null 2>&1 || fail "verify of the text store"
 fi
 finish
