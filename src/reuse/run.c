@@ -108,7 +108,7 @@ static int prefill_once(struct ra_context *ctx, const struct ra_reuse_run *o, co
 }
 
 /* The store, for the modes that read it and for --store-write: created
- * where it is written, opened read-only otherwise. */
+ * where it is written; a reader records its uses (LRU) where it can write. */
 static int open_store(struct ra_context *ctx, const struct ra_vocab *v, const struct ra_reuse_run *o,
                       enum ra_dtype kv_dtype, struct ra_store **st)
 {
@@ -126,7 +126,7 @@ static int open_store(struct ra_context *ctx, const struct ra_vocab *v, const st
     if (rc == RA_OK)
         rc = ra_store_vocab_identity(v, id.tokenizer);
     if (rc == RA_OK)
-        rc = ra_store_open(st, d, ctx->model, &id, 0, o->cfg.store_write ? RA_STORE_CREATE : RA_STORE_READONLY);
+        rc = ra_store_open(st, d, ctx->model, &id, 0, o->cfg.store_write ? RA_STORE_CREATE : RA_STORE_USES);
     return rc;
 }
 
