@@ -33,17 +33,27 @@ void ra_workspace_free(struct ra_backend *be, struct ra_workspace *ws)
     free(ws);
 }
 
-/* Makes room for n tokens; with a cache that is not fp32 (narrow_kv), also
+/* Makes room for n tokens; with narrow_kv (a cache that is not fp32, or a position list), also
  * the fp32 K and V rows the projections and RoPE write before rounding. */
 static int workspace_reserve(struct ra_context *ctx, int n, int narrow_kv)
 {
     struct ra_workspace *ws = ctx->ws;
     if (ws && ws->capacity >= n && (!narrow_kv || ws->kf))
         return RA_OK;
-    if (ws && ws->capacity > n)
-        n = ws->capacity;
     struct ra_backend *be = ctx->backend;
     const struct ra_config *c = &ctx->model->config;
+    if (ws && ws->capacity >= n) { /* only the fp32 K and V rows are missing (a list after spans): add them */
+        const size_t kvb = (size_t)ws->capacity * ra_config_kv_dim(c) * sizeof(float);
+        ws->kf = ra_backend_alloc(be, kvb);
+        ws->vf = ra_backend_alloc(be, kvb);
+        if (ws->kf && ws->vf)
+            return RA_OK;
+        ra_workspace_free(be, ws);
+        ctx->ws = NULL;
+        return ra_error_set(RA_ENOMEM, "forward: cannot allocate K and V rows for %d tokens", n);
+    }
+    if (ws && ws->capacity > n)
+        n = ws->capacity;
     ra_workspace_free(be, ws);
     ctx->ws = ws = calloc(1, sizeof *ws);
     if (!ws)
