@@ -86,48 +86,6 @@ static void usage(FILE *f)
             "RA_CPU_ISA and RA_GEMM (auto|onednn|sbgemm|f32) force the kernels and the bf16 unit.\n");
 }
 
-static void cpu_name(char *buf, size_t len)
-{
-    snprintf(buf, len, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) == 0) {
-            char *c = strchr(line, ':');
-            if (c) {
-                c++;
-                while (*c == ' ' || *c == '\t')
-                    c++;
-                c[strcspn(c, "\n")] = 0;
-                snprintf(buf, len, "%s", c);
-            }
-            break;
-        }
-    }
-    fclose(f);
-}
-
-static int cpu_has(const char *flag)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return 0;
-    char line[8192];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f)) {
-        if (strncmp(line, "flags", 5) != 0)
-            continue;
-        for (char *t = strtok(strchr(line, ':') + 1, " \t\n"); t; t = strtok(NULL, " \t\n"))
-            if (strcmp(t, flag) == 0)
-                found = 1;
-        break;
-    }
-    fclose(f);
-    return found;
-}
-
 /* One timed prefill: spans [b[i], b[i+1]) in order, logits for the last only.
  * stats[i] and wall[i] receive each span's accounting and wall time; returns
  * the total wall time. */
@@ -411,16 +369,16 @@ static void print_header(const struct options *o, const struct lane *lanes, int 
     const struct ra_config *cfg = &lanes[dt0].m.config;
     char cpu[256], kernels[256];
     struct utsname un;
-    cpu_name(cpu, sizeof cpu);
+    bench_cpu_name(cpu, sizeof cpu);
     uname(&un);
     double lin1, att1;
     ra_forward_flops(cfg, 0, 1, &lin1, &att1);
     ra_cpu_isa_describe(kernels, sizeof kernels);
     printf("# runahead bench-prefill: single-process prompt processing, %s backend\n", o->backend);
     printf("# machine : %s, %ld cores online, %s %s%s%s%s%s%s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN), un.sysname,
-           un.machine, cpu_has("avx2") ? ", AVX2" : "", cpu_has("fma") ? "+FMA" : "",
-           cpu_has("avx512f") ? ", AVX-512" : "", cpu_has("avx512_bf16") ? ", AVX512-BF16" : "",
-           cpu_has("amx_bf16") ? ", AMX-BF16" : "");
+           un.machine, bench_cpu_has("avx2") ? ", AVX2" : "", bench_cpu_has("fma") ? "+FMA" : "",
+           bench_cpu_has("avx512f") ? ", AVX-512" : "", bench_cpu_has("avx512_bf16") ? ", AVX512-BF16" : "",
+           bench_cpu_has("amx_bf16") ? ", AMX-BF16" : "");
     printf("# kernels : %s, chosen at run time (RA_CPU_ISA forces one)\n", kernels);
     printf("# bf16    : %s (RA_GEMM forces one)\n", units);
     printf("# OpenBLAS: %s\n", openblas_get_config());

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 int bench_parse_list(const char *s, int *out, int max, const char *flag)
@@ -50,4 +51,53 @@ int bench_bf16_beside(const char *model_dir, char *buf, size_t size)
 {
     const int len = snprintf(buf, size, "%s-bf16", model_dir);
     return len >= 0 && (size_t)len < size && access(buf, R_OK) == 0;
+}
+
+void bench_cpu_name(char *buf, size_t len)
+{
+    snprintf(buf, len, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ' || *c == '\t')
+                    c++;
+                c[strcspn(c, "\n")] = 0;
+                snprintf(buf, len, "%s", c);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+int bench_cpu_has(const char *flag)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return 0;
+    char line[8192];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0)
+            continue;
+        for (char *t = strtok(strchr(line, ':') + 1, " \t\n"); t; t = strtok(NULL, " \t\n"))
+            if (strcmp(t, flag) == 0)
+                found = 1;
+        break;
+    }
+    fclose(f);
+    return found;
+}
+
+void bench_cpu_flags(char *buf, size_t size)
+{
+    snprintf(buf, size, "%s%s%s%s%s", bench_cpu_has("avx2") ? "AVX2" : "no AVX2", bench_cpu_has("fma") ? "+FMA" : "",
+             bench_cpu_has("avx512f") ? ", AVX-512" : "", bench_cpu_has("avx512_bf16") ? ", AVX512-BF16" : "",
+             bench_cpu_has("amx_bf16") ? ", AMX-BF16" : "");
 }

@@ -36,4 +36,11 @@ void bench_default_model(char *buf, size_t size);
  * into buf: 1 if it is there to read, else 0. */
 int bench_bf16_beside(const char *model_dir, char *buf, size_t size);
 
+/* The CPU's model name from /proc/cpuinfo ("unknown CPU" where it does not say). */
+void bench_cpu_name(char *buf, size_t size);
+/* 1 if /proc/cpuinfo lists FLAG (avx2, avx512f, avx512_bf16, amx_bf16, ...). */
+int bench_cpu_has(const char *flag);
+/* The vector units the kernels care about: "AVX2+FMA, AVX-512, AVX512-BF16, AMX-BF16", those present. */
+void bench_cpu_flags(char *buf, size_t size);
+
 #endif

@@ -57,11 +57,14 @@ struct cpu_backend {
     struct ra_gemm_bf16 *bf16; /* NULL: no bf16 unit */
     float **scratch;    /* [n_threads], each WIDEN_ROWS x max cols */
     size_t scratch_floats;
-    /* RoPE's cos/sin of the last span, [n][head_dim/2] each: every layer's q
-     * and k rotate the same positions, so the table is computed once a span. */
+    /* RoPE's cos/sin of the last span or position list, [n][head_dim/2]
+     * each: every layer's q and k rotate the same positions, so the table is
+     * computed once a pass. A list's positions are kept to recognise it. */
     float *rope_cos, *rope_sin;
     size_t rope_floats;
     int rope_pos0, rope_n, rope_head_dim;
+    int32_t *rope_list; /* the tables' list (rope_listed), capacity rope_list_cap */
+    int rope_listed, rope_list_cap;
     float rope_theta;
     int rope_scaled;                          /* the tables' key covers the factors too */
     float rope_factors[RA_ROPE_MAX_PAIRS];
@@ -90,6 +93,7 @@ static void cpu_destroy(struct ra_backend *be)
     ra_gemm_bf16_free(cb->bf16);
     free(cb->rope_cos);
     free(cb->rope_sin);
+    free(cb->rope_list);
     free(cb->gemv_xb);
     free(cb->gemv_xr);
     free(cb);
@@ -379,11 +383,13 @@ static int cpu_rmsnorm(struct ra_backend *be, float *y, const float *x, const st
 }
 
 /* Whether the cached cos/sin tables are those of these positions and
- * frequencies (tables of a position list are never kept). */
+ * frequencies (a list's by its positions, compared whole). */
 static int rope_tables_match(const struct cpu_backend *cb, const struct ra_rows *rows, int head_dim,
                              const struct ra_rope *r)
 {
-    if (rows->pos || !cb->rope_cos || cb->rope_pos0 != rows->start || cb->rope_n != rows->n ||
+    if (!cb->rope_cos || cb->rope_n != rows->n || cb->rope_listed != (rows->pos != NULL) ||
+        (rows->pos ? memcmp(cb->rope_list, rows->pos, sizeof(int32_t) * (size_t)rows->n) != 0
+                   : cb->rope_pos0 != rows->start) ||
         cb->rope_head_dim != head_dim || cb->rope_theta != r->theta || cb->rope_scaled != (r->factors != NULL))
         return 0;
     return !r->factors || !memcmp(cb->rope_factors, r->factors, (size_t)(head_dim / 2) * sizeof(float));
@@ -426,8 +432,18 @@ static int rope_tables(struct ra_backend *be, const struct ra_rows *rows, int sa
             sn[(size_t)i * half + j] = sinf(a);
         }
     }
-    if (rows->pos || same)
+    if (same)
         return RA_OK;
+    if (rows->pos && n > cb->rope_list_cap) { /* without room for the list the tables serve this call only */
+        int32_t *grown = realloc(cb->rope_list, sizeof(int32_t) * (size_t)n);
+        if (!grown)
+            return RA_OK;
+        cb->rope_list = grown;
+        cb->rope_list_cap = n;
+    }
+    if (rows->pos)
+        memcpy(cb->rope_list, rows->pos, sizeof(int32_t) * (size_t)n);
+    cb->rope_listed = rows->pos != NULL;
     cb->rope_pos0 = rows->start;
     cb->rope_n = n;
     cb->rope_head_dim = head_dim;

@@ -383,6 +383,41 @@ static void gapped_positions(int32_t *pos, int n, int first)
 
 /* rope at a position list with gaps, then rope_shift by +73 and -29 (f32 and
  * bf16 rows), against the oracle's rotation at the final positions. */
+/* The CPU backend keeps a list's cos/sin tables for the next call: the same
+ * list again (the tables kept) and then the same array with every position
+ * moved by one (they must be remade) each equal the oracle. bx: rows x
+ * rotated at pos already; ref: x rotated at pos by the oracle. */
+static void rope_list_again(struct ra_backend *be, float *bx, const float *x, size_t count, int ld, int32_t *pos,
+                            int n, int n_heads, int head_dim, const struct ra_rope *rope, const double *ref)
+{
+    const struct ra_rows rows = { n, 0, pos };
+    float *got = malloc(count * sizeof(float));
+    double *moved = malloc(count * sizeof(double));
+    double err[2];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            for (int i = 0; i < n; i++)
+                pos[i]++;
+        CHECK_OK(be->ops->upload(be, bx, x, count * sizeof(float)));
+        CHECK_OK(be->ops->rope(be, bx, ld, &rows, n_heads, head_dim, rope));
+        CHECK_OK(be->ops->download(be, got, bx, count * sizeof(float)));
+        for (size_t i = 0; i < count; i++)
+            moved[i] = x[i];
+        for (int i = 0; pass == 1 && i < n; i++)
+            ref_rope(moved + (size_t)i * ld, n_heads, head_dim, pos[i], rope->theta, rope->style, rope->factors);
+        err[pass] = max_err(got, pass ? moved : ref, count);
+    }
+    for (int i = 0; i < n; i++)
+        pos[i]--;
+    CHECK_OK(be->ops->upload(be, bx, x, count * sizeof(float))); /* as the caller left it: rotated at pos */
+    CHECK_OK(be->ops->rope(be, bx, ld, &rows, n_heads, head_dim, rope));
+    printf("rope      the same list again %.2e, its positions moved by one %.2e%s\n", err[0], err[1],
+           err[0] <= TOL_ROPE && err[1] <= TOL_ROPE ? "" : "  FAIL");
+    CHECK(err[0] <= TOL_ROPE && err[1] <= TOL_ROPE);
+    free(got);
+    free(moved);
+}
+
 static void rope_rows_case(int head_dim, int n_heads, enum ra_rope_style style, int scaling)
 {
     const int n = 150, width = n_heads * head_dim, ld = width + 8, deltas[] = { 73, -29 };
@@ -418,6 +453,7 @@ static void rope_rows_case(int head_dim, int n_heads, enum ra_rope_style style, 
                ra_cpu_isa_name(isa), head_dim, n_heads, ra_rope_style_name(style), scaling_name(scaling), n, err,
                err <= TOL_ROPE ? "" : "  FAIL");
         CHECK(err <= TOL_ROPE);
+        rope_list_again(be, bx, x, count, ld, pos, n, n_heads, head_dim, &rope, ref);
         for (size_t i = 0; i < count; i++)
             x16[i] = ra_f32_to_bf16(got[i]);
         CHECK_OK(be->ops->upload(be, bx16, x16, count * sizeof(uint16_t)));
