@@ -23,6 +23,18 @@
  *                 the cache's rows [first, start+n) of the layer
  *   -- attention, output projection, feed-forward --
  *   layer_end     the layer's output is in a->x (the chain completes sends)
+ *   narrow        (not after the last layer) which of the n rows the rest of
+ *                 the pass computes: keep[0..*n_keep) holds row indices,
+ *                 ascending, first all n; a hook may remove some. The pass
+ *                 gathers the kept rows of the residual stream (get_rows) and
+ *                 goes on over their positions, a position list (the last row
+ *                 stays when the pass writes logits). CacheBlend's gradual
+ *                 filtering.
+ *
+ * ENDING A PASS. A hook that returns RA_HOOK_STOP at layer_begin, kv_ready or
+ * layer_end ends the pass there (the hooks after it at that point still
+ * run): no later layer, no logits, and the pass returns RA_OK. CacheBlend's
+ * first pass ends at its check layer's kv_ready.
  *
  * Every point runs the context's hooks in list order (the order they were
  * added); a hook may leave any point NULL. ATTEND COMPOSES AS A PIPELINE: each
@@ -61,7 +73,11 @@ struct ra_hook {
     int (*kv_ready)(void *self, const struct ra_hook_args *a);
     int (*attend)(void *self, const struct ra_hook_args *a, const float **k, const float **v, int *rows);
     int (*layer_end)(void *self, const struct ra_hook_args *a);
+    int (*narrow)(void *self, const struct ra_hook_args *a, int32_t *keep, int *n_keep);
 };
+
+/* A hook's status that ends the pass without an error (ENDING A PASS above). */
+#define RA_HOOK_STOP 1
 
 /* Optional accounting of where a context's passes spend their time. */
 struct ra_forward_stats {

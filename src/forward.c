@@ -145,24 +145,74 @@ static int check_span(const struct ra_context *ctx, const int32_t *tokens, const
 
 enum hook_point { AT_LAYER_BEGIN, AT_KV_READY, AT_LAYER_END };
 
-/* Runs the first N hooks of CTX at one point, in list order, the first failure stopping them. */
+/* Runs the first N hooks of CTX at one point, in list order, the first
+ * failure stopping them; RA_HOOK_STOP when one asked to end the pass (the
+ * others still run). */
 static int run_hooks(struct ra_context *ctx, int n, enum hook_point at, const struct ra_hook_args *a)
 {
     if (n == 0)
         return RA_OK;
     const double t0 = ctx->stats ? ra_wall_s() : 0;
-    int rc = RA_OK;
+    int rc = RA_OK, stop = 0;
     for (int i = 0; i < n && rc == RA_OK; i++) {
         const struct ra_hook *h = ctx->hooks[i];
         int (*fn)(void *, const struct ra_hook_args *) = at == AT_LAYER_BEGIN ? h->layer_begin
                                                          : at == AT_KV_READY  ? h->kv_ready
                                                                               : h->layer_end;
-        if (fn)
-            rc = fn(h->self, a);
+        if (fn && (rc = fn(h->self, a)) == RA_HOOK_STOP)
+            stop = 1, rc = RA_OK;
     }
     if (ctx->stats)
         ctx->stats->t_exchange += ra_wall_s() - t0;
-    return rc;
+    return rc == RA_OK && stop ? RA_HOOK_STOP : rc;
+}
+
+/* The narrow hooks in list order over KEEP (every row at first); *n_keep
+ * left at N when none removed a row. */
+static int run_narrow(struct ra_context *ctx, int n_hooks, const struct ra_hook_args *a, int32_t *keep, int *n_keep)
+{
+    *n_keep = a->n;
+    for (int i = 0; i < a->n; i++)
+        keep[i] = i;
+    for (int i = 0; i < n_hooks; i++) {
+        const struct ra_hook *h = ctx->hooks[i];
+        if (!h->narrow)
+            continue;
+        const int before = *n_keep;
+        int rc = h->narrow(h->self, a, keep, n_keep);
+        if (rc != RA_OK)
+            return rc;
+        if (*n_keep < 1 || *n_keep > before)
+            return ra_error_set(RA_EINVAL, "forward: a narrow hook kept %d of %d rows at layer %d", *n_keep,
+                                before, a->layer);
+        for (int j = 0; j < *n_keep; j++)
+            if (keep[j] < 0 || keep[j] >= a->n || (j > 0 && keep[j] <= keep[j - 1]))
+                return ra_error_set(RA_EINVAL, "forward: a narrow hook's rows at layer %d are not ascending "
+                                    "indices below %d", a->layer, a->n);
+    }
+    return RA_OK;
+}
+
+static int has_narrow(const struct ra_context *ctx, int n_hooks)
+{
+    for (int i = 0; i < n_hooks; i++)
+        if (ctx->hooks[i]->narrow)
+            return 1;
+    return 0;
+}
+
+/* One layer's FLOPs over rows ROWS (keys up to each row's position). */
+static void layer_flops(const struct ra_config *c, const struct ra_rows *rows, double *linear, double *attention)
+{
+    const double d = c->dim, kv = ra_config_kv_dim(c), h = c->hidden_dim, n = rows->n;
+    double pairs = 0;
+    if (rows->pos)
+        for (int i = 0; i < rows->n; i++)
+            pairs += rows->pos[i] + 1.0;
+    else
+        pairs = n * rows->start + n * (n + 1) / 2.0;
+    *linear += 2.0 * n * (2.0 * d * d + 2.0 * d * kv + 3.0 * d * h);
+    *attention += 4.0 * d * pairs;
 }
 
 /* The attend hooks as a pipeline: each sees the rows the ones before it chose. */
@@ -179,7 +229,7 @@ static int run_attend(struct ra_context *ctx, int n, const struct ra_hook_args *
 #define HOOKS(at)                                                          \
     do {                                                                   \
         if ((rc = run_hooks(ctx, n_hooks, at, &args)) != RA_OK)            \
-            goto out;                                                      \
+            goto stop;                                                     \
     } while (0)
 
 /* The diagnostic pass's state: host scratch for downloads, and where the
@@ -244,30 +294,39 @@ static int probe_rows(struct ra_backend *be, struct probe *p, const float *buf, 
 /* The K and V rows of a position list are made in the workspace and written
  * to the cache at their positions with set_rows (the cache rows between them
  * must be there already); attention then reads the cache's rows up to the
- * last position, each query the keys at or before its own. */
-static int forward(struct ra_context *ctx, const int32_t *tokens, const struct ra_rows *rows, struct ra_kvcache *kv,
-                   float *logits_last, struct probe *probe)
+ * last position, each query the keys at or before its own. A narrow hook
+ * turns the rest of the pass into such a list (`cur`, positions in `pos`). */
+static int forward(struct ra_context *ctx, const int32_t *tokens, const struct ra_rows *rows_in,
+                   struct ra_kvcache *kv, float *logits_last, struct probe *probe)
 {
     int rc;
-    const int n = rows->n, gapped = rows->pos != NULL;
-    const int start = ra_rows_pos(rows, 0), end = rows->n > 0 ? ra_rows_pos(rows, n - 1) + 1 : start;
+    struct ra_rows cur = *rows_in;
+    const struct ra_rows *rows = &cur;
+    int n = rows->n, gapped = rows->pos != NULL;
+    int start = ra_rows_pos(rows, 0), end = rows->n > 0 ? ra_rows_pos(rows, n - 1) + 1 : start;
     const int narrow_kv = kv->dtype != RA_DTYPE_F32;
-    int32_t *idx = NULL; /* a list's cache rows, per layer */
+    const int n_hooks = probe ? 0 : ctx->n_hooks;
+    const int narrows = has_narrow(ctx, n_hooks);
+    int32_t *idx = NULL, *pos = NULL, *keep = NULL; /* a list's cache rows per layer; narrowed positions, kept rows */
+    double lin = 0, att = 0;
     if ((rc = check_positions(rows)) != RA_OK ||
         (rc = check_span(ctx, tokens, rows, start, end - start, kv)) != RA_OK ||
-        (rc = workspace_reserve(ctx, n, narrow_kv || gapped)) != RA_OK)
+        (rc = workspace_reserve(ctx, n, narrow_kv || gapped || narrows)) != RA_OK)
         return rc;
-    if (gapped && !ra_backend_supports(ctx->backend, RA_OP_POSITIONS, kv->dtype))
+    if ((gapped || narrows) && !ra_backend_supports(ctx->backend, RA_OP_POSITIONS, kv->dtype))
         return ra_error_set(RA_EUNSUPPORTED, "forward: the %s backend takes no position lists over a %s KV cache",
                             ctx->backend->ops->name, ra_dtype_name(kv->dtype));
-    if (gapped && !(idx = malloc(sizeof *idx * (size_t)n)))
+    if ((gapped || narrows) && !(idx = malloc(sizeof *idx * (size_t)n)))
         return ra_error_set(RA_ENOMEM, "forward: out of memory");
+    if (narrows && (!(pos = malloc(sizeof *pos * (size_t)n)) || !(keep = malloc(sizeof *keep * (size_t)n)))) {
+        rc = ra_error_set(RA_ENOMEM, "forward: out of memory");
+        goto out;
+    }
     struct ra_backend *be = ctx->backend;
     const struct ra_backend_ops *op = be->ops;
     const struct ra_config *c = &ctx->model->config;
     const struct ra_weights *wt = &ctx->weights;
     struct ra_forward_stats *stats = probe ? NULL : ctx->stats; /* the diagnosis is no part of the timings */
-    const int n_hooks = probe ? 0 : ctx->n_hooks;
     const struct ra_rope rope = ra_config_rope(c);
     struct ra_workspace *ws = ctx->ws;
     const int d = c->dim, kvd = ra_config_kv_dim(c), hid = c->hidden_dim;
@@ -304,6 +363,7 @@ static int forward(struct ra_context *ctx, const int32_t *tokens, const struct r
         args.q = ws->q;
         args.k = kf;
         args.v = vf;
+        layer_flops(c, rows, &lin, &att);
         HOOKS(AT_KV_READY);
         /* every row attention will read, the earlier positions' too: the
          * layer's buffer holds positions [first, end) */
@@ -327,6 +387,22 @@ static int forward(struct ra_context *ctx, const int32_t *tokens, const struct r
         PROBE(ws->x, n, d, start, l, "output");
         args.xa = args.q = args.k = args.v = NULL; /* overwritten by the layer's tail */
         HOOKS(AT_LAYER_END);
+        if (narrows && l + 1 < c->n_layers) {
+            int n_keep;
+            if ((rc = run_narrow(ctx, n_hooks, &args, keep, &n_keep)) != RA_OK)
+                goto out;
+            if (logits_last && keep[n_keep - 1] != n - 1)
+                keep[n_keep++] = n - 1; /* the last row's logits were asked for */
+            if (n_keep < n) { /* the kept rows of the residual stream, at their positions */
+                OP(t_other, op->get_rows(be, ws->xb, ws->x, RA_DTYPE_F32, (size_t)d, keep, n_keep));
+                float *t = ws->x;
+                ws->x = ws->xb, ws->xb = t;
+                for (int i = 0; i < n_keep; i++)
+                    pos[i] = ra_rows_pos(rows, keep[i]); /* keep[i] >= i: in place */
+                cur = (struct ra_rows){ n_keep, pos[0], pos };
+                n = n_keep, gapped = 1, start = pos[0], end = pos[n - 1] + 1;
+            }
+        }
     }
     if (logits_last) { /* only the span's last token needs the classifier */
         float *last = ws->x + (size_t)(n - 1) * d;
@@ -336,21 +412,18 @@ static int forward(struct ra_context *ctx, const int32_t *tokens, const struct r
         PROBE(ws->logits, 1, c->vocab_size, end - 1, -1, "classifier's output");
         OP(t_other, op->download(be, logits_last, ws->logits, (size_t)c->vocab_size * sizeof(float)));
     }
-    if (stats) {
-        double lin, att;
-        ra_forward_flops(c, start, n, &lin, &att);
-        if (gapped) { /* each query against the keys up to its position */
-            double pairs = 0;
-            for (int i = 0; i < n; i++)
-                pairs += rows->pos[i] + 1.0;
-            att = c->n_layers * 4.0 * d * pairs;
-        }
+stop:
+    if (rc == RA_HOOK_STOP)
+        rc = RA_OK;
+    if (stats && rc == RA_OK) {
         stats->flop_linear += lin;
         stats->flop_attention += att;
-        stats->tokens += n;
+        stats->tokens += rows_in->n;
     }
 out:
     free(idx);
+    free(pos);
+    free(keep);
     return rc;
 }
 

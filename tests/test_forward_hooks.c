@@ -6,12 +6,14 @@
  * workspace) is its own. The hooks run in list order at every point, see the
  * fresh fp32 K and V (before a bf16 cache rounds them) and the layer's
  * activations, compose their attend choices as a pipeline, can be removed,
- * and a failing one stops the pass with its status. */
+ * and a failing one stops the pass with its status. A hook can end a pass
+ * after a layer (RA_HOOK_STOP) and narrow the rows the rest of it computes. */
 #include "half.h"
 #include "random_model.h"
 #include "ra_core.h"
 #include "test.h"
 
+#include <math.h>
 #include <string.h>
 
 #define STEPS 24
@@ -246,6 +248,137 @@ static void check_hooks(const struct ra_model *m, enum ra_dtype kv_dtype)
     free(got);
 }
 
+/* ------------------------------------------------------------ stop and narrow */
+
+/* Ends the pass at kv_ready of layer stop_layer; narrows to rows keep[n_keep] after layer narrow_layer;
+ * records the rows each layer computed. */
+struct cut_hook {
+    struct ra_hook hook;
+    int stop_layer, narrow_layer;
+    const int32_t *keep;
+    int n_keep;
+    int seen_n[16];          /* per layer: a->n at kv_ready (0: not run) */
+    int32_t seen_pos[16][64]; /* and their positions */
+};
+
+static int cut_kv_ready(void *self, const struct ra_hook_args *a)
+{
+    struct cut_hook *h = self;
+    h->seen_n[a->layer] = a->n;
+    for (int i = 0; i < a->n && i < 64; i++)
+        h->seen_pos[a->layer][i] = ra_rows_pos(a->rows, i);
+    return a->layer == h->stop_layer ? RA_HOOK_STOP : RA_OK;
+}
+
+static int cut_narrow(void *self, const struct ra_hook_args *a, int32_t *keep, int *n_keep)
+{
+    struct cut_hook *h = self;
+    if (a->layer != h->narrow_layer)
+        return RA_OK;
+    CHECK(*n_keep == a->n);
+    memcpy(keep, h->keep, sizeof *keep * (size_t)h->n_keep);
+    *n_keep = h->n_keep;
+    return RA_OK;
+}
+
+/* Layer L's K and V rows [0, n) of KV on the host, as bytes. */
+static void *layer_rows(const struct ra_kvcache *kv, int l, int n, int v)
+{
+    const size_t bytes = (size_t)n * ra_kvcache_row_bytes(kv);
+    void *out = malloc(bytes);
+    CHECK_OK(kv->backend->ops->download(kv->backend, out, v ? kv->v[l] : kv->k[l], bytes));
+    return out;
+}
+
+static int same_layer(const struct ra_kvcache *a, const struct ra_kvcache *b, int l, int n)
+{
+    int same = 1;
+    for (int v = 0; v < 2; v++) {
+        void *x = layer_rows(a, l, n, v), *y = layer_rows(b, l, n, v);
+        same &= memcmp(x, y, (size_t)n * ra_kvcache_row_bytes(a)) == 0;
+        free(x);
+        free(y);
+    }
+    return same;
+}
+
+/* A hook ends a pass at a layer's kv_ready: layers up to it are the full
+ * pass's, the later ones untouched, no logits. A narrow hook after layer 0
+ * over a cache the full pass filled: the rest of the pass runs the kept rows
+ * only (at their positions) and, since every other row is in the cache
+ * already, gives back the full pass's logits (within rounding: the GEMMs
+ * over fewer rows may sum in another order). */
+static void check_stop_narrow(const struct ra_model *m, enum ra_dtype kv_dtype)
+{
+    const struct ra_config *c = &m->config;
+    const int V = c->vocab_size, n = 23, L = c->n_layers, kvd = ra_config_kv_dim(c);
+    int32_t tokens[23];
+    for (int i = 0; i < n; i++)
+        tokens[i] = test_rand_int(0, V - 1);
+    struct ra_backend *be;
+    struct ra_context plain, cut;
+    struct ra_kvcache full, kv;
+    float *want = malloc(sizeof(float) * (size_t)V), *got = malloc(sizeof(float) * (size_t)V);
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2, .compute = RA_COMPUTE_F32 }));
+    CHECK_OK(ra_context_init(&plain, m, be));
+    CHECK_OK(ra_context_init(&cut, m, be));
+    CHECK_OK(ra_kvcache_init_dtype(&full, be, L, kvd, n, kv_dtype));
+    CHECK_OK(ra_forward_span(&plain, tokens, 0, n, &full, want));
+
+    struct cut_hook h = { .stop_layer = 1, .narrow_layer = -1 };
+    h.hook = (struct ra_hook){ .self = &h, .kv_ready = cut_kv_ready, .narrow = cut_narrow };
+    CHECK_OK(ra_context_hook_add(&cut, &h.hook));
+    CHECK_OK(ra_kvcache_init_dtype(&kv, be, L, kvd, n, kv_dtype));
+    for (int i = 0; i < V; i++)
+        got[i] = -7.0f;
+    CHECK_OK(ra_forward_span(&cut, tokens, 0, n, &kv, got));
+    int stopped = got[0] == -7.0f && got[V - 1] == -7.0f && h.seen_n[1] == n && h.seen_n[2] == 0;
+    for (int l = 0; l < L; l++) {
+        void *k = layer_rows(&kv, l, n, 0);
+        int zero = 1;
+        for (size_t i = 0; i < (size_t)n * ra_kvcache_row_bytes(&kv); i++)
+            zero &= ((unsigned char *)k)[i] == 0;
+        free(k);
+        stopped &= l <= 1 ? same_layer(&kv, &full, l, n) : zero;
+    }
+    printf("stop at layer 1's kv_ready, %s KV: layers 0-1 the full pass's, the others untouched, no logits: %s\n",
+           ra_dtype_name(kv_dtype), stopped ? "ok" : "FAIL");
+    CHECK(stopped);
+
+    /* narrowed after layer 0 to every third row and the last (the hook leaves it out: the pass adds it) */
+    int32_t keep[23];
+    int nk = 0;
+    for (int i = 1; i < n - 1; i += 3)
+        keep[nk++] = i;
+    memset(&h.seen_n, 0, sizeof h.seen_n);
+    h.stop_layer = -1, h.narrow_layer = 0, h.keep = keep, h.n_keep = nk;
+    CHECK_OK(ra_forward_span(&cut, tokens, 0, n, &full, got));
+    int narrowed = h.seen_n[0] == n;
+    for (int l = 1; l < L; l++) {
+        narrowed &= h.seen_n[l] == nk + 1 && h.seen_pos[l][nk] == n - 1;
+        for (int i = 0; i < nk; i++)
+            narrowed &= h.seen_pos[l][i] == keep[i];
+    }
+    double err = 0;
+    for (int i = 0; i < V; i++)
+        err = fmax(err, fabs((double)got[i] - want[i]));
+    printf("narrow after layer 0 to %d of %d rows, %s KV: later layers computed those rows (and the last), logits "
+           "within %.2g of the full pass's: %s\n", nk + 1, n, ra_dtype_name(kv_dtype), err,
+           narrowed && err < 1e-4 ? "ok" : "FAIL");
+    CHECK(narrowed && err < 1e-4);
+
+    /* a hook keeping no row is refused */
+    h.n_keep = 0;
+    CHECK(ra_forward_span(&cut, tokens, 0, n, &full, got) == RA_EINVAL);
+    ra_kvcache_free(&kv);
+    ra_kvcache_free(&full);
+    ra_context_free(&cut);
+    ra_context_free(&plain);
+    ra_backend_free(be);
+    free(want);
+    free(got);
+}
+
 /* One model, contexts on an f32 and a bf16 backend, and one with an observer hook. */
 static void check_contexts(const struct ra_model *m, const char *name)
 {
@@ -295,6 +428,8 @@ int main(void)
     test_random_model(&m, &gqa, RA_DTYPE_F32, 1.0f);
     check_hooks(&m, RA_DTYPE_F32);
     check_hooks(&m, RA_DTYPE_BF16);
+    check_stop_narrow(&m, RA_DTYPE_F32);
+    check_stop_narrow(&m, RA_DTYPE_BF16);
     check_contexts(&m, "random f32 weights,");
     ra_model_free(&m);
     const char *s260k = test_fixture("stories260K.bin");

@@ -5,7 +5,9 @@
  *   prefix  exact prefix caching (what vLLM and SGLang do): chunk c is
  *           looked up behind the prefix and chunks 1..c-1 (its exact
  *           context), the longest run of hits loaded as they are, the rest
- *           computed as one span.
+ *           computed as one span (the leading prefix, which no chunk holds,
+ *           as one span before it). Equal to `none` within fp32 rounding:
+ *           a GEMM over fewer rows may sum in another order.
  *   full    every chunk's isolated rows loaded and re-positioned (K rotated
  *           by the shift of its positions, rope_shift), nothing recomputed
  *           but the rows no chunk holds: the prefix, missing chunks and the
@@ -24,7 +26,12 @@
  *                   rule; every other row keeps its loaded K and V in every
  *                   layer, so ratio 0 is `full` and ratio 1 is `none`, bit
  *                   for bit. A schedule narrows the rows layer by layer
- *                   (gradual filtering) by each layer's deviation.
+ *                   (gradual filtering): its first ratio is the selection's,
+ *                   and after each layer past the check the next layer keeps
+ *                   the top round(ratio_j x loaded) of the rows it computed
+ *                   by their deviation in that layer (nested, must rows
+ *                   kept); the forward pass's narrow hook (context.h).
+ *           Pass A ends at the last check layer's kv_ready (RA_HOOK_STOP).
  *
  * Loading is a pipeline: a loader thread reads and verifies layer l+1 of
  * every hit (and, with store_gbps, waits as a store of that bandwidth would)
@@ -59,7 +66,8 @@ struct ra_reuse_config {
     double ratio;          /* blend: fraction of the loaded rows recomputed, [0, 1]; < 0: auto (controller) */
     int check[RA_BLEND_MAX_CHECK]; /* check layers, ascending (default {1}) */
     int n_check;
-    const double *schedule; /* NULL, or ratios for the layers after the last check layer, non-increasing */
+    const double *schedule; /* NULL, or ratios for the layers after the last check layer, non-increasing
+                             * (the last repeats; the first is the selection's and ratio is unused) */
     int n_schedule;
     enum ra_blend_pick pick;
     uint64_t seed;         /* for RA_BLEND_PICK_RANDOM */
@@ -80,7 +88,8 @@ struct ra_reuse_report {
     int loaded_rows;        /* rows whose K and V came from the store */
     int64_t bytes_loaded;
     double ratio;           /* the ratio used (auto: the controller's) */
-    int *recomputed;        /* [n_layers] rows computed per layer (owned: ra_reuse_report_free) */
+    int *recomputed;        /* [n_layers] rows computed per layer by either pass, each once (blend: every
+                             * row up to the last check layer); owned: ra_reuse_report_free */
     int n_layers;
     double ttft;            /* seconds to the first token's logits */
     double t_pass_a, t_select, t_pass_b, t_load_wait; /* parts of it; t_load_wait: the pass waiting for the loader */
@@ -90,8 +99,11 @@ struct ra_reuse_report {
 void ra_reuse_report_free(struct ra_reuse_report *rep);
 
 /* Prefills REQ's prompt into KV (rows [0, req->n), every layer) in MODE and
- * writes the last row's logits; ST may be NULL for `none`. On return KV is
- * the decode cache. */
+ * writes the last row's logits; ST may be NULL for `none`; CFG NULL: the
+ * defaults. KV's dtype must be the store's: a chunk of other rows is an
+ * error naming its file. A chunk holding the prompt's last row is computed
+ * (the logits need it). REP is overwritten (free it before reusing it). On
+ * return KV is the decode cache. */
 int ra_reuse_prefill(struct ra_context *ctx, struct ra_store *st, const struct ra_request *req,
                      enum ra_reuse_mode mode, const struct ra_reuse_config *cfg, struct ra_kvcache *kv,
                      float *logits, struct ra_reuse_report *rep);
