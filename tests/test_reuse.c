@@ -12,15 +12,22 @@
  * `prefix` and `blend` at any ratio within fp32 rounding of `none`; a missing
  * chunk's rows are computed; a failing read is an error naming the chunk; the
  * loader behind an emulated store bandwidth takes at least bytes / bandwidth;
- * the auto ratio is at least RA_BLEND_MIN_RATIO. */
+ * the auto ratio is at least RA_BLEND_MIN_RATIO. Through the chunk store
+ * (ra_reuse_prefill): a first run adds its misses (--store-write) and the
+ * equalities hold over the stored chunks; prefix stores chunks behind their
+ * exact context and finds them; a deleted chunk file is a miss, a corrupted
+ * one an error naming the file. */
 #include "random_model.h"
 #include "ra_core.h"
 #include "reuse/blend.h"
+#include "reuse/store_impl.h"
 #include "test.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ RoPE shift */
 
@@ -408,17 +415,162 @@ static void check_loader(struct ra_context *ctx)
     free_prompt(&p);
 }
 
-static void check_model(const struct ra_model *m, const char *name)
+/* ------------------------------------------------------------ through the store */
+
+static char root[64] = "/tmp/ra_test_reuse.XXXXXX";
+
+/* A request over P's ids: its prefix, chunks and suffix. */
+static void request_of(struct prompt *p, struct ra_request *r, int *starts, int *lens)
+{
+    memset(r, 0, sizeof *r);
+    r->ids = p->ids, r->n = p->n, r->n_prefix = p->np, r->n_chunks = p->n_chunks;
+    for (int k = 0; k < p->n_chunks; k++)
+        starts[k] = p->start[k], lens[k] = p->len[k];
+    r->chunk_start = starts, r->chunk_len = lens;
+    r->suffix_start = p->start[p->n_chunks - 1] + p->len[p->n_chunks - 1];
+}
+
+static int prefill(struct ra_context *ctx, struct ra_store *st, const struct ra_request *req, enum ra_dtype dt,
+                   enum ra_reuse_mode mode, const struct ra_reuse_config *cfg, struct result *r)
+{
+    const struct ra_config *c = &ctx->model->config;
+    struct ra_kvcache kv;
+    float *logits = calloc((size_t)c->vocab_size, sizeof(float));
+    memset(r, 0, sizeof *r);
+    CHECK_OK(ra_kvcache_init_dtype(&kv, ctx->backend, c->n_layers, ra_config_kv_dim(c), req->n, dt));
+    int rc = ra_reuse_prefill(ctx, st, req, mode, cfg, &kv, logits, &r->rep);
+    if (rc == RA_OK)
+        take(r, &kv, req->n, c->vocab_size, logits);
+    ra_kvcache_free(&kv);
+    free(logits);
+    return rc;
+}
+
+/* The modes from a store the first run fills (--store-write): ratio 1 == none,
+ * ratio 0 == full, prefix stores and finds chunks behind their exact context,
+ * a deleted chunk file is a miss (ratio 1 still none), a corrupted one an
+ * error naming it. */
+static void check_store(struct ra_context *ctx, enum ra_dtype dt, int model)
+{
+    const struct ra_config *c = &ctx->model->config;
+    const int V = c->vocab_size, lens[3] = { 9, 14, 6 };
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/%d-%s", root, model, ra_dtype_name(dt));
+    struct ra_store_identity id = { .kv_dtype = dt };
+    struct ra_store *st = NULL;
+    CHECK_OK(ra_store_model_identity(ctx->model, id.model));
+    CHECK_OK(ra_store_vocab_identity(NULL, id.tokenizer));
+    CHECK_OK(ra_store_open(&st, dir, ctx->model, &id, 0, RA_STORE_CREATE));
+    if (!st)
+        return;
+    struct prompt p;
+    make_prompt(&p, ctx, dt, 3, lens, 3, 4);
+    struct ra_request req;
+    int starts[3], ls[3];
+    request_of(&p, &req, starts, ls);
+    struct ra_reuse_config cfg = RA_REUSE_CONFIG_INIT;
+    struct result none, first, full, b0, b1;
+    CHECK_OK(prefill(ctx, NULL, &req, dt, RA_REUSE_NONE, NULL, &none));
+    cfg.store_write = 1;
+    CHECK_OK(prefill(ctx, st, &req, dt, RA_REUSE_BLEND, &cfg, &first)); /* every chunk a miss, then stored */
+    cfg.store_write = 0;
+    const int first_ok = first.rep.misses == 3 && first.rep.hits == 0 && same(&first, &none, V) &&
+                         first.rep.t_store_write > 0;
+    CHECK_OK(prefill(ctx, st, &req, dt, RA_REUSE_FULL, &cfg, &full));
+    cfg.ratio = 1;
+    CHECK_OK(prefill(ctx, st, &req, dt, RA_REUSE_BLEND, &cfg, &b1));
+    cfg.ratio = 0;
+    CHECK_OK(prefill(ctx, st, &req, dt, RA_REUSE_BLEND, &cfg, &b0));
+    const int eq = first_ok && full.rep.hits == 3 && same(&b1, &none, V) && same(&b0, &full, V) && !same(&full, &none, V);
+    printf("store, %s KV: a first blend run adds its 3 misses; then blend 1 == none, blend 0 == full, bit for bit: %s\n",
+           ra_dtype_name(dt), eq ? "ok" : "FAIL");
+    CHECK(eq);
+
+    /* the chunks as the hand-made ones: the store's rows are the isolated pass's */
+    struct ra_blend_load loads[3];
+    struct result hand;
+    const int nl = loads_of(&p, 0, loads);
+    CHECK_OK(run(ctx, &p, dt, RA_REUSE_FULL, loads, nl, &cfg, &hand));
+    printf("store, %s KV: full over the store's chunks and over chunks made here: logits within %.2g\n", ra_dtype_name(dt),
+           logits_diff(&hand, &full, V));
+    /* the store computes the prefix apart: fp32 rounding, which can flip a bf16 cache's rounding of a
+     * value (one bf16 ulp, 2^-8) */
+    CHECK(logits_diff(&hand, &full, V) < (dt == RA_DTYPE_BF16 ? 1e-2 : 1e-4));
+    drop(&hand);
+
+    /* prefix: the first chunk (behind the leading prefix, its exact context) is there; the others are
+     * stored behind their exact context by the first run; the second finds them */
+    struct result pre1, pre2;
+    cfg.store_write = 1;
+    CHECK_OK(prefill(ctx, st, &req, dt, RA_REUSE_PREFIX, &cfg, &pre1));
+    cfg.store_write = 0;
+    CHECK_OK(prefill(ctx, st, &req, dt, RA_REUSE_PREFIX, &cfg, &pre2));
+    const double pd = logits_diff(&pre2, &none, V);
+    printf("store, %s KV: prefix stores its chunks behind their exact context (%d misses), then finds them (%d hits), "
+           "logits within %.2g of none\n", ra_dtype_name(dt), pre1.rep.misses, pre2.rep.hits, pd);
+    CHECK(pre1.rep.misses == 2 && pre1.rep.hits == 1 && pre2.rep.hits == 3 && pd < 1e-4);
+
+    /* a deleted chunk file: a miss, its rows computed */
+    struct ra_chunk *ch = NULL;
+    CHECK_OK(ra_store_get(st, p.ids, p.np, p.ids + p.start[1], p.len[1], &ch));
+    char path[512] = "";
+    if (ch)
+        snprintf(path, sizeof path, "%s", ra_chunk_path(ch));
+    ra_chunk_close(ch);
+    CHECK(unlink(path) == 0);
+    struct result m1;
+    cfg.ratio = 1;
+    CHECK_OK(prefill(ctx, st, &req, dt, RA_REUSE_BLEND, &cfg, &m1));
+    const int miss_ok = m1.rep.misses == 1 && m1.rep.hits == 2 && same(&m1, &none, V);
+    printf("store, %s KV: a deleted chunk file is a miss, ratio 1 still == none: %s\n", ra_dtype_name(dt),
+           miss_ok ? "ok" : "FAIL");
+    CHECK(miss_ok);
+    drop(&m1);
+
+    /* a corrupted chunk file: an error naming it */
+    ch = NULL;
+    CHECK_OK(ra_store_get(st, p.ids, p.np, p.ids + p.start[2], p.len[2], &ch));
+    if (ch)
+        snprintf(path, sizeof path, "%s", ra_chunk_path(ch));
+    ra_chunk_close(ch);
+    /* a flipped byte in layer 1's K (the file's layout: store_impl.h) */
+    long off = -1;
+    ch = NULL;
+    CHECK_OK(ra_store_get(st, p.ids, p.np, p.ids + p.start[2], p.len[2], &ch));
+    if (ch)
+        off = (long)ch->layout.h.data_offset + (long)ch->layout.h.layer_stride + 3;
+    ra_chunk_close(ch);
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL && off > 0);
+    if (f) {
+        unsigned char b = 0;
+        CHECK(fseek(f, off, SEEK_SET) == 0 && fread(&b, 1, 1, f) == 1);
+        b ^= 0x5a;
+        CHECK(fseek(f, off, SEEK_SET) == 0 && fwrite(&b, 1, 1, f) == 1);
+        fclose(f);
+    }
+    struct result bad;
+    const int rc = prefill(ctx, st, &req, dt, RA_REUSE_BLEND, &cfg, &bad);
+    printf("store, %s KV: a corrupted chunk: %s\n", ra_dtype_name(dt), rc != RA_OK ? ra_error_message() : "NO ERROR");
+    CHECK(rc == RA_EFORMAT && strstr(ra_error_message(), path) != NULL);
+    drop(&pre1), drop(&pre2), drop(&none), drop(&first), drop(&full), drop(&b0), drop(&b1);
+    free_prompt(&p);
+    ra_store_close(st);
+}
+
+static void check_model(const struct ra_model *m, const char *name, int model)
 {
     struct ra_backend *be;
     struct ra_context ctx;
-    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
+    CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
     CHECK_OK(ra_context_init(&ctx, m, be));
     printf("-- %s\n", name);
     check_equalities(&ctx, RA_DTYPE_F32);
     check_equalities(&ctx, RA_DTYPE_BF16);
     check_in_place(&ctx, RA_DTYPE_F32);
     check_in_place(&ctx, RA_DTYPE_BF16);
+    check_store(&ctx, RA_DTYPE_F32, model);
+    check_store(&ctx, RA_DTYPE_BF16, model);
     ra_context_free(&ctx);
     ra_backend_free(be);
 }
@@ -426,6 +578,10 @@ static void check_model(const struct ra_model *m, const char *name)
 int main(void)
 {
     test_rand_seed(22);
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 1;
+    }
     check_rope_shift(RA_ROPE_INTERLEAVED);
     check_rope_shift(RA_ROPE_HALF);
     check_select();
@@ -433,11 +589,11 @@ int main(void)
     struct ra_config cfg = { .dim = 64, .hidden_dim = 160, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2,
                              .vocab_size = 211, .seq_len = 256, .rope_theta = 10000.0f, .norm_eps = 1e-5f };
     test_random_model(&m, &cfg, RA_DTYPE_F32, 2.0f);
-    check_model(&m, "random GQA model, interleaved pairs");
+    check_model(&m, "random GQA model, interleaved pairs", 0);
     {
         struct ra_backend *be;
         struct ra_context ctx;
-        CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
+        CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 1 }));
         CHECK_OK(ra_context_init(&ctx, &m, be));
         check_loader(&ctx);
         ra_context_free(&ctx);
@@ -446,7 +602,11 @@ int main(void)
     ra_model_free(&m);
     cfg.rope_style = RA_ROPE_HALF;
     test_random_model(&m, &cfg, RA_DTYPE_F32, 2.0f);
-    check_model(&m, "random GQA model, half pairs");
+    check_model(&m, "random GQA model, half pairs", 1);
     ra_model_free(&m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_reuse: could not remove %s\n", root);
     return test_result("test_reuse");
 }
