@@ -17,7 +17,7 @@ another the other's: who scored more?). Four kinds of question, in turn:
   twohop    document i: X was designed by P; document j: P was born in C. Where was X's designer born?
   attribute document i: P plays instrument I in a band; which instrument does P play?
 The fact documents are never the last one, so the answer always needs a chunk that sits before
-the others. A chunk is 90-200 words of text (about 120-270 tokens with SmolLM2's tokenizer).
+the others. A chunk is 70-150 words of text (about 90-200 tokens with SmolLM2's tokenizer).
 The same machine (Python version, licence files) and seed give the same files: the sources are
 read in a fixed order, and the only randomness is random.Random(seed). Python stdlib only.
 """
@@ -239,13 +239,13 @@ def request(rng, filler, names, k):
     facts, question, gold = make(rng, names, n_docs)
     chunks, sources = [], []
     for d in range(n_docs):
-        name, pars = filler.document(rng.randint(90, 200))
+        name, pars = filler.document(rng.randint(70, 150))
         if d in facts:  # the fact between two of the document's paragraphs (or its first words)
             at = rng.randint(1, len(pars)) if len(pars) > 1 else 1
             pars.insert(at, facts[d])
         chunks.append("\n\n".join(pars) + "\n\n")
         sources.append(name)
-    req = {"system": SYSTEM, "chunks": chunks, "question": question}
+    req = {"system": SYSTEM, "chunks": chunks, "question": "Question: %s Answer with a name or a number." % question}
     meta = {"kind": kind, "gold": gold, "fact_docs": sorted(facts), "n_chunks": n_docs, "sources": sources}
     return req, meta
 
@@ -253,7 +253,7 @@ def request(rng, filler, names, k):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir")
-    ap.add_argument("--requests", type=int, default=56)
+    ap.add_argument("--requests", type=int, default=50)
     ap.add_argument("--seed", type=int, default=22)
     a = ap.parse_args()
     if a.requests < 1:
