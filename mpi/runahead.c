@@ -228,19 +228,6 @@ static int infinigen_arg(const char *s, const char *flag, int unit, int allow_in
     return rc;
 }
 
-/* --reuse MODE. */
-static int reuse_mode_parse(const char *s, enum ra_reuse_mode *mode)
-{
-    static const char *const names[] = { "none", "prefix", "full", "blend" };
-    static const enum ra_reuse_mode modes[] = { RA_REUSE_NONE, RA_REUSE_PREFIX, RA_REUSE_FULL, RA_REUSE_BLEND };
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(s, names[i])) {
-            *mode = modes[i];
-            return RA_OK;
-        }
-    return ra_error_set(RA_EINVAL, "--reuse: '%s' is not none, prefix, full or blend", s);
-}
-
 /* The reuse options fit together and with the rest. */
 static int reuse_options_check(struct options *o, int blend_given, int store_given)
 {
@@ -354,7 +341,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_USER: o->user = optarg; break;
         case OPT_MESSAGES: o->messages = optarg; break;
         case OPT_REQUEST: o->request = optarg; break;
-        case OPT_REUSE: rc = reuse_mode_parse(optarg, &o->reuse.mode), o->reuse_given = 1; break;
+        case OPT_REUSE: rc = ra_reuse_mode_parse(optarg, "--reuse", &o->reuse.mode), o->reuse_given = 1; break;
         case OPT_STORE: o->reuse.store_dir = optarg, store_given = 1; break;
         case OPT_STORE_WRITE: o->reuse.cfg.store_write = 1, store_given = 1; break;
         case OPT_STORE_GBPS:
@@ -822,7 +809,7 @@ static int run_reuse(struct options *o, struct ra_context *ctx, const struct ra_
         };
         rc = ra_reuse_record_write(&outs->report, &rec, &o->reuse, &rep);
     }
-    free(rep.recomputed);
+    ra_reuse_report_free(&rep);
     ra_kvcache_free(&kv);
     free(logits);
     return rc;

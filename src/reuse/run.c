@@ -4,7 +4,6 @@
 #include "config.h"
 
 #include "args.h"
-#include "forward.h"
 #include "reuse/store.h"
 #include "status.h"
 #include "timing.h"
@@ -84,29 +83,6 @@ int ra_reuse_check_request(const struct ra_reuse_run *o, const struct ra_request
 
 /* ------------------------------------------------------------- the prefill */
 
-/* The reference mode, a full prefill of the whole prompt, until the reuse
- * engine (reuse.h) is in the build; every other mode is refused. */
-static int prefill_once(struct ra_context *ctx, const struct ra_reuse_run *o, const struct ra_request *req,
-                        struct ra_kvcache *kv, float *logits, struct ra_reuse_report *rep)
-{
-    const int n_layers = ctx->model->config.n_layers;
-    if (o->mode != RA_REUSE_NONE || o->cfg.store_write)
-        return ra_error_set(RA_EUNSUPPORTED, "--reuse %s%s: the reuse engine is not in this build yet",
-                            o->mode == RA_REUSE_PREFIX ? "prefix" : o->mode == RA_REUSE_FULL ? "full"
-                            : o->mode == RA_REUSE_BLEND ? "blend" : "none",
-                            o->cfg.store_write ? " --store-write" : "");
-    memset(rep, 0, sizeof *rep);
-    if (!(rep->recomputed = calloc((size_t)n_layers, sizeof *rep->recomputed)))
-        return ra_error_set(RA_ENOMEM, "out of memory");
-    rep->mode = o->mode, rep->n_rows = req->n, rep->n_layers = n_layers, rep->misses = req->n_chunks;
-    const double t0 = ra_wall_s();
-    int rc = ra_forward_span(ctx, req->ids, 0, req->n, kv, logits);
-    rep->ttft = rep->t_pass_b = ra_wall_s() - t0;
-    for (int l = 0; l < n_layers; l++)
-        rep->recomputed[l] = req->n;
-    return rc;
-}
-
 /* The store, for the modes that read it and for --store-write: created
  * where it is written; a reader records its uses (LRU) where it can write. */
 static int open_store(struct ra_context *ctx, const struct ra_vocab *v, const struct ra_reuse_run *o,
@@ -138,8 +114,8 @@ int ra_reuse_run_prefill(struct ra_context *ctx, const struct ra_vocab *v, const
     memset(rep, 0, sizeof *rep);
     int rc = open_store(ctx, v, o, kv->dtype, &st);
     for (int i = 0; rc == RA_OK && i < o->repeat; i++) {
-        free(rep->recomputed);
-        if ((rc = prefill_once(ctx, o, req, kv, logits, rep)) == RA_OK)
+        ra_reuse_report_free(rep);
+        if ((rc = ra_reuse_prefill(ctx, st, req, o->mode, &o->cfg, kv, logits, rep)) == RA_OK)
             ttft[i] = rep->ttft;
     }
     ra_store_close(st);
@@ -148,14 +124,9 @@ int ra_reuse_run_prefill(struct ra_context *ctx, const struct ra_vocab *v, const
 
 /* ------------------------------------------------------------- the report */
 
-static const char *mode_name(enum ra_reuse_mode m)
-{
-    return m == RA_REUSE_PREFIX ? "prefix" : m == RA_REUSE_FULL ? "full" : m == RA_REUSE_BLEND ? "blend" : "none";
-}
-
 void ra_reuse_report_print(FILE *f, const struct ra_reuse_report *rep, const struct ra_request *req)
 {
-    fprintf(f, "reuse %s", mode_name(rep->mode));
+    fprintf(f, "reuse %s", ra_reuse_mode_name(rep->mode));
     if (rep->mode == RA_REUSE_BLEND)
         fprintf(f, " (ratio %.3f)", rep->ratio);
     fprintf(f, ": %d rows, %d chunks: %d hits, %d misses; %d rows loaded (%.3f MB)\n", rep->n_rows, req->n_chunks,
@@ -191,7 +162,7 @@ json_t *ra_reuse_report_json(const struct ra_reuse_report *rep, const struct ra_
     json_t *j = json_object(), *rec = json_array();
     for (int l = 0; l < rep->n_layers; l++)
         json_array_append_new(rec, json_integer(rep->recomputed[l]));
-    json_object_set_new(j, "mode", json_string(mode_name(rep->mode)));
+    json_object_set_new(j, "mode", json_string(ra_reuse_mode_name(rep->mode)));
     json_object_set_new(j, "config", config_json(o));
     json_object_set_new(j, "rows", json_integer(rep->n_rows));
     json_object_set_new(j, "hits", json_integer(rep->hits));
