@@ -4,9 +4,9 @@
 # evicts down to the new capacity; chunks already stored are found, not
 # recomputed; 4 concurrent add processes and mpirun -np 2 lose nothing (every
 # chunk listed with its length, verify clean); the chunks of a request file
-# are those added from files and --system (the same keys), and another prefix
-# gives other keys (the template's default system prompt, as a request
-# without one). Bad input: tests/chunks_bad_input.sh.
+# are those added from files and --system (the same keys: runahead --reuse
+# full loads every one), and another prefix gives other keys (the template's
+# default system prompt, as a request without one). Bad input: tests/chunks_bad_input.sh.
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
 need_command "$MPIEXEC"
@@ -51,6 +51,10 @@ printf '{"chunks": [{"ids": [%s]}, {"ids": [%s]}], "question": {"ids": [5, 6]}}\
 chunks add --ids "$(seq_ids 8 4)" --ids "$(seq_ids 9 6)" 2>/dev/null || fail "add before the request"
 chunks add --request "$TMP/req.json" 2>"$TMP/err" || { cat "$TMP/err" >&2; fail "add --request"; }
 grep -q "2 chunks: 0 added (0 tokens), 2 already stored" "$TMP/err" || { cat "$TMP/err" >&2; fail "a request's chunks are new"; }
+# ... and runahead --reuse full loads every one of them.
+"$BUILD/runahead" -m "$M" --request "$TMP/req.json" --reuse full --store "$S" -n 1 -o ids -T 1 >/dev/null 2>"$TMP/err" &&
+    grep -q "^reuse full: 12 rows, 2 chunks: 2 hits, 0 misses; 10 rows loaded" "$TMP/err" ||
+    { cat "$TMP/err" >&2; fail "runahead --reuse full does not find the chunks add stored"; }
 
 # --capacity: the store's new capacity (two chunks of 24 KiB), the least recently used chunk (4) evicted.
 chunks add --capacity 48K --ids "$(seq_ids 10 9)" 2>/dev/null || fail "add --capacity 48K"
@@ -96,6 +100,9 @@ else
     "$C" add -m "$G" --store "$T/s" -T 1 --request "$T/req.json" 2>"$T/err" || { cat "$T/err" >&2; fail "add --request"; }
     grep -q "4 chunks: 0 added (0 tokens), 4 already stored" "$T/err" ||
         { cat "$T/err" >&2; fail "a request's text chunks are not those of add --system"; }
+    "$BUILD/runahead" -m "$G" --request "$T/req.json" --reuse full --store "$T/s" -n 1 -T 1 >/dev/null 2>"$T/err" &&
+        grep -q "^reuse full: .* 4 chunks: 4 hits, 0 misses" "$T/err" ||
+        { cat "$T/err" >&2; fail "runahead --reuse full does not find the text chunks add stored"; }
     "$C" add -m "$G" --store "$T/s" -T 1 "$T/docs/a.txt" 2>"$T/err" || fail "add behind the default system prompt"
     grep -q "1 added" "$T/err" || { cat "$T/err" >&2; fail "another prefix found the chunk of --system"; }
     printf '{"chunks": [{"file": "docs/a.txt"}], "question": "Who?"}' >"$T/req2.json"
