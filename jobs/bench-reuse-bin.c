@@ -306,15 +306,18 @@ int main(int argc, char **argv)
         snprintf(store_dir, sizeof store_dir, "%s/store", tmp);
     write_request(path, &o, v, model.config.vocab_size);
     struct ra_request req = { 0 };
+    struct ra_store *st = NULL;
+    float *logits = NULL;
+    int status = 0;
     if ((rc = ra_request_load(&req, path, v, v ? v->chat_template : NULL)) != RA_OK)
         bench_die("the request", rc);
     if (req.n > model.config.seq_len) {
         fprintf(stderr, "%s: the request's %d tokens exceed %s's context of %d\n", bench_name, req.n, o.model,
                 model.config.seq_len);
-        return 2;
+        status = 2;
+        goto done;
     }
     struct ra_store_identity id = { .kv_dtype = RA_DTYPE_F32 };
-    struct ra_store *st = NULL;
     if ((rc = ra_store_model_identity(&model, id.model)) != RA_OK ||
         (rc = ra_store_vocab_identity(v, id.tokenizer)) != RA_OK ||
         (rc = ra_store_open(&st, store_dir, &model, &id, 0, RA_STORE_CREATE)) != RA_OK)
@@ -337,7 +340,8 @@ int main(int argc, char **argv)
     printf("%-8s %-11s %-11s %28s %10s %12s\n", "threads", "store", "mode", "TTFT ms median [min-max]", "speed-up",
            "rows (last)");
     fflush(stdout);
-    float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    status = logits ? 0 : 3;
     for (int ti = 0; ti < o.n_threads && logits; ti++) {
         struct ra_backend_params p = RA_BACKEND_PARAMS_INIT;
         p.threads = o.threads[ti];
@@ -359,6 +363,7 @@ int main(int argc, char **argv)
         ra_backend_free(be);
     }
     ra_store_close(st);
+done:
     ra_request_free(&req);
     if (nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) /* the request, and the store when it was ours */
         fprintf(stderr, "%s: could not remove %s\n", bench_name, tmp);
@@ -366,5 +371,5 @@ int main(int argc, char **argv)
     if (v)
         ra_vocab_free(v);
     ra_model_free(&model);
-    return logits ? 0 : 3;
+    return status;
 }

@@ -133,7 +133,8 @@ static int evict_locked(struct ra_store *st, struct ra_store_entry *e, int *n, u
 {
     uint64_t total = 0;
     int kept = 0, rc = RA_OK;
-    qsort(e, (size_t)*n, sizeof *e, by_last_use);
+    if (*n > 1) /* an empty index has no array */
+        qsort(e, (size_t)*n, sizeof *e, by_last_use);
     for (int i = 0; i < *n; i++)
         total += e[i].bytes;
     for (int i = 0; i < *n; i++) {
@@ -243,7 +244,7 @@ int ra_store_sync(struct ra_store *st)
 int ra_store_list(struct ra_store *st, struct ra_store_entry **entries, int *n)
 {
     int rc = ra_store_index_read(st, entries, n);
-    if (rc == RA_OK)
+    if (rc == RA_OK && *n > 1) /* an empty index has no array (qsort takes none) */
         qsort(*entries, (size_t)*n, sizeof **entries, by_last_use);
     return rc;
 }
