@@ -10,6 +10,7 @@
 #include "fuzz.h"
 #include "reuse/request.h"
 #include "status.h"
+#include "tok512.h"
 #include "vocab.h"
 
 #include <stdint.h>
@@ -20,33 +21,15 @@
 static const char chatml[] = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
                              "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
 
-/* tok512.bin, as tests/test_request.c writes it: <unk>, <s>, </s>, 256
- * byte pieces, printable ASCII, two-letter pieces. Loaded once. */
+/* tok512.h's tokenizer, loaded once. */
 static const struct ra_vocab *vocab(void)
 {
     static struct ra_vocab v;
     static int loaded;
     if (loaded)
         return &v;
-    char buf[8192];
-    size_t at = 0;
-    int32_t maxlen = 6;
-    memcpy(buf, &maxlen, 4), at = 4;
-    for (int i = 0; i < 512; i++) {
-        char piece[8];
-        float score = i < 259 ? 0 : i < 259 + 95 ? -2 : -1;
-        if (i < 3)
-            strcpy(piece, i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
-        else if (i < 259)
-            snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
-        else if (i < 259 + 95)
-            piece[0] = (char)(32 + i - 259), piece[1] = '\0';
-        else
-            piece[0] = (char)('a' + (i - 354) / 26 % 26), piece[1] = (char)('a' + (i - 354) % 26), piece[2] = '\0';
-        int32_t len = (int32_t)strlen(piece);
-        memcpy(buf + at, &score, 4), memcpy(buf + at + 4, &len, 4), memcpy(buf + at + 8, piece, (size_t)len);
-        at += 8 + (size_t)len;
-    }
+    char buf[TOK512_BYTES];
+    const size_t at = tok512_bytes(buf, 0);
     if (ra_vocab_load(&v, fuzz_write(NULL, "tok512.bin", buf, at)) != RA_OK)
         fuzz_fail("the harness's own vocabulary does not load");
     loaded = 1;

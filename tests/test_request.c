@@ -9,6 +9,7 @@
 #include "reuse/request.h"
 #include "reuse/run.h"
 #include "test.h"
+#include "tok512.h"
 #include "vocab.h"
 
 #include <sys/stat.h>
@@ -71,36 +72,18 @@ static void test_ids(void)
     free(ids);
 }
 
-/* A llama2.c tokenizer.bin of 512 pieces: <unk>, <s>, </s>, the 256 byte
- * pieces, printable ASCII, then two-letter pieces (scored above one letter). */
+/* tok512.h's tokenizer in the test's directory. */
 static const char *write_tok512(void)
 {
     static char path[4200];
+    char buf[TOK512_BYTES];
+    const size_t n = tok512_bytes(buf, 0);
     snprintf(path, sizeof path, "%s/tok512.bin", dir);
     FILE *f = fopen(path, "wb");
-    int32_t maxlen = 6;
-    int written = 0;
     if (!f)
         return NULL;
-    fwrite(&maxlen, 4, 1, f);
-    for (int i = 0; i < 512; i++) {
-        char piece[8];
-        float score = 0;
-        if (i < 3)
-            strcpy(piece, i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
-        else if (i < 259)
-            snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
-        else if (i < 259 + 95)
-            piece[0] = (char)(32 + i - 259), piece[1] = '\0', score = -2;
-        else {
-            int k = i - 259 - 95;
-            piece[0] = (char)('a' + k / 26 % 26), piece[1] = (char)('a' + k % 26), piece[2] = '\0';
-            score = -1;
-        }
-        int32_t len = (int32_t)strlen(piece);
-        written += fwrite(&score, 4, 1, f) == 1 && fwrite(&len, 4, 1, f) == 1 && fwrite(piece, 1, len, f) == (size_t)len;
-    }
-    return fclose(f) == 0 && written == 512 ? path : NULL;
+    const int written = fwrite(buf, 1, n, f) == n;
+    return fclose(f) == 0 && written ? path : NULL;
 }
 
 /* Text on a SentencePiece vocabulary without a template: BOS and the system

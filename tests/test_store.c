@@ -23,6 +23,7 @@
 #include "reuse/store.h"
 #include "reuse/store_impl.h"
 #include "test.h"
+#include "tok512.h"
 #include "vocab.h"
 
 #include <errno.h>
@@ -90,31 +91,13 @@ static double row_value(const void *p, size_t i, enum ra_dtype dt)
 
 /* ------------------------------------------------------------ identities of models and vocabularies */
 
-/* A 512-piece llama2.c tokenizer.bin (<unk>, <s>, </s>, byte pieces, printable
- * ASCII, two-letter pieces); VARIANT 1 changes one score, 2 one piece. */
+/* tok512.h's tokenizer written to PATH; VARIANT 1 changes one score, 2 one piece. */
 static int write_tokenizer(const char *path, int variant)
 {
+    char buf[TOK512_BYTES];
+    const size_t n = tok512_bytes(buf, variant);
     FILE *f = fopen(path, "wb");
-    int32_t maxlen = 6;
-    int ok = f && fwrite(&maxlen, 4, 1, f) == 1;
-    for (int i = 0; ok && i < 512; i++) {
-        char piece[8];
-        float score = i < 259 ? 0 : i < 259 + 95 ? -2 : -1;
-        if (i < 3)
-            strcpy(piece, i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
-        else if (i < 259)
-            snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
-        else if (i < 259 + 95)
-            piece[0] = (char)(32 + i - 259), piece[1] = '\0';
-        else
-            piece[0] = (char)('a' + (i - 354) / 26 % 26), piece[1] = (char)('a' + (i - 354) % 26), piece[2] = '\0';
-        if (i == 400 && variant == 1)
-            score = -1.5f;
-        if (i == 400 && variant == 2)
-            piece[1] = 'Z';
-        int32_t len = (int32_t)strlen(piece);
-        ok = fwrite(&score, 4, 1, f) == 1 && fwrite(&len, 4, 1, f) == 1 && fwrite(piece, 1, (size_t)len, f) == (size_t)len;
-    }
+    int ok = f && fwrite(buf, 1, n, f) == n;
     if (f)
         ok &= fclose(f) == 0;
     return ok ? 0 : -1;
