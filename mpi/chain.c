@@ -6,7 +6,9 @@
  *   chain   rows [0, b_{r+1}) to rank r+1 in one message per K and V (the paper)
  *   relay   each rank's own rows travel hop by hop, forwarded the moment they arrive
  *   direct  each rank sends its own rows to every later rank
- * All three move the same bytes; they differ in message count and latency. */
+ * All three move the same bytes; they differ in message count and latency.
+ * The rows are the slice's, [b_r, b_{r+1}), whichever of them the pass
+ * computes (a reuse pass computes some and installs the rest). */
 #include "exchange.h"
 #include "netem.h"
 #include "watchdog.h"
@@ -83,7 +85,7 @@ static int chain_layer_begin(void *self, const struct ra_hook_args *a)
     struct ra_exchange *x = self;
     const int l = a->layer;
     struct ra_kvcache *kv = a->kv;
-    const int start = a->start;
+    const int start = x->bounds[x->rank]; /* the slice's, whatever rows the pass computes */
     int rc = RA_OK;
     x->stats.layers[l].begin = MPI_Wtime() - x->t0;
     x->n_recv = 0;
@@ -108,8 +110,8 @@ static int chain_kv_ready(void *self, const struct ra_hook_args *a)
     struct ra_exchange *x = self;
     const int l = a->layer;
     struct ra_kvcache *kv = a->kv;
-    const int start = a->start;
-    const int n = a->n;
+    const int start = x->bounds[x->rank], n = x->bounds[x->rank + 1] - start; /* the slice (a reuse pass
+                                                                                  * computes some of its rows) */
     struct ra_layer_times *t = &x->stats.layers[l];
     const int r = x->rank, p = x->size;
     int rc = RA_OK, done;

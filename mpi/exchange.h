@@ -73,6 +73,14 @@ const char *ra_exchange_transport_name(const struct ra_exchange *x);
 int ra_exchange_begin(struct ra_exchange *x);
 /* Ends a pass: completes every send (timed as t_drain), so the KV cache may change again. */
 int ra_exchange_finish(struct ra_exchange *x);
+/* Delta sends (chunk reuse): which of this rank's rows [b_r, b_{r+1}) travel
+ * in the passes that follow (travel[i] for row b_r + i, copied; NULL: every
+ * row, the default). A row that does not travel must be in every receiver's
+ * cache by the layer's kv_ready already (a reuse run installs it from the
+ * store at layer_begin). The travelling positions move once per pass, ahead
+ * of the rows; then each layer's K and V rows move packed and are scattered
+ * into the receiver's cache. Counted in the stats like the rows. */
+int ra_exchange_set_travel(struct ra_exchange *x, const uint8_t *travel);
 /* The hook a pass adds to its context (NULL for a single rank: nothing moves). */
 const struct ra_hook *ra_exchange_hooks(struct ra_exchange *x);
 

@@ -434,11 +434,29 @@ int ra_forward_span(struct ra_context *ctx, const int32_t *tokens, int start, in
     return forward(ctx, tokens, &rows, kv, logits_last, NULL);
 }
 
+/* A pass over no rows: every layer's hook points with n = 0 and nothing
+ * computed (a rank of the chain with nothing to recompute still passes the
+ * rows before it on). */
+static int hooks_only(struct ra_context *ctx, int start, struct ra_kvcache *kv)
+{
+    const struct ra_rows rows = { 0, start, NULL };
+    int rc = RA_OK;
+    for (int l = 0; l < ctx->model->config.n_layers && rc == RA_OK; l++) {
+        const struct ra_hook_args args = { .layer = l, .start = start, .n = 0, .rows = &rows, .kv = kv };
+        if ((rc = run_hooks(ctx, ctx->n_hooks, AT_LAYER_BEGIN, &args)) == RA_OK &&
+            (rc = run_hooks(ctx, ctx->n_hooks, AT_KV_READY, &args)) == RA_OK)
+            rc = run_hooks(ctx, ctx->n_hooks, AT_LAYER_END, &args);
+    }
+    return rc == RA_HOOK_STOP ? RA_OK : rc;
+}
+
 int ra_forward_rows(struct ra_context *ctx, const int32_t *tokens, const struct ra_rows *rows, struct ra_kvcache *kv,
                     float *logits_last)
 {
-    if (!rows || rows->n <= 0)
-        return ra_error_set(RA_EINVAL, "forward: no rows");
+    if (!rows || rows->n < 0 || (rows->n == 0 && logits_last))
+        return ra_error_set(RA_EINVAL, "forward: no rows%s", rows && rows->n == 0 ? " to give logits" : "");
+    if (rows->n == 0)
+        return hooks_only(ctx, rows->start, kv);
     return forward(ctx, tokens, rows, kv, logits_last, NULL);
 }
 

@@ -27,7 +27,9 @@ int ra_forward_span(struct ra_context *ctx, const int32_t *tokens, int start, in
  * cache's rows at or before its position, which must be there already (from
  * an earlier pass): e.g. some rows recomputed at their original positions
  * over a full cache. The context's hooks run as for a span, their args
- * carrying the rows. logits_last: the last row's, or NULL. */
+ * carrying the rows. logits_last: the last row's, or NULL. A list of no
+ * rows (n 0, logits_last NULL) computes nothing and runs every layer's hook
+ * points with n = 0, start = rows->start. */
 int ra_forward_rows(struct ra_context *ctx, const int32_t *tokens, const struct ra_rows *rows, struct ra_kvcache *kv,
                     float *logits_last);
 

@@ -70,6 +70,50 @@ int ra_blend_prefill(struct ra_context *ctx, const int32_t *ids, int n, const st
                      int n_loads, enum ra_reuse_mode mode, const struct ra_reuse_config *cfg, struct ra_kvcache *kv,
                      float *logits, struct ra_reuse_report *rep);
 
+/* ------------------------------------------------------------ phases
+ *
+ * The engine one phase at a time, for a rank that owns prompt rows
+ * [lo, hi) of a chain (mpi/reuse_chain.c); ra_blend_prefill is these with
+ * lo = 0, hi = n and the selection between pass A and pass B. The caller
+ * puts its exchange hook on the context's list around each pass (before
+ * ra_blend_pass_a and ra_blend_pass_b): it delivers rows [0, lo) of every
+ * layer, as for any slice of the chain.
+ *
+ * LOADS may reach outside [lo, hi) (a chain that sends only recomputed rows
+ * rebuilds the rows before its slice from the store): pass B installs every
+ * load at each layer's begin; rows outside the slice are never computed
+ * here, and only the slice's rows have deviations or must flags. */
+struct ra_blend;
+
+/* The engine over rows [lo, hi) of prompt IDS[n] (KV must hold hi rows). */
+int ra_blend_open(struct ra_blend **e, struct ra_context *ctx, const int32_t *ids, int n, int lo, int hi,
+                  const struct ra_blend_load *loads, int n_loads, const struct ra_reuse_config *cfg,
+                  struct ra_kvcache *kv);
+/* Pass A: rows [lo, hi) through layers 0..check (cfg), fresh, into the
+ * cache. *DEV and *MUST then point at the slice's hi-lo deviations (summed
+ * over the check layers; 0 for must rows) and must flags (rows no load
+ * holds), valid until ra_blend_close. */
+int ra_blend_pass_a(struct ra_blend *e, const float **dev, const uint8_t **must);
+/* The slice's must flags without pass A (full, prefix, craft). */
+const uint8_t *ra_blend_must(const struct ra_blend *e);
+/* Pass B: rows SEL[n_sel] (positions in [lo, hi), ascending; n_sel 0: a
+ * pass that runs the hooks of every layer and computes nothing, so a rank
+ * with nothing to recompute still passes rows on) through every layer, over
+ * the loads installed at each layer's begin. LOGITS: the last row's (it must
+ * be SEL's last, and the prompt's), or NULL. With cfg's schedule the rows
+ * narrow layer by layer (one rank only). */
+int ra_blend_pass_b(struct ra_blend *e, const int32_t *sel, int n_sel, float *logits);
+/* The report's engine figures (as ra_blend_prefill fills them: timings,
+ * loaded_rows, bytes_loaded, recomputed), then frees the engine. REP may be
+ * NULL; RATIO is the selection's, for the report. */
+void ra_blend_close(struct ra_blend *e, double ratio, struct ra_reuse_report *rep);
+
+/* Local scope on one rank (the chain's --blend-scope local, reproduced):
+ * the rows of each slice [bounds[i], bounds[i+1]) (p slices covering [0, n))
+ * selected separately by ra_blend_select with RATIO, the results joined. */
+int ra_blend_select_local(const float *dev, const uint8_t *must, int n, double ratio, const int *bounds, int p,
+                          int32_t *out, int *n_out);
+
 /* ra_blend_select's rule with the count of other rows given: the MUST rows
  * and the K others of highest deviation (ties to the lower index). */
 int ra_blend_select_count(const float *dev, const uint8_t *must, int n, int k, int32_t *out, int *n_out);

@@ -49,9 +49,9 @@
 #include "reuse/request.h"
 #include "reuse/store.h"
 
-enum ra_reuse_mode { RA_REUSE_NONE, RA_REUSE_PREFIX, RA_REUSE_FULL, RA_REUSE_BLEND };
+enum ra_reuse_mode { RA_REUSE_NONE, RA_REUSE_PREFIX, RA_REUSE_FULL, RA_REUSE_BLEND, RA_REUSE_CRAFT };
 
-/* "none", "prefix", "full", "blend" (--reuse); RA_EINVAL naming OPT otherwise. */
+/* "none", "prefix", "full", "blend", "craft" (--reuse); RA_EINVAL naming OPT otherwise. */
 int ra_reuse_mode_parse(const char *s, const char *opt, enum ra_reuse_mode *mode);
 const char *ra_reuse_mode_name(enum ra_reuse_mode mode);
 
@@ -73,6 +73,9 @@ struct ra_reuse_config {
     uint64_t seed;         /* for RA_BLEND_PICK_RANDOM */
     double store_gbps;     /* emulated store bandwidth in GB/s (1e9 B/s); 0: as fast as it reads */
     int store_write;       /* compute and add missing chunks after the first token */
+    const int *quota_bounds; /* NULL, or p+1 bounds: blend selects within each slice [b_i, b_{i+1})
+                              * separately (ra_blend_select_local): the chain's local scope on one rank */
+    int n_quota;           /* p */
 };
 #define RA_REUSE_CONFIG_INIT { .ratio = 0.15, .check = { 1 }, .n_check = 1 }
 
