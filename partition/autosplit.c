@@ -173,6 +173,42 @@ int ra_partition_auto(const struct ra_config *c, const struct ra_cost_profile *p
     return RA_OK;
 }
 
+int ra_partition_auto_reuse(const struct ra_config *c, const struct ra_cost_profile *pf, enum ra_cost_method m,
+                            const struct ra_cost_reuse *ru, int n_tokens, int p, int *bounds, char *how,
+                            size_t how_len)
+{
+    /* Without a profile: FLOPs at unit rates over free links, so the search balances work. */
+    const struct ra_cost_profile flops = { .gemm_flops = 1, .attn_flops = 1, .p2p_bandwidth = INFINITY };
+    int rc = ra_partition_equal_work(c, pf, n_tokens, p, bounds);
+    if (rc != RA_OK || p == 1) {
+        if (rc == RA_OK && how)
+            snprintf(how, how_len, "one rank");
+        return rc;
+    }
+    const struct ra_cost_profile *model = pf && pf->p2p_bandwidth > 0 ? pf : &flops;
+    struct ra_cost_profile rates;
+    if (pf && model == &flops) { /* the profile's compute rates, links free */
+        rates = *pf;
+        rates.p2p_bandwidth = INFINITY;
+        rates.allgather_bandwidth = 0;
+        model = &rates;
+    }
+    int *seed = malloc(sizeof(int) * (size_t)(p + 1));
+    if (!seed)
+        return ra_error_set(RA_ENOMEM, "auto partition: out of memory");
+    memcpy(seed, bounds, sizeof(int) * (size_t)(p + 1));
+    struct ra_cost_reuse_objective obj = { c, model, m, ru };
+    struct ra_search_opts so = { .seed = seed, .initial_span = 1, .min_stride = 1 };
+    double ttft = 0;
+    rc = ra_search_partition(n_tokens, p, ra_cost_reuse_objective_eval, &obj, &so, bounds, &ttft, NULL);
+    free(seed);
+    if (rc == RA_OK && how)
+        snprintf(how, how_len, "reuse-balanced by the cost model (%s; predicted TTFT %.4g%s)",
+                 model == &flops ? "FLOPs, links free" : model == pf ? "the profile" : "the profile's rates, links free",
+                 ttft, model == &flops ? " FLOP units" : " s");
+    return rc;
+}
+
 int ra_cost_profile_load(const char *path, const char *model_id, const char *hw_tag, struct ra_cost_profile *pf,
                          int *busy)
 {

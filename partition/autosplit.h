@@ -32,6 +32,15 @@ int ra_partition_equal_work(const struct ra_config *c, const struct ra_cost_prof
 int ra_partition_auto(const struct ra_config *c, const struct ra_cost_profile *pf, int n_tokens, int p,
                       int *bounds, char *how, size_t how_len);
 
+/* The auto split of a reuse run (costmodel.h's ra_cost_reuse_replay): the
+ * bounds where the ranks finish together under that model, searched from
+ * the plain auto split (the hierarchical search, min stride 1). Slice and
+ * chunk boundaries need not align. Without pf: the FLOP model (unit rates,
+ * free links). how as for ra_partition_auto. */
+int ra_partition_auto_reuse(const struct ra_config *c, const struct ra_cost_profile *pf, enum ra_cost_method m,
+                            const struct ra_cost_reuse *ru, int n_tokens, int p, int *bounds, char *how,
+                            size_t how_len);
+
 /* The cost-model profile runahead-tune --calibrate stored in the table at path
  * for this model id and hardware tag (table.h); unknown names are ignored. busy
  * (NULL: not wanted) gets 1 when the profile is flagged calibration_busy. */

@@ -51,6 +51,10 @@ struct ra_cost_profile {
     double p2p_latency;             /* seconds per message */
     double allgather_bandwidth;     /* bytes received per rank per second in MPI_Allgatherv; 0 = from p2p */
     double allgather_latency;       /* seconds per MPI_Allgatherv call (at the rank count measured) */
+    /* Reuse runs (ra_cost_reuse_replay); 0: not measured. */
+    double row_list_factor;         /* a pass over a position list: its time / the model's for those rows
+                                     * (0 or missing: 1) */
+    double install_s_per_row_layer; /* installing a loaded row: RoPE shift of K, copy into the cache */
 };
 
 enum ra_cost_method { RA_COST_KVR, RA_COST_TSP };
@@ -84,7 +88,7 @@ int ra_cost_objective_eval(void *ctx, const int *bounds, int p, double *value);
 int ra_cost_profile_check(const struct ra_cost_profile *pf);
 
 /* The profile as named doubles, for the HDF5 table's attributes. */
-#define RA_COST_PROFILE_N 7
+#define RA_COST_PROFILE_N 9
 /* The field names in packing order, NULL-terminated. */
 const char *const *ra_cost_profile_names(void);
 /* values[RA_COST_PROFILE_N] in the order of ra_cost_profile_names(). */
@@ -93,5 +97,73 @@ void ra_cost_profile_pack(const struct ra_cost_profile *pf, double *values);
  * (newer writers), missing fields are 0, and the result is checked (so
  * gemm_flops and attn_flops are required). */
 int ra_cost_profile_unpack(struct ra_cost_profile *pf, const char *const *names, const double *values, int n);
+
+/* ------------------------------------------------------------ reuse runs
+ *
+ * A prefill from the chunk store along the chain (mpi/reuse_chain.h), per
+ * rank r with slice [b_r, b_{r+1}) holding l_r loaded rows (K and V from the
+ * store) and m_r = n_r - l_r must rows (no chunk holds them):
+ *
+ *   pass A   (blend only) every row of the slice through layers 0..check, a
+ *            plain pass (the chain's or TSP's replay above over check + 1
+ *            layers); the deviations at the check layers need that layer's
+ *            loads.
+ *   select   global: every rank's deviations gathered (one all-gather of
+ *            5 bytes a row), so pass B starts when the last rank has them;
+ *            local: at once.
+ *   pass B   s_r = m_r + round(ratio * l_r) rows through every layer,
+ *            attending over the whole prefix: the must rows at their
+ *            positions, the selected loaded rows counted as ratio of the
+ *            loaded rows' keys (the top deviations are spread over the
+ *            slice). A pass over a position list (0 < s_r < n_r) costs
+ *            row_list_factor times the span's model; every layer begins by
+ *            installing its loaded rows (install_s_per_row_layer each) once
+ *            the loader has read them. What travels per layer:
+ *              full   as a plain pass (chain: K and V of [0, b_r) into rank
+ *                     r; TSP: every slice to all);
+ *              delta  only the rows recomputed before the slice (chain:
+ *                     sum of s_q over q < r) or anywhere (TSP), with a
+ *                     4-byte position each.
+ *   loads    a loader per rank reads its loaded rows layer by layer from
+ *            time 0 at load_bandwidth (0: free): full sends, the slice's;
+ *            delta, every loaded row before b_{r+1} (the receiver rebuilds
+ *            the rows that did not travel).
+ *
+ * TTFT is the last rank's finish (KVR) or the latest (TSP), with the
+ * classifier. Without loaded rows it is ra_cost_replay's figure exactly
+ * (nothing is reused: a plain pass). */
+struct ra_cost_span {
+    int start, n;
+};
+
+struct ra_cost_reuse {
+    const struct ra_cost_span *loaded; /* the request's loaded rows: sorted, disjoint, inside [0, bounds[p]) */
+    int n_loaded;
+    int pass_a;            /* 1: blend (pass A, then the selection); 0: full or prefix (only the must rows) */
+    double ratio;          /* blend: the recomputed fraction of each rank's loaded rows, [0, 1] */
+    int check;             /* blend: the last check layer */
+    int global;            /* blend: the global selection (an all-gather between the passes) */
+    int delta;             /* only recomputed rows travel in pass B */
+    double kv_elem_bytes;  /* bytes of one K or V element: 4 (f32), 2 (bf16); 0: 4 */
+    double load_bandwidth; /* bytes/s one rank's loader reads; 0: loads are free */
+};
+
+/* Each rank's rows in pass B (s_r above), for reports and tests: rows[p]. */
+int ra_cost_reuse_rows(const struct ra_cost_reuse *ru, const int *bounds, int p, int *rows);
+
+/* Predicted TTFT of a reuse run (as ra_cost_replay; layers, when given, get
+ * pass B's layers). */
+int ra_cost_reuse_replay(const struct ra_config *c, const struct ra_cost_profile *pf, enum ra_cost_method m,
+                         const struct ra_cost_reuse *ru, const int *bounds, int p, double *ttft, double *rank_finish,
+                         struct ra_cost_layer *layers);
+
+/* As a search objective: pass a struct ra_cost_reuse_objective. */
+struct ra_cost_reuse_objective {
+    const struct ra_config *config;
+    const struct ra_cost_profile *profile;
+    enum ra_cost_method method;
+    const struct ra_cost_reuse *reuse;
+};
+int ra_cost_reuse_objective_eval(void *ctx, const int *bounds, int p, double *value);
 
 #endif
