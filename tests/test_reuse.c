@@ -17,6 +17,7 @@
  * equalities hold over the stored chunks; prefix stores chunks behind their
  * exact context and finds them; a deleted chunk file is a miss, a corrupted
  * one an error naming the file. */
+#include "half.h"
 #include "random_model.h"
 #include "ra_core.h"
 #include "reuse/blend.h"
@@ -355,6 +356,157 @@ static void check_equalities(struct ra_context *ctx, enum ra_dtype dt)
     free_prompt(&p);
 }
 
+/* A load clipped to a slice: rows [skip, skip+n) of the load it came from. */
+struct clipped {
+    const struct ra_blend_load *from;
+    int skip;
+    size_t row;
+};
+
+static int clipped_read(void *src, int layer, const void **k, const void **v)
+{
+    const struct clipped *c = src;
+    int rc = c->from->read(c->from->src, layer, k, v);
+    if (rc == RA_OK) {
+        *k = (const uint8_t *)*k + (size_t)c->skip * c->row;
+        *v = (const uint8_t *)*v + (size_t)c->skip * c->row;
+    }
+    return rc;
+}
+
+/* The loads' rows inside [lo, hi), as a rank of the chain loads them. */
+static int clip_loads(const struct ra_blend_load *loads, int n_loads, int lo, int hi, size_t row,
+                      struct clipped *clip, struct ra_blend_load *out)
+{
+    int m = 0;
+    for (int i = 0; i < n_loads; i++) {
+        const int a = loads[i].start > lo ? loads[i].start : lo;
+        const int b = loads[i].start + loads[i].n < hi ? loads[i].start + loads[i].n : hi;
+        if (a >= b)
+            continue;
+        clip[m] = (struct clipped){ &loads[i], a - loads[i].start, row };
+        out[m] = (struct ra_blend_load){ .start = a, .n = b - a, .shift = loads[i].shift, .read = clipped_read,
+                                         .src = &clip[m] };
+        m++;
+    }
+    return m;
+}
+
+enum { MAX_SLICES = 4 };
+
+/* The chain's phases run one slice after another on one cache (what the
+ * ranks do, the exchange being the shared cache): every slice's pass A, the
+ * selection (global over the prompt, or LOCAL per slice), every slice's
+ * pass B; a slice with nothing selected runs its hooks only. */
+static int run_slices(struct ra_context *ctx, struct prompt *p, enum ra_dtype dt, const struct ra_blend_load *loads,
+                      int n_loads, double ratio, const int *bounds, int ns, int local, struct result *r)
+{
+    const struct ra_config *c = &ctx->model->config;
+    struct ra_reuse_config cfg = RA_REUSE_CONFIG_INIT;
+    struct ra_kvcache kv;
+    struct ra_blend *e[MAX_SLICES] = { 0 };
+    struct clipped clip[MAX_SLICES][MAX_CHUNKS];
+    struct ra_blend_load sl[MAX_SLICES][MAX_CHUNKS];
+    float dev[256], *logits = calloc((size_t)c->vocab_size, sizeof(float));
+    uint8_t must[256];
+    int32_t sel[256];
+    int n_sel = 0, rc = RA_OK;
+    memset(r, 0, sizeof *r);
+    CHECK_OK(ra_kvcache_init_dtype(&kv, ctx->backend, c->n_layers, ra_config_kv_dim(c), p->n, dt));
+    for (int s = 0; s < ns && rc == RA_OK; s++) {
+        const int m = clip_loads(loads, n_loads, bounds[s], bounds[s + 1], ra_kvcache_row_bytes(&kv), clip[s], sl[s]);
+        rc = ra_blend_open(&e[s], ctx, p->ids, p->n, bounds[s], bounds[s + 1], sl[s], m, &cfg, &kv);
+    }
+    for (int s = 0; s < ns && rc == RA_OK; s++) {
+        const float *d;
+        const uint8_t *mu;
+        if ((rc = ra_blend_pass_a(e[s], &d, &mu)) == RA_OK) {
+            memcpy(dev + bounds[s], d, sizeof *d * (size_t)(bounds[s + 1] - bounds[s]));
+            memcpy(must + bounds[s], mu, (size_t)(bounds[s + 1] - bounds[s]));
+        }
+    }
+    if (rc == RA_OK)
+        rc = local ? ra_blend_select_local(dev, must, p->n, ratio, bounds, ns, sel, &n_sel)
+                   : ra_blend_select(dev, must, p->n, ratio, sel, &n_sel);
+    for (int s = 0, at = 0; s < ns && rc == RA_OK; s++) {
+        int k = 0;
+        while (at + k < n_sel && sel[at + k] < bounds[s + 1])
+            k++;
+        rc = ra_blend_pass_b(e[s], sel + at, k, s == ns - 1 ? logits : NULL);
+        at += k;
+    }
+    for (int s = 0; s < ns; s++)
+        ra_blend_close(e[s], ratio, NULL);
+    if (rc == RA_OK)
+        take(r, &kv, p->n, c->vocab_size, logits);
+    ra_kvcache_free(&kv);
+    free(logits);
+    return rc;
+}
+
+static double kv_diff(const struct result *a, const struct result *b, enum ra_dtype dt)
+{
+    if (dt == RA_DTYPE_F32)
+        return test_max_rel_diff((const float *)a->kv, (const float *)b->kv, a->kv_bytes / sizeof(float));
+    double w = 0;
+    const uint16_t *x = (const uint16_t *)a->kv, *y = (const uint16_t *)b->kv;
+    for (size_t i = 0; i < a->kv_bytes / 2; i++) {
+        const double u = ra_bf16_to_f32(x[i]), v = ra_bf16_to_f32(y[i]);
+        w = fmax(w, fabs(u - v) / (1.0 + fabs(v)));
+    }
+    return w;
+}
+
+/* The engine's phases over slices equal one rank: global selection its
+ * result, local selection its result with the slices as quotas; ratio 1 is
+ * none and ratio 0 full for either. Slices cut chunks, and one lies inside a
+ * chunk (nothing to recompute there at ratio 0). */
+static void check_slices(struct ra_context *ctx, enum ra_dtype dt)
+{
+    const struct ra_config *c = &ctx->model->config;
+    const int V = c->vocab_size, lens[3] = { 11, 7, 13 };
+    struct prompt p;
+    make_prompt(&p, ctx, dt, 3, lens, 3, 5); /* chunks [3,14) [14,21) [21,34), n 39 */
+    struct ra_blend_load loads[MAX_CHUNKS];
+    const int nl = loads_of(&p, 0, loads);
+    const int two[3] = { 0, 17, 39 }, four[5] = { 0, 17, 25, 30, 39 };
+    const int *parts[2] = { two, four }, nparts[2] = { 2, 4 };
+    const double ratios[3] = { 0, 0.15, 1 };
+    double worst = 0;
+    int ok = 1;
+    for (int pi = 0; pi < 2; pi++)
+        for (int ri = 0; ri < 3; ri++)
+            for (int local = 0; local < 2; local++) {
+                struct ra_reuse_config cfg = RA_REUSE_CONFIG_INIT;
+                cfg.ratio = ratios[ri];
+                if (local)
+                    cfg.quota_bounds = parts[pi], cfg.n_quota = nparts[pi];
+                struct result one, sliced;
+                CHECK_OK(run(ctx, &p, dt, RA_REUSE_BLEND, loads, nl, &cfg, &one));
+                CHECK_OK(run_slices(ctx, &p, dt, loads, nl, ratios[ri], parts[pi], nparts[pi], local, &sliced));
+                const double dl = logits_diff(&one, &sliced, V), dk = kv_diff(&one, &sliced, dt);
+                worst = fmax(worst, fmax(dl, dk));
+                if (!(dl <= tol(dt) && dk <= tol(dt))) {
+                    ok = 0;
+                    printf("  %d slices, ratio %g, %s: logits %.3g, KV %.3g apart\n", nparts[pi], ratios[ri],
+                           local ? "local" : "global", dl, dk);
+                }
+                drop(&one), drop(&sliced);
+            }
+    printf("%s KV: the phases over 2 and 4 slices (chunks cut, a slice inside a chunk) equal one rank, global and "
+           "local scope, ratios 0, 0.15, 1: %s (worst %.3g)\n", ra_dtype_name(dt), ok ? "ok" : "FAIL", worst);
+    CHECK(ok);
+    /* local quotas differ from the global top-k: the test can tell them apart */
+    const float dv[6] = { 9, 8, 7, 1, 2, 3 };
+    const int halves[3] = { 0, 3, 6 };
+    int32_t g[6], l6[6];
+    int ng, nloc;
+    CHECK_OK(ra_blend_select(dv, NULL, 6, 0.5, g, &ng));
+    CHECK_OK(ra_blend_select_local(dv, NULL, 6, 0.34, halves, 2, l6, &nloc));
+    CHECK(ng == 3 && g[0] == 0 && g[2] == 2 && nloc == 2 && l6[0] == 0 && l6[1] == 5);
+    free_prompt(&p);
+}
+
 /* One chunk where it was computed: prefix and blend at any ratio give none's result within fp32 rounding. */
 static void check_in_place(struct ra_context *ctx, enum ra_dtype dt)
 {
@@ -573,6 +725,8 @@ static void check_model(const struct ra_model *m, const char *name, int model)
     printf("-- %s\n", name);
     check_equalities(&ctx, RA_DTYPE_F32);
     check_equalities(&ctx, RA_DTYPE_BF16);
+    check_slices(&ctx, RA_DTYPE_F32);
+    check_slices(&ctx, RA_DTYPE_BF16);
     check_in_place(&ctx, RA_DTYPE_F32);
     check_in_place(&ctx, RA_DTYPE_BF16);
     check_store(&ctx, RA_DTYPE_F32, model);

@@ -103,16 +103,18 @@ int ra_blend_select(const float *dev, const uint8_t *must, int n, double ratio, 
 
 /* ------------------------------------------------------------ the engine */
 
-struct engine {
+struct ra_blend {
     struct ra_context *ctx;
     struct ra_kvcache *kv;
     const struct ra_blend_load *loads;
+    const int32_t *ids;     /* the prompt's [n] */
     int n_loads, n, n_layers, kvd;
+    int lo, hi;             /* the rows this engine computes: [lo, hi) of the prompt */
     const struct ra_reuse_config *cfg;
     struct ra_loader ld;
-    int32_t *load_of;       /* [n] the load holding a row, -1: a must row */
-    uint8_t *must;          /* [n] */
-    int n_loaded;
+    int32_t *load_of;       /* [n] the load holding a row, -1: none */
+    uint8_t *must;          /* [n] rows of [lo, hi) no load holds (0 outside the slice) */
+    int n_loaded;           /* loaded rows in [lo, hi) */
     float *dev;             /* [n] pass A: summed over the check layers */
     int check_last;         /* the last check layer (blend) */
     void *scratch;          /* backend rows of the largest load, to rotate stored K */
@@ -123,13 +125,13 @@ struct engine {
     int schedule_on;
 };
 
-static size_t row_bytes(const struct engine *e)
+static size_t row_bytes(const struct ra_blend *e)
 {
     return ra_kvcache_row_bytes(e->kv);
 }
 
 /* Layer L of every load into the cache at its rows, K moved by its shift. */
-static int install_layer(struct engine *e, int l)
+static int install_layer(struct ra_blend *e, int l)
 {
     int rc = ra_loader_wait(&e->ld, l);
     if (rc != RA_OK)
@@ -150,7 +152,7 @@ static int install_layer(struct engine *e, int l)
 
 /* The stored K of layer L at the prompt's positions into e->stored_k (host),
  * rotated on the backend as install_layer rotates it, without touching the cache. */
-static int stored_layer_k(struct engine *e, int l)
+static int stored_layer_k(struct ra_blend *e, int l)
 {
     struct ra_backend *be = e->ctx->backend;
     const struct ra_config *c = &e->ctx->model->config;
@@ -174,18 +176,18 @@ static int stored_layer_k(struct engine *e, int l)
 }
 
 /* Element j of a stored row of the KV dtype, and a fresh value as the cache would hold it. */
-static float stored_at(const struct engine *e, const void *row, int j)
+static float stored_at(const struct ra_blend *e, const void *row, int j)
 {
     return e->kv->dtype == RA_DTYPE_BF16 ? ra_bf16_to_f32(((const uint16_t *)row)[j]) : ((const float *)row)[j];
 }
-static float cached(const struct engine *e, float x)
+static float cached(const struct ra_blend *e, float x)
 {
     return e->kv->dtype == RA_DTYPE_BF16 ? ra_bf16_to_f32(ra_f32_to_bf16(x)) : x;
 }
 
 /* Deviation |K - K'|^2 + |V - V'|^2 of the pass's fresh rows (args) against the
  * stored rows of layer a->layer, per computed row (0 for must rows), into OUT[a->n]. */
-static int deviations(struct engine *e, const struct ra_hook_args *a, float *out)
+static int deviations(struct ra_blend *e, const struct ra_hook_args *a, float *out)
 {
     struct ra_backend *be = e->ctx->backend;
     const size_t fbytes = (size_t)a->n * e->kvd * sizeof(float);
@@ -215,7 +217,7 @@ static int deviations(struct engine *e, const struct ra_hook_args *a, float *out
 /* Pass A's kv_ready: deviations at each check layer, the pass ended after the last. */
 static int pass_a_kv_ready(void *self, const struct ra_hook_args *a)
 {
-    struct engine *e = self;
+    struct ra_blend *e = self;
     int is_check = 0;
     for (int i = 0; i < e->cfg->n_check; i++)
         is_check |= e->cfg->check[i] == a->layer;
@@ -235,7 +237,7 @@ static int pass_b_layer_begin(void *self, const struct ra_hook_args *a)
 }
 
 /* The ratio of layer L with a schedule (layers after the last check layer). */
-static double schedule_ratio(const struct engine *e, int l)
+static double schedule_ratio(const struct ra_blend *e, int l)
 {
     const int j = l - e->check_last - 1;
     return e->cfg->schedule[j < e->cfg->n_schedule ? j : e->cfg->n_schedule - 1];
@@ -244,7 +246,7 @@ static double schedule_ratio(const struct engine *e, int l)
 /* Pass B's kv_ready: counts the layer's rows; with a schedule, their deviations. */
 static int pass_b_kv_ready(void *self, const struct ra_hook_args *a)
 {
-    struct engine *e = self;
+    struct ra_blend *e = self;
     e->recomputed[a->layer] = a->n > e->recomputed[a->layer] ? a->n : e->recomputed[a->layer];
     if (!e->schedule_on || a->layer <= e->check_last || a->layer + 1 >= e->n_layers)
         return RA_OK;
@@ -254,7 +256,7 @@ static int pass_b_kv_ready(void *self, const struct ra_hook_args *a)
 /* Pass B's narrow: after a layer past the check, the next layer's count by this layer's deviations. */
 static int pass_b_narrow(void *self, const struct ra_hook_args *a, int32_t *keep, int *n_keep)
 {
-    struct engine *e = self;
+    struct ra_blend *e = self;
     if (!e->schedule_on || a->layer <= e->check_last)
         return RA_OK;
     uint8_t *must = malloc((size_t)a->n);
@@ -269,7 +271,7 @@ static int pass_b_narrow(void *self, const struct ra_hook_args *a, int32_t *keep
 }
 
 /* Runs one pass over ROWS with HOOK on the context, the hook removed after. */
-static int run_pass(struct engine *e, struct ra_hook *hook, const int32_t *ids, const struct ra_rows *rows,
+static int run_pass(struct ra_blend *e, struct ra_hook *hook, const int32_t *ids, const struct ra_rows *rows,
                     float *logits)
 {
     int32_t *tok = NULL;
@@ -293,11 +295,12 @@ out:
 
 /* The auto ratio: the larger of RA_BLEND_MIN_RATIO and the ratio whose pass B
  * takes the load time left, at the rate per row and layer pass A measured. */
-static double auto_ratio(struct engine *e, double t_pass_a)
+static double auto_ratio(struct ra_blend *e, double t_pass_a)
 {
-    const double rate = t_pass_a / ((double)e->n * (e->check_last + 1));
+    const int rows = e->hi - e->lo;
+    const double rate = t_pass_a / ((double)rows * (e->check_last + 1));
     const double left = ra_loader_total_s(&e->ld) - (ra_wall_s() - e->ld.t0);
-    const int must = e->n - e->n_loaded;
+    const int must = rows - e->n_loaded;
     double r = e->n_loaded > 0 && rate > 0 ? (left / (rate * e->n_layers) - must) / e->n_loaded : 1.0;
     r = r > RA_BLEND_MIN_RATIO ? r : RA_BLEND_MIN_RATIO;
     return r < 1 ? r : 1;
@@ -305,7 +308,7 @@ static double auto_ratio(struct engine *e, double t_pass_a)
 
 /* ------------------------------------------------------------ modes */
 
-static int check_config(const struct engine *e, enum ra_reuse_mode mode)
+static int check_config(const struct ra_blend *e, enum ra_reuse_mode mode)
 {
     const struct ra_reuse_config *c = e->cfg;
     if (mode != RA_REUSE_BLEND)
@@ -331,19 +334,23 @@ static int check_config(const struct engine *e, enum ra_reuse_mode mode)
     return RA_OK;
 }
 
-static int engine_init(struct engine *e, struct ra_context *ctx, int n, const struct ra_blend_load *loads,
-                       int n_loads, const struct ra_reuse_config *cfg, struct ra_kvcache *kv)
+static int engine_init(struct ra_blend *e, struct ra_context *ctx, const int32_t *ids, int n, int lo, int hi,
+                       const struct ra_blend_load *loads, int n_loads, const struct ra_reuse_config *cfg,
+                       struct ra_kvcache *kv)
 {
     const struct ra_config *c = &ctx->model->config;
     memset(e, 0, sizeof *e);
-    e->ctx = ctx, e->kv = kv, e->loads = loads, e->n_loads = n_loads, e->n = n, e->cfg = cfg;
+    e->ctx = ctx, e->kv = kv, e->ids = ids, e->loads = loads, e->n_loads = n_loads, e->n = n, e->cfg = cfg;
+    e->lo = lo, e->hi = hi;
     e->n_layers = c->n_layers, e->kvd = ra_config_kv_dim(c);
     e->check_last = cfg->n_check > 0 ? cfg->check[cfg->n_check - 1] : 0;
-    if (kv->n_layers != c->n_layers || kv->kv_dim != e->kvd || kv->capacity < n)
-        return ra_error_set(RA_EINVAL, "reuse: the KV cache (%d layers, %d rows) does not hold the prompt's %d rows",
-                            kv->n_layers, kv->capacity, n);
+    if (n < 1 || lo < 0 || hi <= lo || hi > n)
+        return ra_error_set(RA_EINVAL, "reuse: rows [%d, %d) are not a slice of the prompt's %d", lo, hi, n);
+    if (kv->n_layers != c->n_layers || kv->kv_dim != e->kvd || kv->capacity < hi)
+        return ra_error_set(RA_EINVAL, "reuse: the KV cache (%d layers, %d rows) does not hold rows [0, %d)",
+                            kv->n_layers, kv->capacity, hi);
     e->load_of = malloc(sizeof *e->load_of * (size_t)n);
-    e->must = malloc((size_t)n);
+    e->must = calloc((size_t)n, 1);
     e->dev = calloc((size_t)n, sizeof *e->dev);
     e->dev_cur = calloc((size_t)n, sizeof *e->dev_cur);
     e->recomputed = calloc((size_t)c->n_layers, sizeof *e->recomputed);
@@ -354,17 +361,18 @@ static int engine_init(struct engine *e, struct ra_context *ctx, int n, const st
     int largest = 0;
     for (int i = 0; i < n_loads; i++) {
         const struct ra_blend_load *d = &loads[i];
-        if (d->start < 0 || d->n < 1 || d->start + d->n > n || (i > 0 && d->start < loads[i - 1].start + loads[i - 1].n))
-            return ra_error_set(RA_EINVAL, "reuse: loaded rows [%d, %d) are outside the prompt or overlap",
-                                d->start, d->start + d->n);
+        if (d->start < 0 || d->n < 1 || d->start + d->n > hi || (i > 0 && d->start < loads[i - 1].start + loads[i - 1].n))
+            return ra_error_set(RA_EINVAL, "reuse: loaded rows [%d, %d) are outside rows [0, %d) or overlap",
+                                d->start, d->start + d->n, hi);
         for (int p = d->start; p < d->start + d->n; p++)
             e->load_of[p] = i;
-        e->n_loaded += d->n;
         largest = d->n > largest ? d->n : largest;
     }
-    for (int i = 0; i < n; i++)
+    for (int i = lo; i < hi; i++) {
         e->must[i] = e->load_of[i] < 0;
-    if (e->load_of[n - 1] >= 0)
+        e->n_loaded += !e->must[i];
+    }
+    if (hi == n && e->load_of[n - 1] >= 0)
         return ra_error_set(RA_EINVAL, "reuse: the prompt's last row is loaded; it must be computed for the logits");
     if (largest > 0 && !(e->scratch = ra_backend_alloc(ctx->backend, (size_t)largest * ra_kvcache_row_bytes(kv))))
         return ra_error_set(RA_ENOMEM, "reuse: out of backend memory for %d rows", largest);
@@ -376,7 +384,7 @@ static int engine_init(struct engine *e, struct ra_context *ctx, int n, const st
     return ra_loader_start(&e->ld, loads, n_loads, c->n_layers, ra_kvcache_row_bytes(kv), cfg->store_gbps);
 }
 
-static void engine_free(struct engine *e)
+static void engine_free(struct ra_blend *e)
 {
     ra_loader_stop(&e->ld);
     if (e->scratch)
@@ -384,6 +392,112 @@ static void engine_free(struct engine *e)
     free(e->load_of), free(e->must), free(e->dev), free(e->dev_cur), free(e->recomputed);
     free(e->stored_k), free(e->fresh_k), free(e->fresh_v);
 }
+
+/* ------------------------------------------------------------ phases */
+
+int ra_blend_open(struct ra_blend **out, struct ra_context *ctx, const int32_t *ids, int n, int lo, int hi,
+                  const struct ra_blend_load *loads, int n_loads, const struct ra_reuse_config *cfg,
+                  struct ra_kvcache *kv)
+{
+    static const struct ra_reuse_config defaults = RA_REUSE_CONFIG_INIT;
+    struct ra_blend *e = malloc(sizeof *e);
+    *out = NULL;
+    if (!e)
+        return ra_error_set(RA_ENOMEM, "reuse: out of memory");
+    int rc = engine_init(e, ctx, ids, n, lo, hi, loads, n_loads, cfg ? cfg : &defaults, kv);
+    if (rc != RA_OK) {
+        engine_free(e);
+        free(e);
+        return rc;
+    }
+    *out = e;
+    return RA_OK;
+}
+
+const uint8_t *ra_blend_must(const struct ra_blend *e)
+{
+    return e->must + e->lo;
+}
+
+int ra_blend_pass_a(struct ra_blend *e, const float **dev, const uint8_t **must)
+{
+    int rc = check_config(e, RA_REUSE_BLEND);
+    if (rc != RA_OK)
+        return rc;
+    struct ra_hook a = { .self = e, .kv_ready = pass_a_kv_ready };
+    const struct ra_rows slice = { e->hi - e->lo, e->lo, NULL };
+    if ((rc = run_pass(e, &a, e->ids, &slice, NULL)) != RA_OK)
+        return rc;
+    for (int l = 0; l <= e->check_last; l++)
+        e->recomputed[l] = slice.n;
+    if (dev)
+        *dev = e->dev + e->lo;
+    if (must)
+        *must = e->must + e->lo;
+    return RA_OK;
+}
+
+int ra_blend_pass_b(struct ra_blend *e, const int32_t *sel, int n_sel, float *logits)
+{
+    for (int i = 0; i < n_sel; i++)
+        if (sel[i] < e->lo || sel[i] >= e->hi || (i > 0 && sel[i] <= sel[i - 1]))
+            return ra_error_set(RA_EINVAL, "reuse: selected row %d is outside rows [%d, %d) or out of order", sel[i],
+                                e->lo, e->hi);
+    if (logits && (n_sel < 1 || sel[n_sel - 1] != e->n - 1))
+        return ra_error_set(RA_EINVAL, "reuse: the logits need the prompt's last row among the selected");
+    if (e->cfg->n_schedule > 0 && (e->lo > 0 || e->hi < e->n))
+        return ra_error_set(RA_EINVAL, "reuse: a blend schedule runs on one rank only");
+    /* the whole slice is the span of a plain pass (`none` at ratio 1) */
+    const int whole = n_sel == e->hi - e->lo;
+    const struct ra_rows rows = whole ? (struct ra_rows){ n_sel, e->lo, NULL }
+                                      : (struct ra_rows){ n_sel, n_sel ? sel[0] : e->lo, n_sel ? sel : NULL };
+    e->schedule_on = e->cfg->n_schedule > 0;
+    struct ra_hook b = { .self = e, .layer_begin = pass_b_layer_begin, .kv_ready = pass_b_kv_ready,
+                         .narrow = e->schedule_on ? pass_b_narrow : NULL };
+    return run_pass(e, &b, e->ids, &rows, logits);
+}
+
+void ra_blend_close(struct ra_blend *e, double ratio, struct ra_reuse_report *rep)
+{
+    if (!e)
+        return;
+    if (rep) {
+        rep->ratio = ratio;
+        rep->loaded_rows = e->n_loaded;
+        rep->bytes_loaded = e->ld.bytes;
+        rep->t_load = e->ld.t_load;
+        rep->t_load_wait = e->ld.t_wait;
+        free(rep->recomputed);
+        rep->recomputed = e->recomputed;
+        rep->n_layers = e->n_layers;
+        e->recomputed = NULL;
+    }
+    engine_free(e);
+    free(e);
+}
+
+int ra_blend_select_local(const float *dev, const uint8_t *must, int n, double ratio, const int *bounds, int p,
+                          int32_t *out, int *n_out)
+{
+    if (p < 1 || bounds[0] != 0 || bounds[p] != n)
+        return ra_error_set(RA_EINVAL, "blend: %d slices do not cover the prompt's %d rows", p, n);
+    int rc = RA_OK, total = 0;
+    for (int i = 0; i < p && rc == RA_OK; i++) {
+        const int b = bounds[i], m = bounds[i + 1] - b;
+        int got = 0;
+        if (m < 0)
+            return ra_error_set(RA_EINVAL, "blend: slice %d [%d, %d) is reversed", i, b, b + m);
+        if ((rc = ra_blend_select(dev + b, must ? must + b : NULL, m, ratio, out + total, &got)) != RA_OK)
+            break;
+        for (int j = 0; j < got; j++)
+            out[total + j] += b;
+        total += got;
+    }
+    *n_out = total;
+    return rc;
+}
+
+/* ------------------------------------------------------------ one rank */
 
 /* Random deviations (the control of the quality study): the same count of rows, drawn by SEED. */
 static void random_deviations(float *dev, int n, uint64_t seed)
@@ -395,22 +509,17 @@ static void random_deviations(float *dev, int n, uint64_t seed)
     }
 }
 
-/* blend: pass A, the selection, pass B. */
-static int run_blend(struct engine *e, const int32_t *ids, float *logits, struct ra_reuse_report *rep)
+/* blend: pass A, the selection (over the prompt, or per quota slice), pass B. */
+static int run_blend(struct ra_blend *e, float *logits, struct ra_reuse_report *rep)
 {
     const struct ra_reuse_config *cfg = e->cfg;
     double t = ra_wall_s();
-    struct ra_hook a = { .self = e, .kv_ready = pass_a_kv_ready };
-    const struct ra_rows all = { e->n, 0, NULL };
-    int rc = run_pass(e, &a, ids, &all, NULL);
+    int rc = ra_blend_pass_a(e, NULL, NULL);
     if (rc != RA_OK)
         return rc;
-    for (int l = 0; l <= e->check_last; l++)
-        e->recomputed[l] = e->n;
     rep->t_pass_a = ra_wall_s() - t;
     t = ra_wall_s();
-    e->schedule_on = cfg->n_schedule > 0;
-    const double ratio = e->schedule_on ? cfg->schedule[0] : cfg->ratio >= 0 ? cfg->ratio : auto_ratio(e, rep->t_pass_a);
+    const double ratio = cfg->n_schedule > 0 ? cfg->schedule[0] : cfg->ratio >= 0 ? cfg->ratio : auto_ratio(e, rep->t_pass_a);
     rep->ratio = ratio;
     if (cfg->pick == RA_BLEND_PICK_RANDOM)
         random_deviations(e->dev, e->n, cfg->seed);
@@ -418,15 +527,12 @@ static int run_blend(struct engine *e, const int32_t *ids, float *logits, struct
     int n_sel = 0;
     if (!sel)
         return ra_error_set(RA_ENOMEM, "blend: out of memory");
-    rc = ra_blend_select(e->dev, e->must, e->n, ratio, sel, &n_sel);
+    rc = cfg->quota_bounds ? ra_blend_select_local(e->dev, e->must, e->n, ratio, cfg->quota_bounds, cfg->n_quota, sel, &n_sel)
+                           : ra_blend_select(e->dev, e->must, e->n, ratio, sel, &n_sel);
     rep->t_select = ra_wall_s() - t;
     t = ra_wall_s();
-    if (rc == RA_OK) { /* every row selected: the span of `none` */
-        const struct ra_rows rows = n_sel == e->n ? all : (struct ra_rows){ n_sel, sel[0], sel };
-        struct ra_hook b = { .self = e, .layer_begin = pass_b_layer_begin, .kv_ready = pass_b_kv_ready,
-                             .narrow = e->schedule_on ? pass_b_narrow : NULL };
-        rc = run_pass(e, &b, ids, &rows, logits);
-    }
+    if (rc == RA_OK)
+        rc = ra_blend_pass_b(e, sel, n_sel, logits);
     rep->t_pass_b = ra_wall_s() - t;
     for (int l = 0; l <= e->check_last; l++)
         e->recomputed[l] = e->n; /* pass A computed every row there */
@@ -435,7 +541,7 @@ static int run_blend(struct engine *e, const int32_t *ids, float *logits, struct
 }
 
 /* full: the must rows over every installed layer. */
-static int run_full(struct engine *e, const int32_t *ids, float *logits, struct ra_reuse_report *rep)
+static int run_full(struct ra_blend *e, float *logits, struct ra_reuse_report *rep)
 {
     int32_t *rows = malloc(sizeof *rows * (size_t)e->n);
     if (!rows)
@@ -445,9 +551,7 @@ static int run_full(struct engine *e, const int32_t *ids, float *logits, struct 
         if (e->must[i])
             rows[m++] = i;
     const double t = ra_wall_s();
-    const struct ra_rows r = m == e->n ? (struct ra_rows){ e->n, 0, NULL } : (struct ra_rows){ m, rows[0], rows };
-    struct ra_hook b = { .self = e, .layer_begin = pass_b_layer_begin, .kv_ready = pass_b_kv_ready };
-    int rc = run_pass(e, &b, ids, &r, logits);
+    int rc = ra_blend_pass_b(e, rows, m, logits);
     rep->t_pass_b = ra_wall_s() - t;
     free(rows);
     return rc;
@@ -455,7 +559,7 @@ static int run_full(struct engine *e, const int32_t *ids, float *logits, struct 
 
 /* prefix: the rows before the first load, then (over the installed loads)
  * the rows after the last: two spans, as a prefix cache runs them. */
-static int run_prefix(struct engine *e, const int32_t *ids, float *logits, struct ra_reuse_report *rep)
+static int run_prefix(struct ra_blend *e, float *logits, struct ra_reuse_report *rep)
 {
     const double t = ra_wall_s();
     const int head = e->n_loads ? e->loads[0].start : e->n;
@@ -467,11 +571,11 @@ static int run_prefix(struct engine *e, const int32_t *ids, float *logits, struc
     int rc = RA_OK;
     if (e->n_loads && head > 0) {
         const struct ra_rows r0 = { head, 0, NULL };
-        rc = run_pass(e, &none, ids, &r0, NULL);
+        rc = run_pass(e, &none, e->ids, &r0, NULL);
     }
     if (rc == RA_OK) {
         const struct ra_rows r1 = e->n_loads ? (struct ra_rows){ e->n - tail, tail, NULL } : (struct ra_rows){ e->n, 0, NULL };
-        rc = run_pass(e, e->n_loads ? &b : &none, ids, &r1, logits);
+        rc = run_pass(e, e->n_loads ? &b : &none, e->ids, &r1, logits);
     }
     for (int l = 0; l < e->n_layers; l++)
         e->recomputed[l] = e->n - e->n_loaded;
@@ -483,30 +587,21 @@ int ra_blend_prefill(struct ra_context *ctx, const int32_t *ids, int n, const st
                      int n_loads, enum ra_reuse_mode mode, const struct ra_reuse_config *cfg, struct ra_kvcache *kv,
                      float *logits, struct ra_reuse_report *rep)
 {
-    struct engine e;
+    struct ra_blend *e = NULL;
     if (n < 1)
         return ra_error_set(RA_EINVAL, "reuse: an empty prompt");
-    int rc = engine_init(&e, ctx, n, loads, n_loads, cfg, kv);
+    int rc = ra_blend_open(&e, ctx, ids, n, 0, n, loads, n_loads, cfg, kv);
     if (rc == RA_OK)
-        rc = check_config(&e, mode);
+        rc = check_config(e, mode);
     if (rc == RA_OK) {
         rep->mode = mode;
         rep->n_rows = n;
-        rep->loaded_rows = e.n_loaded;
         rep->ratio = mode == RA_REUSE_BLEND ? cfg->ratio : 0;
-        rc = mode == RA_REUSE_BLEND ? run_blend(&e, ids, logits, rep)
-             : mode == RA_REUSE_FULL ? run_full(&e, ids, logits, rep)
-                                     : run_prefix(&e, ids, logits, rep);
+        rc = mode == RA_REUSE_BLEND ? run_blend(e, logits, rep)
+             : mode == RA_REUSE_FULL ? run_full(e, logits, rep)
+                                     : run_prefix(e, logits, rep);
     }
-    if (rc == RA_OK) { /* every layer was installed: the loader is done */
-        rep->bytes_loaded = e.ld.bytes;
-        rep->t_load = e.ld.t_load;
-        rep->t_load_wait = e.ld.t_wait;
-        free(rep->recomputed);
-        rep->recomputed = e.recomputed;
-        rep->n_layers = e.n_layers;
-        e.recomputed = NULL;
-    }
-    engine_free(&e);
+    /* every layer was installed: the loader is done */
+    ra_blend_close(e, rep->ratio, rc == RA_OK ? rep : NULL);
     return rc;
 }
