@@ -469,6 +469,83 @@ out:
     return rc;
 }
 
+/* Seconds of the best of three runs of one position-list pass over every
+ * fourth row of a cache that rows [0, n) fill. */
+static int time_list_pass(struct tune *t, const struct ra_rows *rows, double *best)
+{
+    int rc = RA_OK;
+    *best = INFINITY;
+    for (int k = 0; k < 3 && rc == RA_OK; k++) {
+        MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+        const double t0 = MPI_Wtime();
+        rc = ra_forward_rows(&t->ctx, t->tokens, rows, &t->kv, NULL);
+        *best = fmin(*best, MPI_Wtime() - t0);
+    }
+out:
+    return rc;
+}
+
+/* Seconds per row and layer of installing loaded rows (reuse/blend.c's
+ * install: K and V uploaded into the cache, K re-positioned): the best of three. */
+static int time_install(struct tune *t, int n, double *per_row)
+{
+    struct ra_backend *be = t->be;
+    const struct ra_config *c = &t->m.config;
+    const struct ra_rope rope = ra_config_rope(c);
+    const size_t bytes = (size_t)n * ra_kvcache_row_bytes(&t->kv);
+    void *host = calloc(1, bytes);
+    double best = INFINITY;
+    int rc = host ? RA_OK : ra_error_set(RA_ENOMEM, "out of memory");
+    for (int k = 0; k < 3 && rc == RA_OK; k++) {
+        const double t0 = MPI_Wtime();
+        for (int l = 0; l < c->n_layers && rc == RA_OK; l++) {
+            void *kd = ra_kvcache_k(&t->kv, l, 0), *vd = ra_kvcache_v(&t->kv, l, 0);
+            if ((rc = be->ops->upload(be, kd, host, bytes)) == RA_OK &&
+                (rc = be->ops->upload(be, vd, host, bytes)) == RA_OK)
+                rc = be->ops->rope_shift(be, kd, t->kv.dtype, ra_config_kv_dim(c), n, c->n_kv_heads, c->head_dim,
+                                         7, &rope);
+        }
+        best = fmin(best, MPI_Wtime() - t0);
+    }
+    *per_row = best / ((double)n * c->n_layers);
+    free(host);
+    return rc;
+}
+
+/* The reuse model's two figures (costmodel.h): a pass over a position list
+ * against the model's time for its rows (row_list_factor), and installs. */
+static int measure_reuse(struct tune *t, struct ra_cost_profile *pf)
+{
+    const struct ra_config *c = &t->m.config;
+    const int n = t->kv.capacity < 2048 ? t->kv.capacity : 2048, k = n / 4;
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)(k > 0 ? k : 1));
+    double t_list = 0, t_install = 0, lin1, att1, keys = 0;
+    int rc = pos ? RA_OK : ra_error_set(RA_ENOMEM, "out of memory");
+    for (int i = 0; i < k && rc == RA_OK; i++) {
+        pos[i] = 4 * i + 3;
+        keys += pos[i] + 1;
+    }
+    const struct ra_rows rows = { .n = k, .start = k ? pos[0] : 0, .pos = pos };
+    if (rc == RA_OK && k > 0)
+        rc = ra_forward_span(&t->ctx, t->tokens, 0, n, &t->kv, NULL);
+    if (rc == RA_OK && k > 0)
+        rc = time_list_pass(t, &rows, &t_list);
+    if (rc == RA_OK && k > 0)
+        rc = time_install(t, n, &t_install);
+    free(pos);
+    if (rc != RA_OK || k == 0)
+        return rc;
+    ra_forward_flops(c, 0, 1, &lin1, &att1);
+    const double model = lin1 * k / pf->gemm_flops + att1 * keys / pf->attn_flops +
+                         pf->other_s_per_token_layer * k * c->n_layers;
+    double mine[2] = { t_list / model, t_install }, sum[2];
+    MPI_CHECK(MPI_Allreduce(mine, sum, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    pf->row_list_factor = sum[0] / world;
+    pf->install_s_per_row_layer = sum[1] / world;
+out:
+    return rc;
+}
+
 /* The calibration's provenance stored beside the cost model's figures (which are medians):
  * the minima, and whether the machine was quiet. ra_cost_profile_unpack ignores these names. */
 #define N_CALIB_EXTRA 8
@@ -512,6 +589,8 @@ static int calibrate(struct tune *t)
     struct ra_calibration cal;
     int rc = measure_compute(t, &pf);
     if (rc == RA_OK)
+        rc = measure_reuse(t, &pf);
+    if (rc == RA_OK)
         rc = ra_calibrate_links(MPI_COMM_WORLD, 0, &cal);
     if (rc != RA_OK)
         return rc;
@@ -524,8 +603,10 @@ static int calibrate(struct tune *t)
     if (rank == 0) {
         ra_calibration_print(stderr, "runahead-tune", &cal);
         fprintf(stderr, "runahead-tune: calibrated with %d ranks x %d threads: GEMM %.1f GFLOP/s, attention %.1f GFLOP/s, "
-                "other %.2f us/token/layer, p2p %.2f GB/s + %.2f us, all-gather %.2f GB/s + %.2f us (medians)%s\n",
+                "other %.2f us/token/layer, position lists x%.2f, installs %.3f us/row/layer, "
+                "p2p %.2f GB/s + %.2f us, all-gather %.2f GB/s + %.2f us (medians)%s\n",
                 world, t->be->n_threads, pf.gemm_flops / 1e9, pf.attn_flops / 1e9, pf.other_s_per_token_layer * 1e6,
+                pf.row_list_factor, pf.install_s_per_row_layer * 1e6,
                 pf.p2p_bandwidth / 1e9, pf.p2p_latency * 1e6, pf.allgather_bandwidth / 1e9, pf.allgather_latency * 1e6,
                 cal.busy ? " [BUSY MACHINE]" : "");
         rc = profile_store(t->o, t->model_id, t->hw_tag, &pf, &cal);
