@@ -13,12 +13,10 @@ int ra_prefill_kv_rows(const struct ra_exchange *x)
     return x->bounds[x->size];
 }
 
-int ra_prefill_run(struct ra_context *ctx, struct ra_exchange *x, struct ra_kvcache *kv,
-                   const int32_t *tokens, float *logits, double *ttft)
+int ra_prefill_start(struct ra_exchange *x, const struct ra_kvcache *kv)
 {
     int rc = RA_OK;
-    const int r = x->rank, start = x->bounds[r], n = x->bounds[r + 1] - start;
-    const int last = r == x->size - 1;
+    const int r = x->rank;
     /* Collective like the pass itself; a caller that wants a particular transport attached it before. */
     if (!x->tr && (rc = ra_exchange_attach_transport(x, RA_TRANSPORT_AUTO, kv)) != RA_OK)
         return rc;
@@ -28,22 +26,56 @@ int ra_prefill_run(struct ra_context *ctx, struct ra_exchange *x, struct ra_kvca
                             ra_mem_name(x->tr->mem), ra_kvcache_row_bytes(kv), ra_mem_name(kv->mem));
     ra_watchdog_wait(RA_WATCH_START, -1, -1);
     MPI_CHECK(MPI_Barrier(x->comm));
-    ra_watchdog_done();
-    if ((rc = ra_exchange_begin(x)) != RA_OK)
-        goto out;
+out:
+    ra_watchdog_done(); /* also when MPI_CHECK left the wait early */
+    return rc;
+}
+
+int ra_prefill_pass(struct ra_context *ctx, struct ra_exchange *x, int (*body)(void *arg), void *arg)
+{
+    int rc = ra_exchange_begin(x);
+    if (rc != RA_OK)
+        return rc;
     const struct ra_hook *hook = ra_exchange_hooks(x);
     if (hook && (rc = ra_context_hook_add(ctx, hook)) != RA_OK)
-        goto out;
-    rc = ra_forward_span(ctx, tokens + start, start, n, kv, last ? logits : NULL);
+        return rc;
+    rc = body(arg);
     if (hook)
         ra_context_hook_remove(ctx, hook);
-    if (last)
-        *ttft = MPI_Wtime() - x->t0;
     if (rc == RA_OK)
         rc = ra_exchange_finish(x);
-out:
-    ra_watchdog_done(); /* when MPI_CHECK left a wait early */
+    ra_watchdog_done(); /* when a hook's MPI_CHECK left a wait early */
     return rc;
+}
+
+/* The plain pass: the rank's slice as one span; the last rank times the first token. */
+struct span_pass {
+    struct ra_context *ctx;
+    struct ra_exchange *x;
+    struct ra_kvcache *kv;
+    const int32_t *tokens;
+    float *logits;
+    double *ttft;
+};
+
+static int span_body(void *arg)
+{
+    struct span_pass *s = arg;
+    const struct ra_exchange *x = s->x;
+    const int r = x->rank, start = x->bounds[r], n = x->bounds[r + 1] - start;
+    const int last = r == x->size - 1;
+    int rc = ra_forward_span(s->ctx, s->tokens + start, start, n, s->kv, last ? s->logits : NULL);
+    if (last)
+        *s->ttft = MPI_Wtime() - x->t0;
+    return rc;
+}
+
+int ra_prefill_run(struct ra_context *ctx, struct ra_exchange *x, struct ra_kvcache *kv,
+                   const int32_t *tokens, float *logits, double *ttft)
+{
+    struct span_pass s = { ctx, x, kv, tokens, logits, ttft };
+    int rc = ra_prefill_start(x, kv);
+    return rc == RA_OK ? ra_prefill_pass(ctx, x, span_body, &s) : rc;
 }
 
 static void spread_of(const double *v, int n, double *out)

@@ -12,6 +12,14 @@
 int ra_prefill_run(struct ra_context *ctx, struct ra_exchange *x, struct ra_kvcache *kv,
                    const int32_t *tokens, float *logits, double *ttft);
 
+/* ra_prefill_run's steps, for passes of another shape (reuse_chain.c):
+ * ra_prefill_start attaches the transport where none is (collective), checks
+ * it fits KV and waits at the start barrier; ra_prefill_pass begins the
+ * exchange (its t0), runs BODY(ARG) with the exchange's hook added to CTX's
+ * list, then completes every send. */
+int ra_prefill_start(struct ra_exchange *x, const struct ra_kvcache *kv);
+int ra_prefill_pass(struct ra_context *ctx, struct ra_exchange *x, int (*body)(void *arg), void *arg);
+
 /* Runs `repeats` passes of one method and partition (a fresh exchange each
  * time it is called) and gives every rank the last rank's median TTFT. The
  * KV cache must hold ra_prefill_kv_rows() rows. Collective. */

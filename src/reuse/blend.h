@@ -60,6 +60,15 @@ double ra_loader_total_s(struct ra_loader *ld);
 /* Stops (early, if it still runs) and joins it; frees what it holds. */
 void ra_loader_stop(struct ra_loader *ld);
 
+/* The plan's steps, shared with the chain (mpi/reuse_chain.c). Chunk C of
+ * REQ looked up in ST as MODE needs it: behind the leading prefix (full,
+ * blend) or behind every id before it (prefix); *CH NULL: a miss. A hit the
+ * cache cannot hold (another KV dtype or shape) is an error naming its file. */
+int ra_reuse_lookup(struct ra_store *st, const struct ra_request *req, int c, enum ra_reuse_mode mode,
+                    const struct ra_kvcache *kv, struct ra_chunk **ch);
+/* REQ is not empty, fits KV (NULL: not checked), and its chunks lie in order inside it. */
+int ra_reuse_request_fits(const struct ra_request *req, const struct ra_kvcache *kv);
+
 /* Prefills prompt IDS[n] into KV in MODE (RA_REUSE_FULL, RA_REUSE_BLEND or
  * RA_REUSE_PREFIX) from LOADS (sorted, disjoint); every other row is a must
  * row (computed). PREFIX: loads are unshifted and the rows before the first

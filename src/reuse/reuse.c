@@ -15,10 +15,7 @@ static int chunk_read(void *src, int layer, const void **k, const void **v)
     return ra_chunk_layer(src, layer, k, v);
 }
 
-/* Looks chunk C up: behind the leading prefix (full, blend) or behind every
- * id before it (prefix). A hit the engine cannot use is an error naming its
- * file: another KV dtype or shape than the cache's. */
-static int lookup(struct ra_store *st, const struct ra_request *req, int c, enum ra_reuse_mode mode,
+int ra_reuse_lookup(struct ra_store *st, const struct ra_request *req, int c, enum ra_reuse_mode mode,
                   const struct ra_kvcache *kv, struct ra_chunk **ch)
 {
     const int start = req->chunk_start[c], len = req->chunk_len[c];
@@ -41,7 +38,7 @@ static int plan(struct ra_store *st, const struct ra_request *req, enum ra_reuse
 {
     *n_loads = 0;
     for (int c = 0; c < req->n_chunks; c++) {
-        int rc = lookup(st, req, c, mode, kv, &chunks[c]);
+        int rc = ra_reuse_lookup(st, req, c, mode, kv, &chunks[c]);
         if (rc != RA_OK)
             return rc;
         if (!chunks[c] && mode == RA_REUSE_PREFIX)
@@ -80,11 +77,11 @@ static int write_misses(struct ra_context *ctx, struct ra_store *st, const struc
     return rc;
 }
 
-static int check_request(const struct ra_request *req, const struct ra_kvcache *kv)
+int ra_reuse_request_fits(const struct ra_request *req, const struct ra_kvcache *kv)
 {
     if (!req || !req->ids || req->n < 1)
         return ra_error_set(RA_EINVAL, "reuse: an empty request");
-    if (kv->capacity < req->n)
+    if (kv && kv->capacity < req->n)
         return ra_error_set(RA_ERANGE, "reuse: the request's %d tokens exceed the KV cache's %d rows", req->n,
                             kv->capacity);
     for (int c = 0; c < req->n_chunks; c++)
@@ -106,7 +103,7 @@ int ra_reuse_prefill(struct ra_context *ctx, struct ra_store *st, const struct r
     rep->mode = mode;
     if (!cfg)
         cfg = &defaults;
-    int rc = check_request(req, kv);
+    int rc = ra_reuse_request_fits(req, kv);
     if (rc != RA_OK)
         return rc;
     if (mode != RA_REUSE_NONE && !st)
