@@ -8,7 +8,10 @@
  *   direct  each rank sends its own rows to every later rank
  * All three move the same bytes; they differ in message count and latency.
  * The rows are the slice's, [b_r, b_{r+1}), whichever of them the pass
- * computes (a reuse pass computes some and installs the rest). */
+ * computes (a reuse pass computes some and installs the rest). With delta
+ * sends (delta.c) only the travelling rows move, packed, in the same pattern
+ * of messages (none where a piece has no travelling row), and are scattered
+ * into the cache when they have arrived. */
 #include "exchange.h"
 #include "netem.h"
 #include "watchdog.h"
@@ -41,6 +44,18 @@ static void *rows_of(struct ra_kvcache *kv, int layer, int kind, int pos)
     return kind ? (void *)ra_kvcache_v(kv, layer, pos) : (void *)ra_kvcache_k(kv, layer, pos);
 }
 
+/* Where piece s (rank s's slice) of layer l travels from and to: the KV
+ * cache, or with delta sends the staging, holding its travelling rows only. */
+static void *piece_of(struct ra_exchange *x, struct ra_kvcache *kv, int l, int kind, int s)
+{
+    return x->delta ? ra_delta_piece(x, l, kind, s) : rows_of(kv, l, kind, x->bounds[s]);
+}
+
+static int piece_rows(const struct ra_exchange *x, int s)
+{
+    return x->delta ? ra_delta_rows(x, s) : x->bounds[s + 1] - x->bounds[s];
+}
+
 static int post_piece_recvs(struct ra_exchange *x, struct ra_kvcache *kv, int l)
 {
     const int r = x->rank;
@@ -48,8 +63,10 @@ static int post_piece_recvs(struct ra_exchange *x, struct ra_kvcache *kv, int l)
     for (int s = 0; s < r && rc == RA_OK; s++)
         for (int kind = 0; kind < 2 && rc == RA_OK; kind++) {
             const int src = x->route == RA_ROUTE_DIRECT ? s : r - 1;
-            rc = ra_exchange_post_recv(x, rows_of(kv, l, kind, x->bounds[s]), x->bounds[s + 1] - x->bounds[s],
-                                       src, tag_of(x, l, s, kind));
+            if (!piece_rows(x, s))
+                continue; /* delta: nothing of it travels, and both ends know */
+            x->recv_piece[x->n_recv] = 2 * s + kind;
+            rc = ra_exchange_post_recv(x, piece_of(x, kv, l, kind, s), piece_rows(x, s), src, tag_of(x, l, s, kind));
         }
     return rc == RA_OK ? ra_transport_group_end(x->tr) : rc;
 }
@@ -66,11 +83,11 @@ static int relay_forward(struct ra_exchange *x, struct ra_kvcache *kv, int l, in
         if (!last && (rc = ra_transport_group_begin(x->tr)) != RA_OK)
             break;
         for (int i = 0; i < done && !last && rc == RA_OK; i++) {
-            const int s = idx[i] / 2, kind = idx[i] % 2;
+            const int s = x->recv_piece[idx[i]] / 2, kind = x->recv_piece[idx[i]] % 2;
             if (x->netem && (rc = ra_netem_forwarding(x, idx[i])) != RA_OK)
                 break;
-            rc = ra_exchange_post_send(x, rows_of(kv, l, kind, x->bounds[s]), x->bounds[s + 1] - x->bounds[s],
-                                       x->rank + 1, tag_of(x, l, s, kind));
+            rc = ra_exchange_post_send(x, piece_of(x, kv, l, kind, s), piece_rows(x, s), x->rank + 1,
+                                       tag_of(x, l, s, kind));
         }
         if (!last && rc == RA_OK)
             rc = ra_transport_group_end(x->tr);
@@ -85,13 +102,17 @@ static int chain_layer_begin(void *self, const struct ra_hook_args *a)
     struct ra_exchange *x = self;
     const int l = a->layer;
     struct ra_kvcache *kv = a->kv;
-    const int start = x->bounds[x->rank]; /* the slice's, whatever rows the pass computes */
+    int start = x->bounds[x->rank]; /* the slice's, whatever rows the pass computes */
     int rc = RA_OK;
     x->stats.layers[l].begin = MPI_Wtime() - x->t0;
     x->n_recv = 0;
     ra_transport_recvs_reset(x->tr);
+    if (x->delta && l == 0 && (rc = ra_delta_stage(x, kv)) != RA_OK)
+        return rc;
     if (x->rank == 0)
         return RA_OK;
+    if (x->delta && x->route == RA_ROUTE_CHAIN) /* [0, b_r)'s travelling rows, if any, as one message */
+        start = ra_delta_offset(x, x->rank);
     if (x->route != RA_ROUTE_CHAIN) {
         rc = post_piece_recvs(x, kv, l);
         /* What has already arrived moves on now, overlapping this layer's QKV. */
@@ -99,9 +120,33 @@ static int chain_layer_begin(void *self, const struct ra_hook_args *a)
             rc = relay_forward(x, kv, l, 0);
         return rc;
     }
+    if (!start)
+        return RA_OK;
     rc = ra_transport_group_begin(x->tr);
     for (int kind = 0; kind < 2 && rc == RA_OK; kind++)
-        rc = ra_exchange_post_recv(x, rows_of(kv, l, kind, 0), start, x->rank - 1, tag_of(x, l, 0, kind));
+        rc = ra_exchange_post_recv(x, piece_of(x, kv, l, kind, 0), start, x->rank - 1, tag_of(x, l, 0, kind));
+    return rc == RA_OK ? ra_transport_group_end(x->tr) : rc;
+}
+
+/* Delta: this rank's travelling rows packed behind what it received, then
+ * sent as the route sends (chain: every piece up to its own as one message;
+ * relay: its own piece to the next rank; direct: to every later rank). */
+static int delta_send(struct ra_exchange *x, struct ra_kvcache *kv, int l)
+{
+    const int r = x->rank, p = x->size;
+    const int chain = x->route == RA_ROUTE_CHAIN;
+    const int rows = chain ? ra_delta_offset(x, r + 1) : ra_delta_rows(x, r);
+    int rc = ra_delta_pack(x, kv, l);
+    if (rc != RA_OK || !rows)
+        return rc;
+    if ((rc = ra_transport_group_begin(x->tr)) != RA_OK)
+        return rc;
+    for (int kind = 0; kind < 2 && rc == RA_OK; kind++) {
+        void *buf = ra_delta_piece(x, l, kind, chain ? 0 : r);
+        const int tag = tag_of(x, l, chain ? 0 : r, kind);
+        for (int dest = r + 1; dest < (x->route == RA_ROUTE_DIRECT ? p : r + 2) && rc == RA_OK; dest++)
+            rc = ra_exchange_post_send(x, buf, rows, dest, tag);
+    }
     return rc == RA_OK ? ra_transport_group_end(x->tr) : rc;
 }
 
@@ -128,8 +173,15 @@ static int chain_kv_ready(void *self, const struct ra_hook_args *a)
     ra_watchdog_done();
     t->wait_end = MPI_Wtime() - x->t0;
     x->stats.t_wait += t->wait_end - t->wait_begin;
+    if (rc == RA_OK && x->delta)
+        rc = ra_delta_scatter(x, kv, l, 0, r); /* the received rows into the cache */
     if (rc != RA_OK || r == p - 1)
         goto out;
+    if (x->delta) {
+        rc = delta_send(x, kv, l);
+        t->send = MPI_Wtime() - x->t0;
+        goto out;
+    }
 
     rc = ra_transport_group_begin(x->tr);
     for (int kind = 0; kind < 2 && rc == RA_OK; kind++) {

@@ -89,6 +89,7 @@ void ra_exchange_free(struct ra_exchange *x)
     ra_transport_free(x->tr);
     free(x->stats.layers);
     ra_netem_free(x->netem);
+    ra_delta_free(x->delta);
     memset(x, 0, sizeof *x);
 }
 
@@ -124,6 +125,9 @@ int ra_exchange_begin(struct ra_exchange *x)
     x->t0 = MPI_Wtime();
     if (x->netem)
         ra_netem_begin(x);
+    /* Delta sends: the travelling positions, ahead of every row. */
+    if (rc == RA_OK && x->delta && ra_exchange_hooks(x))
+        rc = ra_delta_begin(x);
     return rc;
 }
 
@@ -145,6 +149,8 @@ int ra_exchange_finish(struct ra_exchange *x)
         x->stats.msgs_sent = x->tr->counts.msgs_sent;
         x->stats.msgs_recv = x->tr->counts.msgs_recv;
     }
+    if (x->delta && ra_exchange_hooks(x))
+        ra_delta_count(x);
 out:
     ra_watchdog_done();
     x->stats.t_total = MPI_Wtime() - x->t0;

@@ -40,6 +40,7 @@ struct ra_rank_stats {
 #define RA_MAX_RANKS 1024
 
 struct ra_netem; /* netem.h: an emulated link, or NULL */
+struct ra_delta; /* delta.c: the travel set of delta sends, or NULL */
 
 struct ra_exchange {
     MPI_Comm comm;
@@ -51,11 +52,13 @@ struct ra_exchange {
     size_t row_bytes;       /* one KV row: ra_kvcache_row_bytes of the cache */
     struct ra_transport *tr;/* NULL until ra_exchange_attach_transport (or the first pass) */
     int n_recv;             /* this layer's receives, in posting order (the transport's indices) */
+    int recv_piece[2 * RA_MAX_RANKS]; /* relay: receive i carries piece recv_piece[i] / 2, K (even) or V */
     int n_send, max_send;   /* every send of the pass, completed by ra_exchange_finish */
     double t0;
     struct ra_rank_stats stats;
     struct ra_hook hooks;   /* the method's entry of the context's hook list */
     struct ra_netem *netem; /* NULL unless --link-gbps: then every message also waits for the emulated link */
+    struct ra_delta *delta; /* NULL unless ra_exchange_set_travel gave a travel set */
 };
 
 /* A zeroed struct ra_exchange may be freed. */
@@ -81,6 +84,22 @@ int ra_exchange_finish(struct ra_exchange *x);
  * of the rows; then each layer's K and V rows move packed and are scattered
  * into the receiver's cache. Counted in the stats like the rows. */
 int ra_exchange_set_travel(struct ra_exchange *x, const uint8_t *travel);
+
+/* What one pass moves to and from rank r, by formula: rows of one layer's K
+ * (V alike), and with delta sends the positions in the lists. Full sends
+ * (n_travel NULL) follow the paper's traffic model: KVR rank r receives the
+ * prefix [0, b_r) whatever the route and sends [0, b_{r+1}) (chain, relay) or
+ * its own rows to every later rank (direct); TSP every rank receives every
+ * other slice and sends its own to all (Eqs. 4-7). Delta sends
+ * (n_travel[s]: travelling rows of rank s's slice) move the same, counted in
+ * travelling rows only, and each of those rows' positions once (4 bytes). */
+struct ra_traffic {
+    long long rows_sent, rows_recv;   /* per layer, K or V */
+    long long list_sent, list_recv;   /* positions (int32), per pass */
+    long long bytes_sent, bytes_recv; /* every layer's K and V rows and the lists */
+};
+void ra_exchange_traffic(enum ra_method method, enum ra_route route, const int *bounds, int size, int rank,
+                         int n_layers, size_t row_bytes, const int *n_travel, struct ra_traffic *t);
 /* The hook a pass adds to its context (NULL for a single rank: nothing moves). */
 const struct ra_hook *ra_exchange_hooks(struct ra_exchange *x);
 
@@ -95,5 +114,21 @@ void ra_tsp_hooks(struct ra_exchange *x);
 /* `rows` KV rows at `buf` (a KV cache address) through the transport, and the emulated link. */
 int ra_exchange_post_send(struct ra_exchange *x, const void *buf, int rows, int dest, int tag);
 int ra_exchange_post_recv(struct ra_exchange *x, void *buf, int rows, int source, int tag);
+/* Delta sends (delta.c). The position lists, at the pass's start (after the netem's begin). */
+int ra_delta_begin(struct ra_exchange *x);
+/* Adds the lists' bytes and messages to x->stats (after the transport's). */
+void ra_delta_count(struct ra_exchange *x);
+void ra_delta_free(struct ra_delta *d);
+/* The layer's staging of the pieces this rank holds (pieces 0..r for KVR, all for TSP),
+ * packed in position order: K (kind 0) or V, grown to fit at a pass's first layer. */
+int ra_delta_stage(struct ra_exchange *x, const struct ra_kvcache *kv);
+void *ra_delta_piece(const struct ra_exchange *x, int layer, int kind, int piece);
+/* Travelling rows of piece s, and of pieces [0, s) (the offset of s in the staging). */
+int ra_delta_rows(const struct ra_exchange *x, int piece);
+int ra_delta_offset(const struct ra_exchange *x, int piece);
+/* This rank's travelling rows of layer `layer` from the cache into its piece of the staging. */
+int ra_delta_pack(struct ra_exchange *x, struct ra_kvcache *kv, int layer);
+/* Pieces [from, to) of the staging into the cache at their positions. */
+int ra_delta_scatter(struct ra_exchange *x, struct ra_kvcache *kv, int layer, int from, int to);
 
 #endif

@@ -228,6 +228,14 @@ out:
     return rc;
 }
 
+int ra_netem_charge(struct ra_exchange *x, int dest, double bytes)
+{
+    struct ra_netem *n = x->netem;
+    const double start = fmax(now(x), n->link_free[dest]);
+    n->link_free[dest] = transfer_end(n, x->size, x->rank, dest, start, bytes);
+    return RA_OK;
+}
+
 int ra_netem_post_recv(struct ra_exchange *x, int source, int tag)
 {
     struct ra_netem *n = x->netem;
@@ -264,13 +272,18 @@ out:
 
 int ra_netem_allgather(struct ra_exchange *x, double t_enter, const int *rows)
 {
+    int most = 0;
+    for (int r = 0; r < x->size; r++)
+        most = rows[r] > most ? rows[r] : most;
+    return ra_netem_allgather_bytes(x, t_enter, (double)most * (double)x->row_bytes);
+}
+
+int ra_netem_allgather_bytes(struct ra_exchange *x, double t_enter, double block)
+{
     struct ra_netem *n = x->netem;
     const int p = x->size;
-    int rc = RA_OK, most = 0;
+    int rc = RA_OK;
     double t;
-    for (int r = 0; r < p; r++)
-        most = rows[r] > most ? rows[r] : most;
-    const double block = (double)most * (double)x->row_bytes;
     /* The ring starts when the last rank has its rows. */
     MPI_CHECK(MPI_Allreduce(&t_enter, &t, 1, MPI_DOUBLE, MPI_MAX, n->comm));
     for (int kv = 0; kv < 2; kv++)

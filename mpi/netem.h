@@ -78,6 +78,12 @@ int ra_netem_forwarding(struct ra_exchange *x, int idx);
 int ra_netem_wait_recvs(struct ra_exchange *x);
 /* After TSP's real all-gathers of `rows[r]` rows per rank (K and V): wait for the emulated ring. */
 int ra_netem_allgather(struct ra_exchange *x, double t_enter, const int *rows);
+/* The same for an all-gather whose largest block is `block` bytes (delta sends' position lists). */
+int ra_netem_allgather_bytes(struct ra_exchange *x, double t_enter, double block);
+/* A message of `bytes` to dest that carries no arrival stamp (delta sends'
+ * position lists, sent blocking): it only keeps the link busy, so the rows
+ * that follow it on that link arrive that much later. */
+int ra_netem_charge(struct ra_exchange *x, int dest, double bytes);
 int ra_netem_finish(struct ra_exchange *x);
 
 /* "emulated link 10 GB/s, 5 us latency; emulated noise ..." for the stderr summary. */
