@@ -1,0 +1,83 @@
+#!/bin/sh
+# jobs/bench-trace-bin at tiny sizes on a tiny synthetic model (a random-id pool): the table's rows
+# (none, each mode) and window columns, the JSON; the hits the stores give against the hits a replay
+# of the stream predicts (an unbounded store: blend hits every chunk an earlier request held, prefix
+# the longest run of chunks an earlier request began with; a store smaller than the pool: no more);
+# blend at ratio 1 equals full prefill (KL 0, every token the same); the stores removed after; one
+# error line and a non-zero exit for bad input. Timing means nothing here: this checks the program.
+. "$(dirname "$0")/lib.sh"
+"$BUILD/runahead-synth" --preset tiny --seed 5 --out "$TMP/tiny" >/dev/null 2>&1 || { fail "runahead-synth"; finish; }
+B="$BUILD/jobs/bench-trace-bin"
+base="--model $TMP/tiny --pool 10 --chunk-tokens 8-16 --chunks 2-4 --question-tokens 4 --seed 3"
+run() { # run NAME ARGS...: the table in $TMP/NAME.txt, the JSON in $TMP/NAME.json
+    name=$1; shift
+    TMPDIR=$TMP timeout 120 "$B" $base --json "$TMP/$name.json" "$@" >"$TMP/$name.txt" 2>"$TMP/$name.err" ||
+        fail "bench-trace $*: $(cat "$TMP/$name.err")"
+}
+run small --requests 9 --warmup 2 --modes prefix,blend --store-frac 0.3
+run big --requests 9 --warmup 2 --modes prefix,blend --store-frac 100
+run one --requests 6 --modes blend --blend-ratio 1 --windows 2
+
+# the table: mode policy hit% recomp% p50 p90 p99 x-p50 x-sum KL top1 greedy
+t=$TMP/small.txt
+[ "$(sed '/^$/q' "$t" | grep -c '^[a-z]')" -eq 4 ] || fail "expected 4 rows (the header, none, prefix, blend): $(cat "$t")"
+awk '$1 == "none" && $2 == "-" && $3 == "-" && $4 == "100.0" && $8 == "1.00" && $9 == "1.00" && $10 == "0.0000" &&
+    $11 == "1.000" && $12 == "1.000" && NF == 12 { ok = 1 } END { exit !ok }' "$t" || fail "none's row: $(cat "$t")"
+for m in prefix blend:0.15; do
+    awk -v m=$m '$1 == m && $2 == "lru" && $3 >= 0 && $3 <= 100 && $4 > 0 && $4 <= 100 && $5 > 0 && $5 <= $6 &&
+        $6 <= $7 && $8 > 0 && $9 > 0 && $10 >= 0 && $11 >= 0 && $11 <= 1 && NF == 12 { ok = 1 } END { exit !ok }' "$t" ||
+        fail "no $m row with figures in range: $(cat "$t")"
+done
+awk '$1 == "prefix" && $10 < 0.001 { ok = 1 } END { exit !ok }' "$t" || fail "prefix is not exact (KL): $(cat "$t")"
+grep -q '^mode  *policy  *1-3  *4-6  *7-9$' "$t" || fail "no windows 1-3, 4-6, 7-9: $(cat "$t")"
+[ "$(grep -c '^[a-z].*x (.*%)' "$t")" -eq 2 ] || fail "expected 2 window rows: $(cat "$t")"
+grep -q "^# pool    : 10 chunks of .* (random ids)" "$t" || fail "the header does not describe the pool"
+grep -q "^# stream  : 9 requests after 2 warm-up, 2-4 chunks each by Zipf s=1.1" "$t" ||
+    fail "the header does not describe the stream"
+awk '$1 == "blend:1" && $10 == "0.0000" && $11 == "1.000" && $12 == "1.000" && $4 == "100.0" { ok = 1 }
+    END { exit !ok }' "$TMP/one.txt" || fail "blend at ratio 1 is not full prefill: $(cat "$TMP/one.txt")"
+
+python3 - "$TMP/small.json" "$TMP/big.json" <<'PY' || fail "the JSON's hits against the stream's replay"
+import json, sys
+small, big = (json.load(open(p)) for p in sys.argv[1:3])
+stream = [r["chunks"] for r in big["stream"]]
+assert [r["chunks"] for r in small["stream"]] == stream and len(stream) == 11, "the stream"
+warm = sum(r["warmup"] for r in big["stream"])
+def predict(mode):
+    out = []
+    for i, req in enumerate(stream):
+        if mode == "prefix":
+            h = 0
+            while h < len(req) and any(s[: h + 1] == req[: h + 1] for s in stream[:i]):
+                h += 1
+        else:
+            h = sum(any(c in s for s in stream[:i]) for c in req)
+        out.append(h)
+    return out[warm:]
+for d in (small, big):
+    assert [v["mode"] for v in d["variants"]] == ["none", "prefix", "blend:0.15"], d["variants"]
+    for v in d["variants"]:
+        assert len(v["requests"]) == 9 and len(v["windows"]) == 3, v["mode"]
+        assert [r["chunks"] for r in v["requests"]] == [len(s) for s in stream[warm:]], v["mode"]
+total = {}
+for v_small, v_big in zip(small["variants"][1:], big["variants"][1:]):
+    mode = v_big["mode"].split(":")[0]
+    got = [r["hits"] for r in v_big["requests"]]
+    assert got == predict(mode), "%s, unbounded store: hits %s, the replay %s" % (mode, got, predict(mode))
+    less = [r["hits"] for r in v_small["requests"]]
+    assert all(a <= b for a, b in zip(less, got)), "%s: a smaller store hit more: %s > %s" % (mode, less, got)
+    total[mode] = (sum(less), sum(got))
+assert total["blend"][1] > total["blend"][0] > 0, "blend: hits in the small and the unbounded store %s" % (total,)
+PY
+ls -d "$TMP"/bench-trace-* >/dev/null 2>&1 && fail "the run's stores were left in $TMP"
+
+expect_error "^bench-trace: --model is required" "$B"
+expect_error "^bench-trace: --zipf: -1 is not in" "$B" $base --zipf -1
+expect_error "^bench-trace: --chunks: '5-2' is not A-B" "$B" $base --chunks 5-2
+expect_error "^bench-trace: --modes: 'none' is not a list" "$B" $base --modes none
+expect_error "^bench-trace: --policies: 'mru' is not a list" "$B" $base --policies mru
+expect_error "^bench-trace: --store-frac: 0 is not in" "$B" $base --store-frac 0
+expect_error "^bench-trace: a request of .* exceeds .*context" "$B" $base --chunks 8 --chunk-tokens 1000-1000
+echo '{"chunks": [' >"$TMP/bad.json"
+expect_error "^bench-trace: .*bad.json" "$B" --model "$TMP/tiny" "$TMP/bad.json"
+finish
