@@ -21,6 +21,7 @@
 #include "ra_core.h"
 #include "ref_forward.h"
 #include "reuse/store.h"
+#include "reuse/craft.h"
 #include "reuse/store_impl.h"
 #include "test.h"
 #include "tok512.h"
@@ -521,7 +522,7 @@ static char *slurp(const char *path)
 static int stray_files(const char *dir)
 {
     char cmd[700];
-    snprintf(cmd, sizeof cmd, "test -z \"$(find '%s/chunks' -type f ! -name '*.rachunk')\"", dir);
+    snprintf(cmd, sizeof cmd, "test -z \"$(find '%s/chunks' -type f ! -name '*.rachunk' ! -name '*.racraft')\"", dir);
     return system(cmd) != 0;
 }
 
@@ -550,7 +551,9 @@ static void full_disk(const struct ra_model *m, struct ra_context *ctx)
     CHECK(rc == RA_EIO && path && strstr(ra_error_message(), path) && strstr(ra_error_message(), "too large"));
     char *after = slurp(st->index_path);
     CHECK(before && after && strcmp(before, after) == 0);
-    CHECK(!exists(path) && !stray_files(dir));
+    char *rec = path ? ra_craft_record_path(path) : NULL; /* the chunk's craft record goes with it */
+    CHECK(!exists(path) && rec && !exists(rec) && !stray_files(dir));
+    free(rec);
     free(before);
     free(after);
     free(path);

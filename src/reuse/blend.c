@@ -16,22 +16,22 @@
 
 /* ------------------------------------------------------------ modes, report */
 
-static const char *const mode_names[] = { "none", "prefix", "full", "blend" };
+static const char *const mode_names[] = { "none", "prefix", "full", "blend", "craft" };
 
 int ra_reuse_mode_parse(const char *s, const char *opt, enum ra_reuse_mode *mode)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (s && strcmp(s, mode_names[i]) == 0) {
             *mode = (enum ra_reuse_mode)i;
             return RA_OK;
         }
-    return ra_error_set(RA_EINVAL, "%s: '%s' is not none, prefix, full or blend", opt ? opt : "--reuse",
+    return ra_error_set(RA_EINVAL, "%s: '%s' is not none, prefix, full, blend or craft", opt ? opt : "--reuse",
                         s ? ra_esc(s) : "");
 }
 
 const char *ra_reuse_mode_name(enum ra_reuse_mode mode)
 {
-    return (unsigned)mode < 4 ? mode_names[mode] : "?";
+    return (unsigned)mode < 5 ? mode_names[mode] : "?";
 }
 
 void ra_reuse_report_free(struct ra_reuse_report *rep)

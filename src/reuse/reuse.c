@@ -4,6 +4,7 @@
 #include "reuse/reuse.h"
 #include "forward.h"
 #include "reuse/blend.h"
+#include "reuse/craft.h"
 #include "status.h"
 #include "timing.h"
 
@@ -121,6 +122,17 @@ int ra_reuse_prefill(struct ra_context *ctx, struct ra_store *st, const struct r
         rep->ratio = 1;
         rep->ttft = rep->t_pass_b = ra_wall_s() - t0;
         return RA_OK;
+    }
+    if (mode == RA_REUSE_CRAFT) {
+        rc = ra_craft_prefill(ctx, st, req, cfg, kv, logits, rep);
+        rep->mode = mode;
+        rep->ttft = ra_wall_s() - t0;
+        if (rc == RA_OK && cfg->store_write) {
+            const double t = ra_wall_s();
+            rc = ra_craft_store_request(st, ctx, req);
+            rep->t_store_write = ra_wall_s() - t;
+        }
+        return rc;
     }
     struct ra_chunk **chunks = calloc((size_t)req->n_chunks + 1, sizeof *chunks);
     struct ra_blend_load *loads = calloc((size_t)req->n_chunks + 1, sizeof *loads);

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "forward.h"
+#include "reuse/craft.h"
 #include "outfile.h"
 #include "status.h"
 
@@ -269,6 +270,18 @@ void ra_store_close(struct ra_store *st)
 }
 
 const char *ra_store_dir(const struct ra_store *st) { return st->dir; }
+void ra_store_set_policy(struct ra_store *st, enum ra_store_policy policy) { st->policy = policy; }
+
+int ra_store_policy_parse(const char *s, const char *opt, enum ra_store_policy *policy)
+{
+    if (s && strcmp(s, "lru") == 0)
+        *policy = RA_STORE_EVICT_LRU;
+    else if (s && strcmp(s, "craft") == 0)
+        *policy = RA_STORE_EVICT_CRAFT;
+    else
+        return ra_error_set(RA_EINVAL, "%s: '%s' is not lru or craft", opt ? opt : "--policy", s ? ra_esc(s) : "");
+    return RA_OK;
+}
 uint64_t ra_store_capacity(const struct ra_store *st) { return st->capacity; }
 
 /* ------------------------------------------------------------ get */
@@ -358,7 +371,7 @@ static int chunk_encode(const struct ra_store *st, const uint8_t key[RA_STORE_HA
 
 /* Writes BUF to PATH through a temporary file and rename: a reader sees the
  * whole chunk or none; on any failure (a full disk) the temporary file goes. */
-static int write_chunk(const char *path, const uint8_t *buf, size_t bytes)
+int ra_store_write_file(const char *path, const uint8_t *buf, size_t bytes)
 {
     struct ra_outfile of = RA_OUTFILE_INIT;
     FILE *f;
@@ -406,6 +419,12 @@ static int already_there(const struct ra_store *st, const char *path, const int3
 int ra_store_put(struct ra_store *st, const int32_t *prefix, int n_prefix, const int32_t *tokens, int n,
                  const struct ra_kvcache *kv)
 {
+    return ra_store_put_meta(st, prefix, n_prefix, tokens, n, kv, "", -1);
+}
+
+int ra_store_put_meta(struct ra_store *st, const int32_t *prefix, int n_prefix, const int32_t *tokens, int n,
+                      const struct ra_kvcache *kv, const char *base, double impact)
+{
     uint8_t key[RA_STORE_HASH_BYTES], *buf = NULL;
     struct ra_chunk_header h;
     struct ra_store_entry e;
@@ -424,13 +443,15 @@ int ra_store_put(struct ra_store *st, const int32_t *prefix, int n_prefix, const
         return ra_error_set(RA_ENOMEM, "%s: out of memory", st->dir);
     if (!already_there(st, path, prefix, n_prefix, tokens, n) &&
         (rc = chunk_encode(st, key, prefix, n_prefix, tokens, n, kv, &buf, &h)) == RA_OK)
-        rc = write_chunk(path, buf, h.file_bytes);
+        rc = ra_store_write_file(path, buf, h.file_bytes);
     if (rc == RA_OK) {
         e.bytes = buf ? h.file_bytes : 0;
         e.last_use = now_s();
         e.uses = 0;
         e.n_tokens = n;
         e.n_prefix = n_prefix;
+        snprintf(e.base, sizeof e.base, "%s", base ? base : "");
+        e.impact = impact;
         if (!buf) { /* kept: its size for the index, in case the index lacks it */
             struct stat sb;
             e.bytes = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
@@ -443,6 +464,67 @@ int ra_store_put(struct ra_store *st, const int32_t *prefix, int n_prefix, const
 }
 
 /* ------------------------------------------------------------ add */
+
+int ra_store_chunk_key(struct ra_store *st, const int32_t *prefix, int n_prefix, const int32_t *tokens, int n,
+                       uint8_t out[RA_STORE_HASH_BYTES])
+{
+    char hex[2 * RA_STORE_HASH_BYTES + 1];
+    return chunk_key(st, prefix, n_prefix, tokens, n, out, hex);
+}
+
+/* After a failed put: the record goes unless its chunk file is there. */
+static void remove_orphan_record(struct ra_store *st, const int32_t *prefix, int n_prefix, const int32_t *tokens, int n)
+{
+    uint8_t key[RA_STORE_HASH_BYTES];
+    char hex[2 * RA_STORE_HASH_BYTES + 1];
+    struct stat sb;
+    if (chunk_key(st, prefix, n_prefix, tokens, n, key, hex) != RA_OK)
+        return;
+    char *path = ra_store_chunk_path(st, hex), *rec = path ? ra_craft_record_path(path) : NULL;
+    if (rec && stat(path, &sb) != 0)
+        unlink(rec);
+    free(path);
+    free(rec);
+}
+
+int ra_store_put_record(struct ra_store *st, const int32_t *prefix, int n_prefix, const int32_t *tokens, int n,
+                        const struct ra_kvcache *kv, const struct ra_craft_record *rec)
+{
+    char base[2 * RA_STORE_HASH_BYTES + 1];
+    if (st->flags & RA_STORE_READONLY)
+        return ra_error_set(RA_EINVAL, "%s: opened read-only: cannot add chunks", st->dir);
+    ra_store_hex(rec->base, base);
+    int rc = ra_craft_record_put(st, prefix, n_prefix, tokens, n, rec);
+    if (rc == RA_OK && (rc = ra_store_put_meta(st, prefix, n_prefix, tokens, n, kv, base, ra_craft_cci(rec))) != RA_OK)
+        remove_orphan_record(st, prefix, n_prefix, tokens, n);
+    return rc;
+}
+
+/* The chunk's rows [n_prefix, n_prefix + n) computed with the recorder on. */
+static int add_recorded(struct ra_store *st, struct ra_context *ctx, const int32_t *prefix, int n_prefix,
+                        const int32_t *tokens, int n, struct ra_kvcache *kv)
+{
+    struct ra_craft_recorder *r = NULL;
+    struct ra_craft_record rec;
+    int rc = ra_craft_recorder_new(&r, ctx, &n_prefix, &n, 1);
+    if (rc != RA_OK)
+        return rc;
+    if ((rc = ra_context_hook_add(ctx, ra_craft_recorder_hook(r))) == RA_OK) {
+        rc = ra_forward_span(ctx, tokens, n_prefix, n, kv, NULL);
+        ra_context_hook_remove(ctx, ra_craft_recorder_hook(r));
+    }
+    if (rc == RA_OK && (rc = ra_craft_recorder_take(r, 0, &rec)) == RA_OK) {
+        rec.n_lead = n_prefix;
+        rec.n_context = 0;
+        rec.n_ctx_keys = 0;
+        rc = ra_store_chunk_key(st, prefix, n_prefix, tokens, n, rec.base);
+        if (rc == RA_OK)
+            rc = ra_store_put_record(st, prefix, n_prefix, tokens, n, kv, &rec);
+        ra_craft_record_free(&rec);
+    }
+    ra_craft_recorder_free(r);
+    return rc;
+}
 
 int ra_store_add(struct ra_store *st, struct ra_context *ctx, const int32_t *prefix, int n_prefix,
                  const int32_t *tokens, int n)
@@ -459,9 +541,7 @@ int ra_store_add(struct ra_store *st, struct ra_context *ctx, const int32_t *pre
     if (n_prefix > 0)
         rc = ra_forward_span(ctx, prefix, 0, n_prefix, &kv, NULL);
     if (rc == RA_OK)
-        rc = ra_forward_span(ctx, tokens, n_prefix, n, &kv, NULL);
-    if (rc == RA_OK)
-        rc = ra_store_put(st, prefix, n_prefix, tokens, n, &kv);
+        rc = add_recorded(st, ctx, prefix, n_prefix, tokens, n, &kv);
     ra_kvcache_free(&kv);
     return rc;
 }

@@ -125,7 +125,28 @@ struct ra_store_entry {
     double last_use; /* seconds since the epoch */
     uint64_t uses;
     int n_tokens, n_prefix;
+    char base[2 * RA_STORE_HASH_BYTES + 1]; /* hex key of the chunk behind its leading prefix alone (a
+                                             * variant's base, craft.h); "" where the index names none */
+    double impact;   /* the chunk's cache-context impact in [0, 1] (craft.h); < 0: no record */
 };
+
+/* The eviction policy (ra_store_set_policy; LRU by default).
+ *   RA_STORE_EVICT_LRU    the least recently used chunk first
+ *   RA_STORE_EVICT_CRAFT  the chunk of least value first, value = (uses + 1) x
+ *                         n_tokens x (1 - impact / 2) / bytes: the rows a hit
+ *                         saves, per byte, weighed by use frequency (impact
+ *                         unknown: 0); ties to the least recently used.
+ * Either way the uses recorded in memory are merged into the index before a
+ * put evicts, so the order follows this process's hits too. */
+enum ra_store_policy { RA_STORE_EVICT_LRU = 0, RA_STORE_EVICT_CRAFT = 1 };
+void ra_store_set_policy(struct ra_store *st, enum ra_store_policy policy);
+/* "lru" or "craft"; RA_EINVAL naming OPT otherwise. */
+int ra_store_policy_parse(const char *s, const char *opt, enum ra_store_policy *policy);
+
+/* The key of the chunk TOKENS[n] behind PREFIX[n_prefix] in this store (the
+ * file's name; a variant's base key is the one behind the leading prefix). */
+int ra_store_chunk_key(struct ra_store *st, const int32_t *prefix, int n_prefix, const int32_t *tokens, int n,
+                       uint8_t out[RA_STORE_HASH_BYTES]);
 /* Reads the index into a malloc'ed array (*n entries); it needs no lock (the
  * index is replaced whole by a rename), so a read-only store lists too. */
 int ra_store_list(struct ra_store *st, struct ra_store_entry **entries, int *n);

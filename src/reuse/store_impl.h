@@ -89,6 +89,7 @@ struct ra_store {
     unsigned flags;
     struct ra_store_use *uses;
     int n_uses, cap_uses;
+    enum ra_store_policy policy;
 };
 
 struct ra_chunk {
@@ -96,6 +97,14 @@ struct ra_chunk {
     struct ra_chunk_layout layout;
     uint8_t *verified; /* [n_layers] 1 once the layer's checksum matched */
 };
+
+/* Writes BUF to PATH through a temporary file and rename (directories made). */
+int ra_store_write_file(const char *path, const uint8_t *buf, size_t bytes);
+/* ra_store_put with the index entry's base key (hex, "" none) and impact (< 0 none). */
+int ra_store_put_meta(struct ra_store *st, const int32_t *prefix, int n_prefix, const int32_t *tokens, int n,
+                      const struct ra_kvcache *kv, const char *base, double impact);
+/* Merges the uses recorded in memory into entries E[n] (the lock held). */
+void ra_store_merge_uses(struct ra_store *st, struct ra_store_entry *e, int n);
 
 /* DIR/NAME (malloc'ed; NULL: out of memory). */
 char *ra_store_join(const char *dir, const char *name);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "reuse/craft.h"
 #include "status.h"
 
 /* One chunk file: its header, identity (against its own name) and every layer. */
@@ -47,6 +48,37 @@ static int in_index(const struct ra_store_entry *e, int n, const char *key)
     return 0;
 }
 
+/* A chunk's craft record (craft.h): its chunk in the index, the record whole. */
+static int verify_record(const char *sub, const char *name, const struct ra_store_entry *e, int n)
+{
+    char *path = ra_store_join(sub, name);
+    struct ra_craft_record r;
+    uint8_t *data = NULL;
+    long size = -1;
+    int bad = 0;
+    if (!in_index(e, n, name)) {
+        fprintf(stderr, "runahead: %s/%s: a craft record of a chunk the index does not name\n", sub, name);
+        free(path);
+        return 1;
+    }
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (data = malloc((size_t)size + 1)) && fread(data, 1, (size_t)size, f) == (size_t)size) {
+        if (ra_craft_record_parse(data, (size_t)size, path, &r) == RA_OK)
+            ra_craft_record_free(&r);
+        else
+            fprintf(stderr, "runahead: %s\n", ra_error_message()), bad = 1;
+    } else {
+        fprintf(stderr, "runahead: %s/%s: cannot read\n", sub, name);
+        bad = 1;
+    }
+    if (f)
+        fclose(f);
+    free(data);
+    free(path);
+    return bad;
+}
+
 /* Files under DIR/chunks/KK/ that the index does not name: chunks whose
  * index update failed, temporary files of a writer that died. */
 static int verify_orphans(struct ra_store *st, const struct ra_store_entry *e, int n, int *bad)
@@ -68,9 +100,12 @@ static int verify_orphans(struct ra_store *st, const struct ra_store_entry *e, i
             const char *dot = strchr(f->d_name, '.');
             if (f->d_name[0] == '.')
                 continue;
-            if (dot && dot - f->d_name == 2 * RA_STORE_HASH_BYTES && strncmp(dot, ".rachunk.", 9) == 0) {
+            if (dot && dot - f->d_name == 2 * RA_STORE_HASH_BYTES &&
+                (strncmp(dot, ".rachunk.", 9) == 0 || strncmp(dot, ".racraft.", 9) == 0)) {
                 fprintf(stderr, "runahead: %s/%s: a chunk being written (or by a writer that died)\n", sub,
                         f->d_name);
+            } else if (dot && strcmp(dot, ".racraft") == 0 && dot - f->d_name == 2 * RA_STORE_HASH_BYTES) {
+                *bad += verify_record(sub, f->d_name, e, n);
             } else if (!dot || strcmp(dot, ".rachunk") != 0 || dot - f->d_name != 2 * RA_STORE_HASH_BYTES) {
                 fprintf(stderr, "runahead: %s/%s: not a chunk file\n", sub,
                         f->d_name);
