@@ -33,13 +33,19 @@
  * windows of the stream (first, ..., last), so a decay over the stream shows;
  * --json writes every figure.
  *
- * One rank runs ra_reuse_prefill; more ranks are refused until reuse runs on
- * the chain. */
+ * One rank runs ra_reuse_prefill. More ranks run ra_reuse_chain_prefill
+ * (mpi/reuse_chain.h: --method kvr or tsp, even slices of each request, the
+ * stores shared by the ranks), `none` on the chain too; misses are written
+ * back by the last rank after the first token (prefix: from its cache, which
+ * holds every row); the last rank decodes, measures and prints. A mode the
+ * chain or the build does not run (an invalid-argument error on the first
+ * request) is dropped with a line saying why. */
 #define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
 #include "args.h"
 #include "bench_util.h"
 #include "ra_core.h"
 #include "ra_mpi.h"
+#include "reuse_chain.h"
 #include "reuse/request.h"
 #include "reuse/reuse.h"
 #include "reuse/run.h"
@@ -48,6 +54,7 @@
 #include "sampler.h"
 #include "vocab.h"
 
+#include <fcntl.h>
 #include <ftw.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -78,6 +85,8 @@ struct options {
     int n_modes;
     enum policy policies[N_POLICIES];
     int n_policies;
+    enum ra_method method; /* more than one rank */
+    enum ra_blend_scope scope;
     unsigned long long seed;
 };
 
@@ -109,6 +118,8 @@ static void usage(FILE *f)
             "  --windows N          windows of the stream for the speed-up's course (default 3)\n"
             "  --threads T          CPU threads (default 1)\n"
             "  --store-gbps G       emulated store bandwidth, 0 = the page cache (default 0)\n"
+            "  --method M           on more ranks: kvr or tsp (default kvr)\n"
+            "  --blend-scope S      on more ranks: global or local (default global)\n"
             "  --json FILE          every figure, per request too\n"
             "  --seed S             the pool's ranks and the stream (default 1)\n");
 }
@@ -187,6 +198,8 @@ static int parse_one(int c, struct options *o)
     case 't': rc = ra_arg_int(optarg, "--threads", 1, 1024, &o->threads); break;
     case 'g': rc = ra_arg_double(optarg, "--store-gbps", &o->store_gbps); break;
     case 'j': o->json = optarg; break;
+    case 'x': rc = ra_method_parse(optarg, &o->method); break;
+    case 'o': rc = ra_blend_scope_parse(optarg, &o->scope); break;
     case 'S': o->seed = strtoull(optarg, NULL, 0); break;
     default: return -2;
     }
@@ -203,6 +216,8 @@ static int check_options(struct options *o)
         return ra_arg_usage_error(bench_name, "--store-frac: %g is not in (0, 100]", o->store_frac);
     if (!(o->store_gbps >= 0))
         return ra_arg_usage_error(bench_name, "--store-gbps: %g is negative", o->store_gbps);
+    if (o->method != RA_METHOD_KVR && o->method != RA_METHOD_TSP)
+        return ra_arg_usage_error(bench_name, "--method: %s is not kvr or tsp", ra_method_name(o->method));
     if (o->windows > o->requests)
         return ra_arg_usage_error(bench_name, "--windows %d: more windows than the %d requests", o->windows,
                                   o->requests);
@@ -222,12 +237,13 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "windows", required_argument, 0, 'W' },     { "threads", required_argument, 0, 't' },
         { "store-gbps", required_argument, 0, 'g' },  { "json", required_argument, 0, 'j' },
         { "seed", required_argument, 0, 'S' },        { "help", no_argument, 0, 'h' },
+        { "method", required_argument, 0, 'x' },      { "blend-scope", required_argument, 0, 'o' },
         { 0, 0, 0, 0 },
     };
     *o = (struct options){ .pool = 64, .chunk_min = 100, .chunk_max = 200, .question_tokens = 16, .requests = 150,
                            .m_min = 4, .m_max = 8, .ref_every = 1, .steps = 8, .windows = 3, .threads = 1,
                            .zipf = 1.1, .store_frac = 0.3, .ratio = 0.15, .policies = { POLICY_LRU },
-                           .n_policies = 1, .seed = 1 };
+                           .n_policies = 1, .method = RA_METHOD_KVR, .seed = 1 };
     default_modes(o);
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -246,6 +262,25 @@ static int parse_options(int argc, char **argv, struct options *o)
     o->files = (const char *const *)argv + optind;
     o->n_files = argc - optind;
     return check_options(o);
+}
+
+/* Every rank parses; the first alone prints (usage, errors): the others' stdout and stderr
+ * point at /dev/null meanwhile. */
+static int parse_options_once(int argc, char **argv, struct options *o)
+{
+    if (rank == 0)
+        return parse_options(argc, argv, o);
+    const int null = open("/dev/null", O_WRONLY), out = dup(1), err = dup(2);
+    if (null >= 0 && out >= 0 && err >= 0)
+        dup2(null, 1), dup2(null, 2);
+    const int rc = parse_options(argc, argv, o);
+    fflush(stdout), fflush(stderr);
+    if (null >= 0 && out >= 0 && err >= 0)
+        dup2(out, 1), dup2(err, 2);
+    for (int fd = 0; fd < 3; fd++)
+        if ((int[]){ null, out, err }[fd] >= 0)
+            close((int[]){ null, out, err }[fd]);
+    return rc;
 }
 
 /* ------------------------------------------------------------- the pool */
@@ -510,8 +545,10 @@ struct variant {
     enum ra_reuse_mode mode;
     enum policy policy;
     struct ra_store *st;
+    struct ra_store *probe; /* on the chain's last rank: the same store read-only, to find misses */
     char dir[4200];
     struct sample *s; /* [requests] */
+    char dropped[256]; /* why the mode does not run here, or "" */
 };
 
 struct bench {
@@ -529,6 +566,8 @@ struct bench {
     struct ra_kvcache kv;
     float *logits, *ref_logits, *scratch;
     int32_t ref_tokens[MAX_STEPS];
+    int bounds[RA_MAX_RANKS + 1]; /* more ranks: the request's slices */
+    int last;                     /* the rank that measures and prints */
     char tmp[4096];
 };
 
@@ -570,11 +609,58 @@ static double recomputed_share(const struct ra_reuse_report *rep)
     return rep->n_layers > 0 && rep->n_rows > 0 ? sum / ((double)rep->n_layers * rep->n_rows) : NAN;
 }
 
+/* On the chain's last rank, after the first token: the misses of V's run
+ * stored as ra_reuse_prefill's store_write stores them (prefix: every chunk
+ * from the first not loaded on, from the cache behind its exact context; the
+ * others: each chunk the store lacks, computed in isolation behind the prefix). */
+static int chain_write_back(struct bench *b, struct variant *v, const struct ra_request *req,
+                            struct ra_reuse_report *rep)
+{
+    const double t = ra_wall_s();
+    int rc = RA_OK;
+    for (int c = 0; c < req->n_chunks && rc == RA_OK; c++) {
+        const int start = req->chunk_start[c], len = req->chunk_len[c];
+        if (v->mode == RA_REUSE_PREFIX) {
+            if (c >= rep->hits)
+                rc = ra_store_put(v->st, req->ids, start, req->ids + start, len, &b->kv);
+            continue;
+        }
+        struct ra_chunk *ch = NULL;
+        rc = ra_store_get(v->probe, req->ids, req->n_prefix, req->ids + start, len, &ch);
+        if (rc == RA_OK && ch)
+            ra_chunk_close(ch);
+        else if (rc == RA_OK)
+            rc = ra_store_add(v->st, &b->ctx, req->ids, req->n_prefix, req->ids + start, len);
+    }
+    rep->t_store_write = ra_wall_s() - t;
+    return rc;
+}
+
+/* REQ prefilled in MODE (V NULL: none) on one rank or on the chain; misses written back after. */
+static int prefill(struct bench *b, struct variant *v, const struct ra_request *req, float *logits,
+                   struct ra_reuse_report *rep)
+{
+    const enum ra_reuse_mode mode = v ? v->mode : RA_REUSE_NONE;
+    struct ra_reuse_config cfg = RA_REUSE_CONFIG_INIT;
+    cfg.ratio = b->o->ratio, cfg.store_gbps = b->o->store_gbps, cfg.store_write = world == 1;
+    if (world == 1)
+        return ra_reuse_prefill(&b->ctx, v ? v->st : NULL, req, mode, &cfg, &b->kv, logits, rep);
+    for (int r = 0; r <= world; r++)
+        b->bounds[r] = (int)((long)req->n * r / world);
+    const struct ra_reuse_chain ch = { .method = b->o->method, .route = RA_ROUTE_CHAIN, .bounds = b->bounds,
+                                       .send = RA_REUSE_SEND_FULL, .scope = b->o->scope };
+    int rc = ra_reuse_chain_prefill(&b->ctx, MPI_COMM_WORLD, v ? v->st : NULL, req, mode, &cfg, &ch, &b->kv, logits,
+                                    rep, NULL);
+    if (rc == RA_OK && v && rank == b->last)
+        rc = chain_write_back(b, v, req, rep);
+    return rc;
+}
+
 static int run_ref(struct bench *b, const struct ra_request *req, struct sample *s)
 {
     struct ra_reuse_report rep = { 0 };
-    int rc = ra_reuse_prefill(&b->ctx, NULL, req, RA_REUSE_NONE, NULL, &b->kv, b->ref_logits, &rep);
-    if (rc == RA_OK)
+    int rc = prefill(b, NULL, req, b->ref_logits, &rep);
+    if (rc == RA_OK && rank == b->last)
         rc = decode(b, req->n, b->ref_logits, b->ref_tokens);
     *s = (struct sample){ .ttft = rep.ttft, .speedup = 1, .kl = 0, .top1 = 1, .greedy = 1, .recomputed = 1,
                           .hits = 0, .chunks = req->n_chunks, .rows = req->n };
@@ -586,11 +672,9 @@ static int run_ref(struct bench *b, const struct ra_request *req, struct sample 
 static int run_variant(struct bench *b, struct variant *v, const struct ra_request *req, const struct sample *ref,
                        struct sample *s)
 {
-    struct ra_reuse_config cfg = RA_REUSE_CONFIG_INIT;
-    cfg.ratio = b->o->ratio, cfg.store_gbps = b->o->store_gbps, cfg.store_write = 1;
     struct ra_reuse_report rep = { 0 };
-    int rc = ra_reuse_prefill(&b->ctx, v->st, req, v->mode, &cfg, &b->kv, b->logits, &rep);
-    if (rc != RA_OK || !s) {
+    int rc = prefill(b, v, req, b->logits, &rep);
+    if (rc != RA_OK || !s || rank != b->last) {
         ra_reuse_report_free(&rep);
         return rc;
     }
@@ -617,14 +701,40 @@ static int run_variant(struct bench *b, struct variant *v, const struct ra_reque
 static void progress(const struct bench *b, int i)
 {
     const int n = b->o->warmup + b->o->requests;
-    if (rank == 0 && (i + 1 == n || (i + 1) % 10 == 0)) {
+    if (rank == b->last && (i + 1 == n || (i + 1) % 10 == 0)) {
         fprintf(stderr, "%s: %d/%d requests (%d warm-up)\n", bench_name, i + 1, n, b->o->warmup);
         fflush(stderr);
     }
 }
 
+/* The ranks' statuses agreed: the first failing rank's (which says why, once). */
+static int agree(int rc, int *failed)
+{
+    int who = -1;
+    const int all = world > 1 ? ra_mpi_agree(rc, MPI_COMM_WORLD, &who) : rc;
+    if (all != RA_OK && *failed < 0)
+        *failed = world > 1 ? who : 0;
+    return all;
+}
+
+/* V's run of REQ. On the stream's first request an invalid argument (a mode
+ * the chain or the build does not run) drops the variant, the reason kept. */
+static int try_variant(struct bench *b, struct variant *v, const struct ra_request *req, const struct sample *ref,
+                       struct sample *s, int first)
+{
+    if (v->dropped[0])
+        return RA_OK;
+    const int rc = run_variant(b, v, req, ref, s); /* the chain's errors are every rank's */
+    if (first && rc == RA_EINVAL) {
+        snprintf(v->dropped, sizeof v->dropped, "%s", ra_error_message());
+        ra_error_clear();
+        return RA_OK;
+    }
+    return rc;
+}
+
 /* The stream, request by request: none (where due), then every variant. */
-static int run_stream(struct bench *b)
+static int run_stream(struct bench *b, int *failed)
 {
     const struct options *o = b->o;
     int rc = RA_OK;
@@ -638,8 +748,9 @@ static int run_stream(struct bench *b)
         if (rc == RA_OK && ref && j % o->ref_every == 0)
             rc = run_ref(b, &req, ref);
         for (int k = 0; k < b->n_variants && rc == RA_OK; k++)
-            rc = run_variant(b, &b->v[k], &req, ref, j >= 0 ? &b->v[k].s[j] : NULL);
+            rc = try_variant(b, &b->v[k], &req, ref, j >= 0 ? &b->v[k].s[j] : NULL, i == 0);
         ra_request_free(&req);
+        rc = agree(rc, failed);
         progress(b, i);
     }
     return rc;
@@ -753,6 +864,8 @@ static void print_windows(const struct bench *b)
     for (int k = 0; k < b->n_variants; k++) {
         char name[32];
         variant_name(b, &b->v[k], name, sizeof name);
+        if (b->v[k].dropped[0])
+            continue;
         printf("%-12s %-7s", name, policy_names[b->v[k].policy]);
         for (int w = 0; w < o->windows; w++) {
             int a, z;
@@ -766,6 +879,25 @@ static void print_windows(const struct bench *b)
     }
 }
 
+static void print_table(const struct bench *b)
+{
+    print_row(b, "none", "-", b->ref);
+    for (int k = 0; k < b->n_variants; k++) {
+        char name[32];
+        variant_name(b, &b->v[k], name, sizeof name);
+        if (!b->v[k].dropped[0])
+            print_row(b, name, policy_names[b->v[k].policy], b->v[k].s);
+    }
+    for (int k = 0; k < b->n_variants; k++) {
+        char name[32];
+        variant_name(b, &b->v[k], name, sizeof name);
+        if (b->v[k].dropped[0])
+            printf("# %s %s: not run: %s\n", name, policy_names[b->v[k].policy], b->v[k].dropped);
+    }
+    print_windows(b);
+    fflush(stdout);
+}
+
 static void print_header(const struct bench *b)
 {
     const struct options *o = b->o;
@@ -774,8 +906,12 @@ static void print_header(const struct bench *b)
     char cpu[256], flags[128];
     bench_cpu_name(cpu, sizeof cpu);
     bench_cpu_flags(flags, sizeof flags);
-    printf("# runahead bench-trace: chunk reuse on a serving trace, %d rank%s, CPU backend, %d thread%s\n", world,
-           world > 1 ? "s" : "", o->threads, o->threads > 1 ? "s" : "");
+    char where[160] = "1 rank";
+    if (world > 1)
+        snprintf(where, sizeof where, "%d ranks (%s, even slices of each request, %s selection, full sends)", world,
+                 ra_method_name(o->method), ra_blend_scope_name(o->scope));
+    printf("# runahead bench-trace: chunk reuse on a serving trace, %s, CPU backend, %d thread%s a rank\n", where,
+           o->threads, o->threads > 1 ? "s" : "");
     printf("# machine : %s, %ld cores online, %s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN), flags);
     printf("# model   : %s (dim %d, %d layers, %d heads (%d kv)), f32 KV\n", o->model, c->dim, c->n_layers,
            c->n_heads, c->n_kv_heads);
@@ -854,7 +990,7 @@ static int write_json(const struct bench *b)
     for (int k = 0; k < b->n_variants; k++) {
         char name[32];
         variant_name(b, &b->v[k], name, sizeof name);
-        json_t *e = summary_json(b, b->v[k].s);
+        json_t *e = b->v[k].dropped[0] ? json_pack("{s:s}", "dropped", b->v[k].dropped) : summary_json(b, b->v[k].s);
         json_object_set_new(e, "mode", json_string(name));
         json_object_set_new(e, "policy", json_string(policy_names[b->v[k].policy]));
         json_array_append_new(vs, e);
@@ -895,9 +1031,20 @@ static int open_stores(struct bench *b)
             if (!(v->s = calloc((size_t)o->requests, sizeof *v->s)))
                 return ra_error_set(RA_ENOMEM, "out of memory");
             rc = ra_store_open(&v->st, v->dir, &b->model, &id, cap, RA_STORE_CREATE);
+            if (rc == RA_OK && world > 1 && rank == b->last)
+                rc = ra_store_open(&v->probe, v->dir, &b->model, &id, 0, RA_STORE_READONLY);
             b->n_variants += rc == RA_OK;
         }
     return rc;
+}
+
+/* Every rank opens the stores the first rank created (one directory on this node). */
+static int open_stores_all(struct bench *b, int *failed)
+{
+    int rc = rank == 0 ? open_stores(b) : RA_OK;
+    if ((rc = agree(rc, failed)) == RA_OK && rank > 0)
+        rc = open_stores(b);
+    return agree(rc, failed);
 }
 
 static int open_model(struct bench *b)
@@ -963,11 +1110,16 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 
 static void bench_free(struct bench *b)
 {
-    for (int k = 0; k < b->n_variants; k++)
+    for (int k = 0; k < b->n_variants; k++) {
         ra_store_close(b->v[k].st);
+        if (b->v[k].probe)
+            ra_store_close(b->v[k].probe);
+    }
     for (int k = 0; k < MAX_VARIANTS * N_POLICIES; k++)
         free(b->v[k].s);
-    if (b->tmp[0] && nftw(b->tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    if (world > 1)
+        MPI_Barrier(MPI_COMM_WORLD); /* every rank's stores closed */
+    if (rank == 0 && b->tmp[0] && nftw(b->tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
         fprintf(stderr, "%s: could not remove %s\n", bench_name, b->tmp);
     if (b->be) {
         ra_kvcache_free(&b->kv);
@@ -981,48 +1133,47 @@ static void bench_free(struct bench *b)
     ra_model_free(&b->model);
 }
 
-static int make_tmp(struct bench *b)
+/* The stores' directory: the first rank's, under $TMPDIR, every rank told. */
+static int make_tmp(struct bench *b, int *failed)
 {
     const char *tdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    int rc = RA_OK;
     snprintf(b->tmp, sizeof b->tmp, "%s/bench-trace-XXXXXX", tdir);
-    if (!mkdtemp(b->tmp)) {
+    if (rank == 0 && !mkdtemp(b->tmp))
+        rc = ra_error_set(RA_EIO, "cannot create a directory under %s", tdir);
+    if ((rc = agree(rc, failed)) != RA_OK) {
         b->tmp[0] = 0;
-        return ra_error_set(RA_EIO, "cannot create a directory under %s", tdir);
+        return rc;
     }
+    if (world > 1 && MPI_Bcast(b->tmp, sizeof b->tmp, MPI_CHAR, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return ra_error_set(RA_ECOMM, "rank %d: MPI_Bcast of the stores' directory failed", rank);
     return RA_OK;
 }
 
 static int run(const struct options *o)
 {
     static struct bench b; /* large: the variants' directories */
+    int failed = -1;       /* the rank whose error line is printed */
     b.o = o;
-    int rc = open_model(&b);
+    b.last = world - 1;
+    int rc = agree(open_model(&b), &failed);
     if (rc == RA_OK)
-        rc = make_pool(&b);
+        rc = agree(make_pool(&b), &failed);
     if (rc == RA_OK)
-        rc = make_tmp(&b);
+        rc = make_tmp(&b, &failed);
     if (rc == RA_OK)
-        rc = open_stores(&b);
+        rc = open_stores_all(&b, &failed);
     if (rc == RA_OK)
-        rc = open_compute(&b);
-    if (rc == RA_OK) {
+        rc = agree(open_compute(&b), &failed);
+    if (rc == RA_OK && rank == b.last)
         print_header(&b);
-        fflush(stdout);
-        rc = run_stream(&b);
-    }
-    if (rc == RA_OK) {
-        print_row(&b, "none", "-", b.ref);
-        for (int k = 0; k < b.n_variants; k++) {
-            char name[32];
-            variant_name(&b, &b.v[k], name, sizeof name);
-            print_row(&b, name, policy_names[b.v[k].policy], b.v[k].s);
-        }
-        print_windows(&b);
-        fflush(stdout);
-    }
+    if (rc == RA_OK)
+        rc = run_stream(&b, &failed);
+    if (rc == RA_OK && rank == b.last)
+        print_table(&b);
     if (rc == RA_OK && o->json)
-        rc = write_json(&b);
-    if (rc != RA_OK)
+        rc = agree(rank == b.last ? write_json(&b) : RA_OK, &failed);
+    if (rc != RA_OK && rank == failed)
         fprintf(stderr, "%s: %s\n", bench_name, ra_error_message());
     bench_free(&b);
     return rc == RA_OK ? 0 : rc == RA_ENOMEM ? 3 : rc == RA_ERANGE || rc == RA_EINVAL ? 2 : 1;
@@ -1035,11 +1186,10 @@ int main(int argc, char **argv)
         return 1;
     }
     struct options o;
-    int status = parse_options(argc, argv, &o);
-    if (status < 0 && world > 1) {
+    int status = parse_options_once(argc, argv, &o);
+    if (status < 0 && world > RA_MAX_RANKS) {
         if (rank == 0)
-            fprintf(stderr, "%s: %d ranks: chunk reuse does not run on the chain in this build; run one rank\n",
-                    bench_name, world);
+            fprintf(stderr, "%s: %d ranks: at most %d\n", bench_name, world, RA_MAX_RANKS);
         status = 2;
     }
     if (status < 0)

@@ -3,8 +3,9 @@
 # (none, each mode) and window columns, the JSON; the hits the stores give against the hits a replay
 # of the stream predicts (an unbounded store: blend hits every chunk an earlier request held, prefix
 # the longest run of chunks an earlier request began with; a store smaller than the pool: no more);
-# blend at ratio 1 equals full prefill (KL 0, every token the same); the stores removed after; one
-# error line and a non-zero exit for bad input. Timing means nothing here: this checks the program.
+# blend at ratio 1 equals full prefill (KL 0, every token the same); on 2 ranks (KVR, TSP) the same hits
+# and blend at 1 equal to the chain's full prefill; the stores removed after; one error line and a
+# non-zero exit for bad input. Timing means nothing here: this checks the program.
 . "$(dirname "$0")/lib.sh"
 "$BUILD/runahead-synth" --preset tiny --seed 5 --out "$TMP/tiny" >/dev/null 2>&1 || { fail "runahead-synth"; finish; }
 B="$BUILD/jobs/bench-trace-bin"
@@ -14,9 +15,16 @@ run() { # run NAME ARGS...: the table in $TMP/NAME.txt, the JSON in $TMP/NAME.js
     TMPDIR=$TMP timeout 120 "$B" $base --json "$TMP/$name.json" "$@" >"$TMP/$name.txt" 2>"$TMP/$name.err" ||
         fail "bench-trace $*: $(cat "$TMP/$name.err")"
 }
+run2() { # run2 NAME ARGS...: as run, on 2 ranks
+    name=$1; shift
+    TMPDIR=$TMP timeout 120 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$B" $base --json "$TMP/$name.json" "$@" \
+        >"$TMP/$name.txt" 2>"$TMP/$name.err" || fail "bench-trace on 2 ranks $*: $(cat "$TMP/$name.err")"
+}
 run small --requests 9 --warmup 2 --modes prefix,blend --store-frac 0.3
 run big --requests 9 --warmup 2 --modes prefix,blend --store-frac 100
 run one --requests 6 --modes blend --blend-ratio 1 --windows 2
+run2 big2 --requests 9 --warmup 2 --modes prefix,blend --store-frac 100
+run2 one2 --requests 4 --modes blend --blend-ratio 1 --windows 2 --method tsp
 
 # the table: mode policy hit% recomp% p50 p90 p99 x-p50 x-sum KL top1 greedy
 t=$TMP/small.txt
@@ -34,12 +42,15 @@ grep -q '^mode  *policy  *1-3  *4-6  *7-9$' "$t" || fail "no windows 1-3, 4-6, 7
 grep -q "^# pool    : 10 chunks of .* (random ids)" "$t" || fail "the header does not describe the pool"
 grep -q "^# stream  : 9 requests after 2 warm-up, 2-4 chunks each by Zipf s=1.1" "$t" ||
     fail "the header does not describe the stream"
-awk '$1 == "blend:1" && $10 == "0.0000" && $11 == "1.000" && $12 == "1.000" && $4 == "100.0" { ok = 1 }
-    END { exit !ok }' "$TMP/one.txt" || fail "blend at ratio 1 is not full prefill: $(cat "$TMP/one.txt")"
+for f in one one2; do
+    awk '$1 == "blend:1" && $10 == "0.0000" && $11 == "1.000" && $12 == "1.000" && $4 == "100.0" { ok = 1 }
+        END { exit !ok }' "$TMP/$f.txt" || fail "$f: blend at ratio 1 is not full prefill: $(cat "$TMP/$f.txt")"
+done
+grep -q "^# runahead bench-trace: .*, 2 ranks (tsp," "$TMP/one2.txt" || fail "one2: the header does not name the chain"
 
-python3 - "$TMP/small.json" "$TMP/big.json" <<'PY' || fail "the JSON's hits against the stream's replay"
+python3 - "$TMP/small.json" "$TMP/big.json" "$TMP/big2.json" <<'PY' || fail "the JSON's hits against the stream's replay"
 import json, sys
-small, big = (json.load(open(p)) for p in sys.argv[1:3])
+small, big, big2 = (json.load(open(p)) for p in sys.argv[1:4])
 stream = [r["chunks"] for r in big["stream"]]
 assert [r["chunks"] for r in small["stream"]] == stream and len(stream) == 11, "the stream"
 warm = sum(r["warmup"] for r in big["stream"])
@@ -68,6 +79,9 @@ for v_small, v_big in zip(small["variants"][1:], big["variants"][1:]):
     assert all(a <= b for a, b in zip(less, got)), "%s: a smaller store hit more: %s > %s" % (mode, less, got)
     total[mode] = (sum(less), sum(got))
 assert total["blend"][1] > total["blend"][0] > 0, "blend: hits in the small and the unbounded store %s" % (total,)
+assert big2["ranks"] == 2 and [r["chunks"] for r in big2["stream"]] == [r["chunks"] for r in big["stream"]]
+for v, v2 in zip(big["variants"], big2["variants"]):
+    assert [r["hits"] for r in v["requests"]] == [r["hits"] for r in v2["requests"]], "2 ranks: %s's hits" % v["mode"]
 PY
 ls -d "$TMP"/bench-trace-* >/dev/null 2>&1 && fail "the run's stores were left in $TMP"
 
