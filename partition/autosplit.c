@@ -209,6 +209,43 @@ int ra_partition_auto_reuse(const struct ra_config *c, const struct ra_cost_prof
     return rc;
 }
 
+int ra_cost_reuse_of_request(const struct ra_request *req, enum ra_reuse_mode mode, const struct ra_reuse_config *cfg,
+                             int global, int delta, enum ra_dtype kv_dtype, struct ra_cost_span *spans,
+                             struct ra_cost_reuse *ru)
+{
+    static const struct ra_reuse_config defaults = RA_REUSE_CONFIG_INIT;
+    if (!req || !spans || !ru)
+        return ra_error_set(RA_EINVAL, "reuse cost model: no request or output");
+    if (!cfg)
+        cfg = &defaults;
+    *ru = (struct ra_cost_reuse){ .loaded = spans, .global = global, .delta = delta,
+                                  .kv_elem_bytes = (double)ra_dtype_size(kv_dtype) };
+    if (mode == RA_REUSE_NONE)
+        return RA_OK;
+    for (int c = 0; c < req->n_chunks; c++)
+        if (req->chunk_len[c] > 0 && req->chunk_start[c] + req->chunk_len[c] < req->n) /* the last row: computed */
+            spans[ru->n_loaded++] = (struct ra_cost_span){ req->chunk_start[c], req->chunk_len[c] };
+    const double ratio = cfg->ratio < 0 ? RA_BLEND_MIN_RATIO : cfg->ratio;
+    ru->pass_a = mode == RA_REUSE_BLEND;
+    ru->ratio = mode == RA_REUSE_BLEND || mode == RA_REUSE_CRAFT ? ratio : 0;
+    ru->check = cfg->n_check > 0 ? cfg->check[cfg->n_check - 1] : 1;
+    return RA_OK;
+}
+
+void ra_partition_reuse_tag(const char *hw, enum ra_reuse_mode mode, double ratio, int global, int delta, char *buf,
+                            size_t len)
+{
+    char r[32] = "";
+    if (mode == RA_REUSE_BLEND || mode == RA_REUSE_CRAFT) {
+        if (ratio < 0)
+            snprintf(r, sizeof r, "-rauto");
+        else
+            snprintf(r, sizeof r, "-r%g", ratio);
+    }
+    snprintf(buf, len, "%s+reuse-%s%s-%s-%s", hw, ra_reuse_mode_name(mode), r, global ? "global" : "local",
+             delta ? "delta" : "full");
+}
+
 int ra_cost_profile_load(const char *path, const char *model_id, const char *hw_tag, struct ra_cost_profile *pf,
                          int *busy)
 {

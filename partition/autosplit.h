@@ -20,6 +20,7 @@
 
 #include "costmodel.h"
 #include "model.h"
+#include "reuse/reuse.h"
 
 /* The equal-work (pf NULL) or equal-time (pf given) member of the family for
  * n_tokens over p ranks, in bounds[p+1]. */
@@ -40,6 +41,24 @@ int ra_partition_auto(const struct ra_config *c, const struct ra_cost_profile *p
 int ra_partition_auto_reuse(const struct ra_config *c, const struct ra_cost_profile *pf, enum ra_cost_method m,
                             const struct ra_cost_reuse *ru, int n_tokens, int p, int *bounds, char *how,
                             size_t how_len);
+
+/* The cost model's view of a reuse run of REQ in MODE, before any lookup:
+ * every chunk stored (the chunk holding the prompt's last row is computed,
+ * as the engine does), the other rows must rows; blend: CFG's ratio (auto:
+ * RA_BLEND_MIN_RATIO) and last check layer; craft: CFG's ratio as its mean,
+ * no pass A; full and prefix: ratio 0 (prefix as if every chunk were its
+ * exact context's: a bound); none: nothing loaded. SPANS[req->n_chunks]
+ * receives the loaded spans RU points at. KV_DTYPE: the cache's rows. */
+int ra_cost_reuse_of_request(const struct ra_request *req, enum ra_reuse_mode mode, const struct ra_reuse_config *cfg,
+                             int global, int delta, enum ra_dtype kv_dtype, struct ra_cost_span *spans,
+                             struct ra_cost_reuse *ru);
+
+/* The hardware tag of partition tables for reuse runs on hardware HW (table.h's
+ * groups): "HW+reuse-MODE-rRATIO-SCOPE-SEND", e.g.
+ * "AMD_EPYC-2c+reuse-blend-r0.15-global-full": a reuse run's table:FILE and
+ * runahead-tune --reuse use it, so plain and reuse splits never mix. */
+void ra_partition_reuse_tag(const char *hw, enum ra_reuse_mode mode, double ratio, int global, int delta, char *buf,
+                            size_t len);
 
 /* The cost-model profile runahead-tune --calibrate stored in the table at path
  * for this model id and hardware tag (table.h); unknown names are ignored. busy

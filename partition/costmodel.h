@@ -111,7 +111,8 @@ int ra_cost_profile_unpack(struct ra_cost_profile *pf, const char *const *names,
  *   select   global: every rank's deviations gathered (one all-gather of
  *            5 bytes a row), so pass B starts when the last rank has them;
  *            local: at once.
- *   pass B   s_r = m_r + round(ratio * l_r) rows through every layer,
+ *   pass B   s_r = m_r + round(ratio * l_r) rows through every layer
+ *            (full and prefix: ratio 0; craft: its mean ratio, no pass A),
  *            attending over the whole prefix: the must rows at their
  *            positions, the selected loaded rows counted as ratio of the
  *            loaded rows' keys (the top deviations are spread over the
@@ -139,8 +140,9 @@ struct ra_cost_span {
 struct ra_cost_reuse {
     const struct ra_cost_span *loaded; /* the request's loaded rows: sorted, disjoint, inside [0, bounds[p]) */
     int n_loaded;
-    int pass_a;            /* 1: blend (pass A, then the selection); 0: full or prefix (only the must rows) */
-    double ratio;          /* blend: the recomputed fraction of each rank's loaded rows, [0, 1] */
+    int pass_a;            /* 1: blend (pass A, then the selection); 0: none (full, prefix, craft) */
+    double ratio;          /* the recomputed fraction of each rank's loaded rows, [0, 1]: blend's and
+                            * craft's ratio, 0 for full and prefix */
     int check;             /* blend: the last check layer */
     int global;            /* blend: the global selection (an all-gather between the passes) */
     int delta;             /* only recomputed rows travel in pass B */

@@ -138,8 +138,7 @@ static int check_reuse(const struct ra_config *c, const struct ra_cost_reuse *ru
 static int rows_b(const struct ra_cost_reuse *ru, int a, int b, double *loaded, double *loaded_keys)
 {
     loaded_in(ru, a, b, loaded, loaded_keys);
-    const double ratio = ru->pass_a ? ru->ratio : 0;
-    return (b - a) - (int)*loaded + (int)llround(ratio * *loaded);
+    return (b - a) - (int)*loaded + (int)llround(ru->ratio * *loaded);
 }
 
 int ra_cost_reuse_rows(const struct ra_cost_reuse *ru, const int *bounds, int p, int *rows)

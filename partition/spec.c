@@ -57,15 +57,19 @@ static void run_hw_tag(const struct ra_partition_run *run, char *buf, size_t len
 }
 
 /* table:FILE: interpolated from the table for this model, hardware, rank count and key. */
-static int resolve_table(const struct ra_partition_spec *s, const struct ra_partition_run *run, int *bounds,
-                         char *source, size_t len, int *extrapolated)
+static int resolve_table(const struct ra_partition_spec *s, const struct ra_partition_run *run,
+                         const struct ra_partition_reuse *reuse, int *bounds, char *source, size_t len,
+                         int *extrapolated)
 {
     const struct ra_table_key legacy = RA_TABLE_KEY_LEGACY;
     struct ra_table_group g;
     char model_id[128], hw_tag[128];
     int rc;
     ra_table_model_id(run->config, model_id, sizeof model_id);
-    run_hw_tag(run, hw_tag, sizeof hw_tag);
+    if (reuse && reuse->tag)
+        snprintf(hw_tag, sizeof hw_tag, "%s", reuse->tag);
+    else
+        run_hw_tag(run, hw_tag, sizeof hw_tag);
     if ((rc = ra_table_read_for(s->file, model_id, hw_tag, run->p, run->key ? run->key : &legacy, &g)) != RA_OK)
         return rc;
     if (run->n_tokens < run->p)
@@ -83,8 +87,8 @@ static int resolve_table(const struct ra_partition_spec *s, const struct ra_part
 
 /* auto: equal work from the config's FLOPs, or equal time (refined by the cost model) from the
  * profile of auto:FILE or $RA_PROFILE. The same inputs give every rank the same split. */
-static int resolve_auto(const struct ra_partition_spec *s, const struct ra_partition_run *run, int *bounds,
-                        char *source, size_t len)
+static int resolve_auto(const struct ra_partition_spec *s, const struct ra_partition_run *run,
+                        const struct ra_partition_reuse *reuse, int *bounds, char *source, size_t len)
 {
     struct ra_cost_profile pf;
     const char *env = getenv("RA_PROFILE"), *path = s->file;
@@ -94,7 +98,7 @@ static int resolve_auto(const struct ra_partition_spec *s, const struct ra_parti
         path = env;
     if (path) {
         ra_table_model_id(run->config, model_id, sizeof model_id);
-        run_hw_tag(run, hw_tag, sizeof hw_tag);
+        run_hw_tag(run, hw_tag, sizeof hw_tag); /* the profile is the hardware's, reuse or not */
         rc = ra_cost_profile_load(path, model_id, hw_tag, &pf, NULL);
         if (rc != RA_OK && path != env) /* asked for by name: its absence is an error */
             return ra_error_set(rc, "--partition %s: no usable profile for %s on %s (%s)", ra_esc(s->text), model_id,
@@ -104,8 +108,12 @@ static int resolve_auto(const struct ra_partition_spec *s, const struct ra_parti
                      hw_tag);
         have = rc == RA_OK;
     }
-    if ((rc = ra_partition_auto(run->config, have ? &pf : NULL, run->n_tokens, run->p, bounds, how, sizeof how)) !=
-        RA_OK)
+    if (reuse)
+        rc = ra_partition_auto_reuse(run->config, have ? &pf : NULL, reuse->method, reuse->cost, run->n_tokens, run->p,
+                                     bounds, how, sizeof how);
+    else
+        rc = ra_partition_auto(run->config, have ? &pf : NULL, run->n_tokens, run->p, bounds, how, sizeof how);
+    if (rc != RA_OK)
         return rc;
     if (have)
         snprintf(source, len, "%s; profile: %s", how, ra_esc(path));
@@ -117,6 +125,13 @@ static int resolve_auto(const struct ra_partition_spec *s, const struct ra_parti
 int ra_partition_resolve(const struct ra_partition_spec *s, const struct ra_partition_run *run, int *bounds,
                          char *source, size_t len, int *extrapolated)
 {
+    return ra_partition_resolve_reuse(s, run, NULL, bounds, source, len, extrapolated);
+}
+
+int ra_partition_resolve_reuse(const struct ra_partition_spec *s, const struct ra_partition_run *run,
+                               const struct ra_partition_reuse *reuse, int *bounds, char *source, size_t len,
+                               int *extrapolated)
+{
     int ext = 0;
     if (extrapolated)
         *extrapolated = 0;
@@ -124,14 +139,16 @@ int ra_partition_resolve(const struct ra_partition_spec *s, const struct ra_part
         source[0] = '\0';
     if (run->p < 1)
         return ra_error_set(RA_EINVAL, "partition: %d ranks", run->p);
+    if (reuse && !reuse->cost)
+        return ra_error_set(RA_EINVAL, "partition: a reuse run without its cost-model view");
     switch (s->kind) {
     case RA_PARTITION_TABLE: {
-        int rc = resolve_table(s, run, bounds, source, len, &ext);
+        int rc = resolve_table(s, run, reuse, bounds, source, len, &ext);
         if (extrapolated)
             *extrapolated = ext;
         return rc;
     }
-    case RA_PARTITION_AUTO: return resolve_auto(s, run, bounds, source, len);
+    case RA_PARTITION_AUTO: return resolve_auto(s, run, reuse, bounds, source, len);
     default:
         snprintf(source, len, "%s", ra_esc(s->text));
         return ra_partition_parse(s->text, run->n_tokens, run->p, bounds);

@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 
+#include "costmodel.h"
 #include "model.h"
 #include "table.h"
 
@@ -59,5 +60,20 @@ struct ra_partition_run {
  * Reads $RA_PROFILE for bare auto. Errors name the spec or the file and the cause. */
 int ra_partition_resolve(const struct ra_partition_spec *s, const struct ra_partition_run *run, int *bounds,
                          char *source, size_t len, int *extrapolated);
+
+/* A reuse run (mpi/reuse_chain.h) as the cost model sees it. */
+struct ra_partition_reuse {
+    const struct ra_cost_reuse *cost; /* ra_cost_reuse_of_request (autosplit.h) */
+    enum ra_cost_method method;       /* RA_COST_KVR or RA_COST_TSP */
+    const char *tag;                  /* the tables' hardware tag for it (ra_partition_reuse_tag) */
+};
+
+/* ra_partition_resolve for a reuse run: auto (and auto:FILE) balance the work
+ * reuse leaves (ra_partition_auto_reuse, with the hardware's profile as for
+ * a plain run), table:FILE reads the group of REUSE's tag (what runahead-tune
+ * --reuse writes); the other specs as for any run. REUSE NULL: a plain run. */
+int ra_partition_resolve_reuse(const struct ra_partition_spec *s, const struct ra_partition_run *run,
+                               const struct ra_partition_reuse *reuse, int *bounds, char *source, size_t len,
+                               int *extrapolated);
 
 #endif

@@ -4,6 +4,7 @@
  * that pace the pass; delta sends; the balanced split against the plain one. */
 #include "autosplit.h"
 #include "costmodel.h"
+#include "spec.h"
 #include "status.h"
 #include "test.h"
 
@@ -92,6 +93,7 @@ static void test_one_rank(void)
 
     /* full: no pass A, only the must rows; installs at each layer's begin. */
     ru.pass_a = 0;
+    ru.ratio = 0;
     pf.install_s_per_row_layer = 1e-7;
     want = 2 * (1.3 * layer_s(&c, &pf, 200, keys(0, 100) + keys(900, 1000)) + 800 * 1e-7) + classifier(&c, &pf);
     CHECK_OK(ra_cost_reuse_replay(&c, &pf, RA_COST_KVR, &ru, b, 1, &t, NULL, NULL));
@@ -202,6 +204,61 @@ static void test_balance(void)
     CHECK(b[0] == 0 && b[1] > 0 && b[1] < C && b[2] == C);
 }
 
+/* A request's view before any lookup, the tables' tag, and --partition
+ * resolved for a reuse run. */
+static void test_request_and_resolve(void)
+{
+    struct ra_config c = bench_small();
+    int starts[] = { 5, 15, 25 }, lens[] = { 10, 10, 15 };
+    struct ra_request req = { .n = 44, .n_prefix = 5, .n_chunks = 3, .chunk_start = starts, .chunk_len = lens,
+                              .suffix_start = 40 };
+    struct ra_reuse_config cfg = RA_REUSE_CONFIG_INIT;
+    struct ra_cost_span spans[3];
+    struct ra_cost_reuse ru;
+    cfg.ratio = -1; /* auto: the floor */
+    CHECK_OK(ra_cost_reuse_of_request(&req, RA_REUSE_BLEND, &cfg, 1, 0, RA_DTYPE_BF16, spans, &ru));
+    CHECK(ru.n_loaded == 3 && ru.loaded == spans && spans[2].start == 25 && spans[2].n == 15);
+    CHECK(ru.pass_a == 1 && ru.ratio == RA_BLEND_MIN_RATIO && ru.check == 1 && ru.global && !ru.delta &&
+          ru.kv_elem_bytes == 2);
+    CHECK_OK(ra_cost_reuse_of_request(&req, RA_REUSE_FULL, &cfg, 0, 1, RA_DTYPE_F32, spans, &ru));
+    CHECK(ru.n_loaded == 3 && ru.pass_a == 0 && ru.ratio == 0 && ru.delta && ru.kv_elem_bytes == 4);
+    CHECK_OK(ra_cost_reuse_of_request(&req, RA_REUSE_NONE, &cfg, 0, 0, RA_DTYPE_F32, spans, &ru));
+    CHECK(ru.n_loaded == 0);
+    req.n = 40; /* the last chunk holds the last row: computed */
+    CHECK_OK(ra_cost_reuse_of_request(&req, RA_REUSE_BLEND, NULL, 1, 0, RA_DTYPE_F32, spans, &ru));
+    CHECK(ru.n_loaded == 2 && ru.ratio == 0.15);
+
+    char tag[256];
+    ra_partition_reuse_tag("CPU-2c", RA_REUSE_BLEND, 0.15, 1, 0, tag, sizeof tag);
+    CHECK(!strcmp(tag, "CPU-2c+reuse-blend-r0.15-global-full"));
+    ra_partition_reuse_tag("CPU-2c", RA_REUSE_FULL, 0.15, 0, 1, tag, sizeof tag);
+    CHECK(!strcmp(tag, "CPU-2c+reuse-full-local-delta"));
+
+    /* --partition auto for a reuse run is the reuse auto split (no profile: FLOPs). */
+    const int C = 6000;
+    const struct ra_cost_span loads[] = { { 16, 2000 }, { 2016, 2000 } };
+    const struct ra_cost_reuse big = { .loaded = loads, .n_loaded = 2, .pass_a = 1, .ratio = 0.15, .check = 1 };
+    const struct ra_partition_run run = { &c, C, 2, "CPU-2c", NULL };
+    const struct ra_partition_reuse pr = { &big, RA_COST_KVR, "CPU-2c+reuse-blend-r0.15-local-full" };
+    struct ra_partition_spec spec;
+    int b[3], want[3], plain[3];
+    char source[512];
+    unsetenv("RA_PROFILE");
+    CHECK_OK(ra_partition_spec_parse("auto", &spec));
+    CHECK_OK(ra_partition_resolve_reuse(&spec, &run, &pr, b, source, sizeof source, NULL));
+    CHECK_OK(ra_partition_auto_reuse(&c, NULL, RA_COST_KVR, &big, C, 2, want, NULL, 0));
+    CHECK_OK(ra_partition_resolve(&spec, &run, plain, source + 256, 256, NULL));
+    CHECK(b[1] == want[1] && b[1] != plain[1] && strstr(source, "reuse-balanced") != NULL);
+    CHECK_OK(ra_partition_spec_parse("even", &spec));
+    CHECK_OK(ra_partition_resolve_reuse(&spec, &run, &pr, b, source, sizeof source, NULL));
+    CHECK(b[1] == 3000);
+    /* table: reads the reuse tag's group: a missing file names it. */
+    CHECK_OK(ra_partition_spec_parse("table:/nonexistent/t.h5", &spec));
+    CHECK(ra_partition_resolve_reuse(&spec, &run, &pr, b, source, sizeof source, NULL) != RA_OK);
+    const struct ra_partition_reuse none = { NULL, RA_COST_KVR, NULL };
+    CHECK(ra_partition_resolve_reuse(&spec, &run, &none, b, source, sizeof source, NULL) == RA_EINVAL);
+}
+
 static void test_bad_input(void)
 {
     struct ra_config c = bench_small();
@@ -237,6 +294,7 @@ int main(void)
     test_two_ranks();
     test_scope_and_tsp();
     test_balance();
+    test_request_and_resolve();
     test_bad_input();
     return test_result("test_costmodel_reuse");
 }
