@@ -82,7 +82,8 @@ int ra_exchange_finish(struct ra_exchange *x);
  * cache by the layer's kv_ready already (a reuse run installs it from the
  * store at layer_begin). The travelling positions move once per pass, ahead
  * of the rows; then each layer's K and V rows move packed and are scattered
- * into the receiver's cache. Counted in the stats like the rows. */
+ * into the receiver's cache. Counted in the stats like the rows. Every rank
+ * of a pass sets a travel set, or none does (the lists are expected or not). */
 int ra_exchange_set_travel(struct ra_exchange *x, const uint8_t *travel);
 
 /* What one pass moves to and from rank r, by formula: rows of one layer's K

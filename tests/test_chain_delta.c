@@ -14,12 +14,14 @@
  * communicator (the PMPI counter of mpi_count.c) equal the runtime's counts
  * and ra_exchange_traffic's formula exactly, rank by rank; a travel set of
  * every row moves the rows a full send does. A few passes run over an
- * emulated link, whose arrival stamps stay out of the KV bytes. */
+ * emulated link, whose arrival stamps stay out of the KV bytes; one exchange
+ * runs several delta passes and then a full one, as a reuse run does. */
 #include "cpu_isa.h"
 #include "half.h"
 #include "mpi_count.h"
 #include "netem.h"
 #include "partition.h"
+#include "prefill.h"
 #include "ra_core.h"
 #include "random_model.h"
 #include "test.h"
@@ -142,17 +144,62 @@ struct setup {
     enum ra_dtype dt;
 };
 
-static void run_case(const struct setup *su, enum ra_method m, enum ra_route route, const int *b, const char *part,
-                     int pattern, const struct ra_netem_config *link)
+/* A fresh cache of `upto` rows, NaN everywhere: a row neither installed, computed nor delivered shows. */
+static void poisoned_cache(const struct setup *su, struct ra_kvcache *kv, int upto)
 {
     const struct ra_config *c = &su->cx->model->config;
-    const int n = N_PROMPT, last = rank == world - 1, upto = m == RA_METHOD_TSP ? n : b[rank + 1];
+    CHECK_OK(ra_kvcache_init_dtype(kv, su->cx->backend, c->n_layers, ra_config_kv_dim(c), upto, su->dt));
+    for (int l = 0; l < c->n_layers; l++) {
+        memset(kv->k[l], 0xff, (size_t)upto * ra_kvcache_row_bytes(kv));
+        memset(kv->v[l], 0xff, (size_t)upto * ra_kvcache_row_bytes(kv));
+    }
+}
+
+/* This rank's cache rows [0, upto) against the reference, and on the last rank the logits. */
+static void check_result(const struct setup *su, const char *label, const struct ra_kvcache *kv, int upto,
+                         const float *logits)
+{
+    const int bf16 = su->dt == RA_DTYPE_BF16;
+    const double tk = bf16 ? TOL_KV_BF16 : TOL, tl = bf16 ? (bf16_products() ? TOL_LOGITS_BF16_DP : TOL_LOGITS_BF16) : TOL;
+    double dk = 0;
+    for (int l = 0; l < kv->n_layers; l++) {
+        const size_t elems = (size_t)upto * (size_t)kv->kv_dim;
+        dk = fmax(dk, rows_diff(su->dt, kv->k[l], ra_kvcache_k(su->ref, l, 0), elems));
+        dk = fmax(dk, rows_diff(su->dt, kv->v[l], ra_kvcache_v(su->ref, l, 0), elems));
+    }
+    const double dl =
+        rank == world - 1 ? test_max_rel_diff(logits, su->ref_logits, (size_t)su->cx->model->config.vocab_size) : 0;
+    if (dk > tk || dl > tl || dk != dk || dl != dl)
+        fprintf(stderr, "%s, rank %d: KV differs by %.3g, logits by %.3g\n", label, rank, dk, dl);
+    CHECK(dk <= tk && dl <= tl);
+}
+
+struct rows_pass {
+    struct ra_context *cx;
+    const int32_t *tokens;
+    struct ra_rows rows;
+    struct ra_kvcache *kv;
+    float *logits;
+};
+
+static int forward_rows(void *arg)
+{
+    struct rows_pass *rp = arg;
+    return ra_forward_rows(rp->cx, rp->tokens, &rp->rows, rp->kv, rp->logits);
+}
+
+/* One delta pass on X: travel set PATTERN, the rest installed from the reference. */
+static void delta_pass(const struct setup *su, struct ra_exchange *x, const char *part, int pattern, int link)
+{
+    const struct ra_config *c = &su->cx->model->config;
+    const int *b = x->bounds;
+    const int n = N_PROMPT, last = rank == world - 1, upto = x->method == RA_METHOD_TSP ? n : b[rank + 1];
     uint8_t travel[N_PROMPT], have[N_PROMPT];
     int32_t pos[N_PROMPT], sub[N_PROMPT];
     const char *pname = make_travel(pattern, b, travel);
     char label[256];
     snprintf(label, sizeof label, "%s KV, p=%d, %s, %s, %s%s", ra_dtype_name(su->dt), world,
-             m == RA_METHOD_TSP ? "tsp" : ra_route_name(route), part, pname, link ? ", emulated link" : "");
+             x->method == RA_METHOD_TSP ? "tsp" : ra_route_name(x->route), part, pname, link ? ", emulated link" : "");
     int k = 0;
     for (int p = 0; p < n; p++) {
         have[p] = travel[p] || (last && p == n - 1);
@@ -161,47 +208,68 @@ static void run_case(const struct setup *su, enum ra_method m, enum ra_route rou
             sub[k++] = su->tokens[p];
         }
     }
-    struct ra_exchange x;
     struct ra_kvcache kv;
     float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    poisoned_cache(su, &kv, upto);
+    CHECK_OK(ra_exchange_set_travel(x, travel + b[rank]));
+    struct install in = { su->ref, have, upto };
+    const struct ra_hook store = { .self = &in, .layer_begin = install_layer_begin };
+    struct rows_pass rp = { su->cx, sub, { k, b[rank], pos }, &kv, last ? logits : NULL };
+    CHECK_OK(ra_prefill_start(x, &kv));
+    test_mpi_count_start(x->comm);
+    CHECK_OK(ra_context_hook_add(su->cx, &store));
+    CHECK_OK(ra_prefill_pass(su->cx, x, forward_rows, &rp));
+    ra_context_hook_remove(su->cx, &store);
+    check_bytes(label, x, c, x->method, x->route, b, travel, su->dt);
+    check_result(su, label, &kv, upto, logits);
+    ra_kvcache_free(&kv);
+    free(logits);
+}
+
+static void run_case(const struct setup *su, enum ra_method m, enum ra_route route, const int *b, const char *part,
+                     int pattern, const struct ra_netem_config *link)
+{
+    const struct ra_config *c = &su->cx->model->config;
+    struct ra_exchange x;
     CHECK_OK(ra_exchange_init(&x, MPI_COMM_WORLD, m, route, b, c->n_layers, ra_kv_row_bytes(ra_config_kv_dim(c), su->dt)));
     if (link)
         CHECK_OK(ra_netem_attach(&x, link));
-    CHECK_OK(ra_kvcache_init_dtype(&kv, su->cx->backend, c->n_layers, ra_config_kv_dim(c), upto, su->dt));
-    for (int l = 0; l < c->n_layers; l++) { /* NaN everywhere: a row neither installed nor delivered shows */
-        memset(kv.k[l], 0xff, (size_t)upto * ra_kvcache_row_bytes(&kv));
-        memset(kv.v[l], 0xff, (size_t)upto * ra_kvcache_row_bytes(&kv));
-    }
-    CHECK_OK(ra_exchange_set_travel(&x, travel + b[rank]));
-    CHECK_OK(ra_exchange_attach_transport(&x, RA_TRANSPORT_AUTO, &kv));
-    struct install in = { su->ref, have, upto };
-    const struct ra_hook store = { .self = &in, .layer_begin = install_layer_begin };
-    const struct ra_hook *hook = ra_exchange_hooks(&x);
-    test_mpi_count_start(x.comm);
-    MPI_Barrier(MPI_COMM_WORLD);
-    CHECK_OK(ra_exchange_begin(&x));
-    CHECK_OK(ra_context_hook_add(su->cx, &store));
-    if (hook)
-        CHECK_OK(ra_context_hook_add(su->cx, hook));
-    CHECK_OK(ra_forward_rows(su->cx, sub, &(struct ra_rows){ k, b[rank], pos }, &kv, last ? logits : NULL));
-    ra_context_hook_remove(su->cx, &store);
-    if (hook)
-        ra_context_hook_remove(su->cx, hook);
-    CHECK_OK(ra_exchange_finish(&x));
-    check_bytes(label, &x, c, m, route, b, travel, su->dt);
+    delta_pass(su, &x, part, pattern, link != NULL);
+    ra_exchange_free(&x);
+}
 
-    const int bf16 = su->dt == RA_DTYPE_BF16;
-    const double tk = bf16 ? TOL_KV_BF16 : TOL, tl = bf16 ? (bf16_products() ? TOL_LOGITS_BF16_DP : TOL_LOGITS_BF16) : TOL;
-    double dk = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        const size_t elems = (size_t)upto * (size_t)kv.kv_dim;
-        dk = fmax(dk, rows_diff(su->dt, kv.k[l], ra_kvcache_k(su->ref, l, 0), elems));
-        dk = fmax(dk, rows_diff(su->dt, kv.v[l], ra_kvcache_v(su->ref, l, 0), elems));
-    }
-    const double dl = last ? test_max_rel_diff(logits, su->ref_logits, (size_t)c->vocab_size) : 0;
-    if (dk > tk || dl > tl || dk != dk || dl != dl)
-        fprintf(stderr, "%s, rank %d: KV differs by %.3g, logits by %.3g\n", label, rank, dk, dl);
-    CHECK(dk <= tk && dl <= tl);
+/* One exchange for several passes, as a reuse run uses it: delta passes whose
+ * travel sets grow and shrink (the staging grows with them), then a full pass
+ * (no travel set) moving every row as before, by the full formula. */
+static void run_sequence(const struct setup *su, enum ra_method m, enum ra_route route, const int *b, const char *part)
+{
+    const struct ra_config *c = &su->cx->model->config;
+    const int upto = m == RA_METHOD_TSP ? N_PROMPT : b[rank + 1];
+    const int patterns[] = { 1, 2, 0, 3 };
+    struct ra_exchange x;
+    struct ra_kvcache kv;
+    struct ra_traffic want;
+    struct test_mpi_count got;
+    double ttft;
+    char label[256];
+    float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    CHECK_OK(ra_exchange_init(&x, MPI_COMM_WORLD, m, route, b, c->n_layers, ra_kv_row_bytes(ra_config_kv_dim(c), su->dt)));
+    for (int i = 0; i < 4; i++)
+        delta_pass(su, &x, part, patterns[i], 0);
+    snprintf(label, sizeof label, "%s KV, p=%d, %s, %s, full pass after delta passes", ra_dtype_name(su->dt), world,
+             m == RA_METHOD_TSP ? "tsp" : ra_route_name(route), part);
+    poisoned_cache(su, &kv, upto);
+    CHECK_OK(ra_exchange_set_travel(&x, NULL));
+    test_mpi_count_start(x.comm);
+    CHECK_OK(ra_prefill_run(su->cx, &x, &kv, su->tokens, logits, &ttft));
+    test_mpi_count_read(&got, NULL);
+    ra_exchange_traffic(m, route, b, world, rank, c->n_layers, ra_kvcache_row_bytes(&kv), NULL, &want);
+    if (got.bytes_sent != want.bytes_sent || got.bytes_recv != want.bytes_recv)
+        fprintf(stderr, "%s, rank %d: MPI moved %lld bytes out, %lld in; the formula says %lld, %lld\n", label, rank,
+                got.bytes_sent, got.bytes_recv, want.bytes_sent, want.bytes_recv);
+    CHECK(got.bytes_sent == want.bytes_sent && got.bytes_recv == want.bytes_recv);
+    CHECK(got.bytes_sent == x.stats.bytes_sent && got.bytes_recv == x.stats.bytes_recv);
+    check_result(su, label, &kv, upto, logits);
     ra_kvcache_free(&kv);
     ra_exchange_free(&x);
     free(logits);
@@ -246,6 +314,9 @@ static void check_dtype(const struct ra_model *model, struct ra_backend *be, enu
     for (int route = RA_ROUTE_CHAIN; route <= RA_ROUTE_DIRECT; route++)
         run_case(&su, RA_METHOD_KVR, (enum ra_route)route, bounds[1], parts[1], 3, &link);
     run_case(&su, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds[1], parts[1], 3, &link);
+    for (int route = RA_ROUTE_CHAIN; route <= RA_ROUTE_DIRECT; route++)
+        run_sequence(&su, RA_METHOD_KVR, (enum ra_route)route, bounds[1], parts[1]);
+    run_sequence(&su, RA_METHOD_TSP, RA_ROUTE_CHAIN, bounds[1], parts[1]);
     ra_kvcache_free(&ref);
     ra_context_free(&cx);
     free(ref_logits);
