@@ -187,6 +187,11 @@ static void check_bytes(const char *label, const struct ra_exchange *x, const st
     long long rows_sent, rows_recv;
     expected_rows(method, route, bounds, world, rank, &rows_sent, &rows_recv);
     const long long want_sent = rows_sent * per_row, want_recv = rows_recv * per_row;
+    /* The runtime's formula (exchange.h) for full sends is the paper's too. */
+    struct ra_traffic t;
+    ra_exchange_traffic(method, route, bounds, world, rank, c->n_layers, x->row_bytes, NULL, &t);
+    CHECK(t.rows_sent == rows_sent && t.rows_recv == rows_recv && t.list_sent == 0 && t.list_recv == 0);
+    CHECK(t.bytes_sent == want_sent && t.bytes_recv == want_recv);
 
     if (kv.bytes_sent != s->bytes_sent || kv.bytes_recv != s->bytes_recv || kv.msgs_sent != s->msgs_sent ||
         kv.msgs_recv != s->msgs_recv || kv.partial)
