@@ -16,7 +16,8 @@
  * (a new random order), behind the prefix, then one of the questions. Every
  * mode sees the same stream.
  *
- * The stores: one per mode and eviction policy (--modes, --policies), each of
+ * The stores: one per entry MODE[/POLICY] of --modes (the eviction policy of
+ * store.h, lru when not named), each of
  * capacity --store-frac times the bytes the whole pool would take in a store,
  * empty at the start (a cold start; --warmup fills it). Every run writes its
  * misses back after the first token (store_write), as a serving system does,
@@ -46,6 +47,7 @@
 #include "ra_core.h"
 #include "ra_mpi.h"
 #include "reuse_chain.h"
+#include "reuse/craft.h"
 #include "reuse/request.h"
 #include "reuse/reuse.h"
 #include "reuse/run.h"
@@ -70,9 +72,7 @@ const char bench_name[] = "bench-trace";
 #define MAX_STEPS 64
 #define MAX_WINDOWS 10
 
-enum policy { POLICY_LRU };
-static const char *const policy_names[] = { "lru" };
-#define N_POLICIES ((int)(sizeof policy_names / sizeof policy_names[0]))
+static const char *policy_name(enum ra_store_policy p) { return p == RA_STORE_EVICT_CRAFT ? "craft" : "lru"; }
 
 struct options {
     const char *model, *json;
@@ -82,9 +82,8 @@ struct options {
     int requests, warmup, m_min, m_max, ref_every, steps, windows, threads;
     double zipf, store_frac, ratio, store_gbps;
     enum ra_reuse_mode modes[MAX_VARIANTS];
+    enum ra_store_policy policies[MAX_VARIANTS]; /* of each mode's store */
     int n_modes;
-    enum policy policies[N_POLICIES];
-    int n_policies;
     enum ra_method method; /* more than one rank */
     enum ra_blend_scope scope;
     unsigned long long seed;
@@ -110,8 +109,9 @@ static void usage(FILE *f)
             "  --chunks A-B         chunks per request, uniform in [A, B] (default 4-8)\n"
             "  --zipf S             the popularity law's exponent (default 1.1)\n"
             "  --store-frac F       each store's capacity over the pool's bytes (default 0.3)\n"
-            "  --modes LIST         of prefix, full, blend, craft (default prefix,blend and craft where built)\n"
-            "  --policies LIST      eviction policies, each with every mode: lru (default lru)\n"
+            "  --modes LIST         MODE[/POLICY],...: a mode (prefix, full, blend, craft) and its store's\n"
+            "                       eviction policy (lru, craft; default lru), each its own store\n"
+            "                       (default prefix,blend,craft,craft/craft)\n"
             "  --blend-ratio R      blend's and craft's ratio (default 0.15)\n"
             "  --ref-every N        none on every N-th measured request (default 1)\n"
             "  --steps N            greedy tokens compared (default 8)\n"
@@ -137,43 +137,36 @@ static int parse_range(const char *s, const char *flag, int lo, int hi, int *a, 
     return -1;
 }
 
+/* MODE[/POLICY],... */
 static int parse_modes(const char *s, struct options *o)
 {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     o->n_modes = 0;
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        char *slash = strchr(t, '/');
+        enum ra_store_policy p = RA_STORE_EVICT_LRU;
         enum ra_reuse_mode m;
-        if (o->n_modes == MAX_VARIANTS || ra_reuse_mode_parse(t, "--modes", &m) != RA_OK || m == RA_REUSE_NONE)
-            return ra_arg_usage_error(bench_name, "--modes: '%s' is not a list of prefix, full, blend, craft", s);
-        o->modes[o->n_modes++] = m;
+        if (slash)
+            *slash = 0;
+        if (o->n_modes == MAX_VARIANTS || ra_reuse_mode_parse(t, "--modes", &m) != RA_OK || m == RA_REUSE_NONE ||
+            (slash && ra_store_policy_parse(slash + 1, "--modes", &p) != RA_OK))
+            return ra_arg_usage_error(bench_name, "--modes: '%s' is not a list of at most %d of MODE[/POLICY] (modes: "
+                                      "prefix, full, blend, craft; policies: lru, craft)", s, MAX_VARIANTS);
+        o->modes[o->n_modes] = m, o->policies[o->n_modes++] = p;
     }
     return o->n_modes ? -1 : ra_arg_usage_error(bench_name, "--modes: an empty list");
 }
 
-static int parse_policies(const char *s, struct options *o)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    o->n_policies = 0;
-    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-        int p = 0;
-        while (p < N_POLICIES && strcmp(t, policy_names[p]) != 0)
-            p++;
-        if (p == N_POLICIES || o->n_policies == N_POLICIES)
-            return ra_arg_usage_error(bench_name, "--policies: '%s' is not a list of lru", s);
-        o->policies[o->n_policies++] = (enum policy)p;
-    }
-    return o->n_policies ? -1 : ra_arg_usage_error(bench_name, "--policies: an empty list");
-}
-
+/* prefix, blend, craft (LRU stores), craft with craft's eviction policy. */
 static void default_modes(struct options *o)
 {
-    enum ra_reuse_mode m;
-    o->modes[0] = RA_REUSE_PREFIX, o->modes[1] = RA_REUSE_BLEND, o->n_modes = 2;
-    if (ra_reuse_mode_parse("craft", "--modes", &m) == RA_OK)
-        o->modes[o->n_modes++] = m;
-    ra_error_clear();
+    static const enum ra_reuse_mode m[] = { RA_REUSE_PREFIX, RA_REUSE_BLEND, RA_REUSE_CRAFT, RA_REUSE_CRAFT };
+    static const enum ra_store_policy p[] = { RA_STORE_EVICT_LRU, RA_STORE_EVICT_LRU, RA_STORE_EVICT_LRU,
+                                              RA_STORE_EVICT_CRAFT };
+    o->n_modes = (int)(sizeof m / sizeof m[0]);
+    memcpy(o->modes, m, sizeof m);
+    memcpy(o->policies, p, sizeof p);
 }
 
 static int parse_one(int c, struct options *o)
@@ -190,7 +183,6 @@ static int parse_one(int c, struct options *o)
     case 'z': rc = ra_arg_double(optarg, "--zipf", &o->zipf); break;
     case 'f': rc = ra_arg_double(optarg, "--store-frac", &o->store_frac); break;
     case 'M': return parse_modes(optarg, o);
-    case 'p': return parse_policies(optarg, o);
     case 'b': rc = ra_reuse_ratio_parse(optarg, &o->ratio); break;
     case 'e': rc = ra_arg_int(optarg, "--ref-every", 1, 1 << 20, &o->ref_every); break;
     case 's': rc = ra_arg_int(optarg, "--steps", 1, MAX_STEPS, &o->steps); break;
@@ -232,7 +224,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "requests", required_argument, 0, 'r' },    { "warmup", required_argument, 0, 'w' },
         { "chunks", required_argument, 0, 'c' },      { "zipf", required_argument, 0, 'z' },
         { "store-frac", required_argument, 0, 'f' },  { "modes", required_argument, 0, 'M' },
-        { "policies", required_argument, 0, 'p' },    { "blend-ratio", required_argument, 0, 'b' },
+        { "blend-ratio", required_argument, 0, 'b' },
         { "ref-every", required_argument, 0, 'e' },   { "steps", required_argument, 0, 's' },
         { "windows", required_argument, 0, 'W' },     { "threads", required_argument, 0, 't' },
         { "store-gbps", required_argument, 0, 'g' },  { "json", required_argument, 0, 'j' },
@@ -242,8 +234,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     };
     *o = (struct options){ .pool = 64, .chunk_min = 100, .chunk_max = 200, .question_tokens = 16, .requests = 150,
                            .m_min = 4, .m_max = 8, .ref_every = 1, .steps = 8, .windows = 3, .threads = 1,
-                           .zipf = 1.1, .store_frac = 0.3, .ratio = 0.15, .policies = { POLICY_LRU },
-                           .n_policies = 1, .method = RA_METHOD_KVR, .seed = 1 };
+                           .zipf = 1.1, .store_frac = 0.3, .ratio = 0.15, .method = RA_METHOD_KVR, .seed = 1 };
     default_modes(o);
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -543,7 +534,7 @@ struct sample {
 
 struct variant {
     enum ra_reuse_mode mode;
-    enum policy policy;
+    enum ra_store_policy policy;
     struct ra_store *st;
     struct ra_store *probe; /* on the chain's last rank: the same store read-only, to find misses */
     char dir[4200];
@@ -558,7 +549,7 @@ struct bench {
     int has_vocab;
     struct pool pool;
     struct draw *stream;
-    struct variant v[MAX_VARIANTS * N_POLICIES];
+    struct variant v[MAX_VARIANTS];
     int n_variants;
     struct sample *ref; /* [requests]: none's TTFT, its rows */
     struct ra_backend *be;
@@ -601,23 +592,30 @@ static int decode(struct bench *b, int n, const float *logits, int32_t *out)
     return rc;
 }
 
-static double recomputed_share(const struct ra_reuse_report *rep)
+/* Rows computed over the prompt's N rows times the layers. */
+static double recomputed_share(const struct ra_reuse_report *rep, int n)
 {
     double sum = 0;
-    for (int l = 0; l < rep->n_layers; l++)
+    for (int l = 0; rep->recomputed && l < rep->n_layers; l++)
         sum += rep->recomputed[l];
-    return rep->n_layers > 0 && rep->n_rows > 0 ? sum / ((double)rep->n_layers * rep->n_rows) : NAN;
+    return rep->recomputed && rep->n_layers > 0 ? sum / ((double)rep->n_layers * n) : NAN;
 }
 
 /* On the chain's last rank, after the first token: the misses of V's run
  * stored as ra_reuse_prefill's store_write stores them (prefix: every chunk
- * from the first not loaded on, from the cache behind its exact context; the
- * others: each chunk the store lacks, computed in isolation behind the prefix). */
+ * from the first not loaded on, from the cache behind its exact context;
+ * craft: every chunk as a variant behind its real context; the others: each
+ * chunk the store lacks, computed in isolation behind the prefix). */
 static int chain_write_back(struct bench *b, struct variant *v, const struct ra_request *req,
                             struct ra_reuse_report *rep)
 {
     const double t = ra_wall_s();
     int rc = RA_OK;
+    if (v->mode == RA_REUSE_CRAFT) { /* every chunk as a variant behind its real context */
+        rc = ra_craft_store_request(v->st, &b->ctx, req);
+        rep->t_store_write = ra_wall_s() - t;
+        return rc;
+    }
     for (int c = 0; c < req->n_chunks && rc == RA_OK; c++) {
         const int start = req->chunk_start[c], len = req->chunk_len[c];
         if (v->mode == RA_REUSE_PREFIX) {
@@ -679,7 +677,7 @@ static int run_variant(struct bench *b, struct variant *v, const struct ra_reque
         return rc;
     }
     *s = (struct sample){ .ttft = rep.ttft, .speedup = NAN, .kl = NAN, .top1 = NAN, .greedy = NAN,
-                          .recomputed = recomputed_share(&rep), .t_store_write = rep.t_store_write,
+                          .recomputed = recomputed_share(&rep, req->n), .t_store_write = rep.t_store_write,
                           .hits = rep.hits, .chunks = req->n_chunks, .rows = req->n };
     ra_reuse_report_free(&rep);
     if (!ref || isnan(ref->ttft))
@@ -866,7 +864,7 @@ static void print_windows(const struct bench *b)
         variant_name(b, &b->v[k], name, sizeof name);
         if (b->v[k].dropped[0])
             continue;
-        printf("%-12s %-7s", name, policy_names[b->v[k].policy]);
+        printf("%-12s %-7s", name, policy_name(b->v[k].policy));
         for (int w = 0; w < o->windows; w++) {
             int a, z;
             char cell[32];
@@ -886,13 +884,13 @@ static void print_table(const struct bench *b)
         char name[32];
         variant_name(b, &b->v[k], name, sizeof name);
         if (!b->v[k].dropped[0])
-            print_row(b, name, policy_names[b->v[k].policy], b->v[k].s);
+            print_row(b, name, policy_name(b->v[k].policy), b->v[k].s);
     }
     for (int k = 0; k < b->n_variants; k++) {
         char name[32];
         variant_name(b, &b->v[k], name, sizeof name);
         if (b->v[k].dropped[0])
-            printf("# %s %s: not run: %s\n", name, policy_names[b->v[k].policy], b->v[k].dropped);
+            printf("# %s %s: not run: %s\n", name, policy_name(b->v[k].policy), b->v[k].dropped);
     }
     print_windows(b);
     fflush(stdout);
@@ -920,7 +918,7 @@ static void print_header(const struct bench *b)
            p->n_questions, p->prefix.n, p->bytes / 1e6);
     printf("# stream  : %d requests after %d warm-up, %d-%d chunks each by Zipf s=%g over the pool, in the order "
            "drawn; seed %llu\n", o->requests, o->warmup, o->m_min, o->m_max, o->zipf, o->seed);
-    printf("# stores  : one per mode and policy, %.2f MB each (%g of the pool), empty at the start; misses "
+    printf("# stores  : one per mode and eviction policy, %.2f MB each (%g of the pool), empty at the start; misses "
            "written back after the first token; %s\n", o->store_frac * p->bytes / 1e6, o->store_frac,
            o->store_gbps > 0 ? "paced as a store of --store-gbps" : "read from the page cache");
     char every[32] = "every request";
@@ -992,7 +990,7 @@ static int write_json(const struct bench *b)
         variant_name(b, &b->v[k], name, sizeof name);
         json_t *e = b->v[k].dropped[0] ? json_pack("{s:s}", "dropped", b->v[k].dropped) : summary_json(b, b->v[k].s);
         json_object_set_new(e, "mode", json_string(name));
-        json_object_set_new(e, "policy", json_string(policy_names[b->v[k].policy]));
+        json_object_set_new(e, "policy", json_string(policy_name(b->v[k].policy)));
         json_array_append_new(vs, e);
     }
     json_t *ref = summary_json(b, b->ref);
@@ -1023,18 +1021,19 @@ static int open_stores(struct bench *b)
         rc = ra_store_vocab_identity(b->has_vocab ? &b->vocab : NULL, id.tokenizer);
     uint64_t cap = (uint64_t)(o->store_frac * (double)b->pool.bytes);
     cap = cap > 0 ? cap : 1;
-    for (int p = 0; p < o->n_policies && rc == RA_OK; p++)
-        for (int m = 0; m < o->n_modes && rc == RA_OK; m++) {
-            struct variant *v = &b->v[b->n_variants];
-            v->mode = o->modes[m], v->policy = o->policies[p];
-            snprintf(v->dir, sizeof v->dir, "%s/store-%d", b->tmp, b->n_variants);
-            if (!(v->s = calloc((size_t)o->requests, sizeof *v->s)))
-                return ra_error_set(RA_ENOMEM, "out of memory");
-            rc = ra_store_open(&v->st, v->dir, &b->model, &id, cap, RA_STORE_CREATE);
-            if (rc == RA_OK && world > 1 && rank == b->last)
-                rc = ra_store_open(&v->probe, v->dir, &b->model, &id, 0, RA_STORE_READONLY);
-            b->n_variants += rc == RA_OK;
-        }
+    for (int m = 0; m < o->n_modes && rc == RA_OK; m++) {
+        struct variant *v = &b->v[b->n_variants];
+        v->mode = o->modes[m], v->policy = o->policies[m];
+        snprintf(v->dir, sizeof v->dir, "%s/store-%d", b->tmp, b->n_variants);
+        if (!(v->s = calloc((size_t)o->requests, sizeof *v->s)))
+            return ra_error_set(RA_ENOMEM, "out of memory");
+        rc = ra_store_open(&v->st, v->dir, &b->model, &id, cap, RA_STORE_CREATE);
+        if (rc == RA_OK)
+            ra_store_set_policy(v->st, v->policy);
+        if (rc == RA_OK && world > 1 && rank == b->last)
+            rc = ra_store_open(&v->probe, v->dir, &b->model, &id, 0, RA_STORE_READONLY);
+        b->n_variants += rc == RA_OK;
+    }
     return rc;
 }
 
@@ -1115,7 +1114,7 @@ static void bench_free(struct bench *b)
         if (b->v[k].probe)
             ra_store_close(b->v[k].probe);
     }
-    for (int k = 0; k < MAX_VARIANTS * N_POLICIES; k++)
+    for (int k = 0; k < MAX_VARIANTS; k++)
         free(b->v[k].s);
     if (world > 1)
         MPI_Barrier(MPI_COMM_WORLD); /* every rank's stores closed */
