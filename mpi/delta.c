@@ -15,8 +15,9 @@
  * with the pieces one after the other, in the memory the transport moves
  * rows from (the KV cache's). A rank packs its own piece from the cache
  * (get_rows), sends the pieces as its route does and scatters what it
- * received into the cache (set_rows) before kv_ready returns. Staging
- * buffers stay untouched until the pass's sends complete: one per layer. */
+ * received into the cache (set_rows) before kv_ready returns. KVR's staging
+ * buffers stay untouched until the pass's sends complete: one per layer; TSP
+ * reuses one. */
 #include "exchange.h"
 #include "netem.h"
 #include "ra_mpi.h"
@@ -38,8 +39,9 @@ struct ra_delta {
     int32_t *idx;         /* [b_size]: positions as buffer rows, where the cache's first row is not 0 */
     int *cnt, *off;       /* [size], [size + 1]: each piece's rows and offset in pos and the staging */
     int n_pieces;         /* pieces known this pass: r + 1 (KVR) or size (TSP) */
-    void *stage;          /* [n_layers][2][off[n_pieces]] rows */
+    void *stage;          /* [n_stages][2][off[n_pieces]] rows */
     size_t stage_bytes, layer_rows;
+    int n_stages;         /* layers with a staging of their own: every one (KVR) or one for all (TSP) */
     struct ra_backend *be;
     enum ra_mem mem;
     long long list_sent, list_recv; /* bytes of positions this pass */
@@ -229,7 +231,11 @@ int ra_delta_stage(struct ra_exchange *x, const struct ra_kvcache *kv)
 {
     struct ra_delta *d = x->delta;
     const size_t rows = (size_t)d->off[d->n_pieces], rb = ra_kvcache_row_bytes(kv);
-    const size_t bytes = rows * rb * 2 * (size_t)x->n_layers;
+    /* TSP's all-gather is ordered after the compute that read the last layer's
+     * staging (every transport waits for or fences the compute stream first):
+     * one layer's staging serves every layer. KVR's sends stay pending over the pass. */
+    d->n_stages = x->method == RA_METHOD_TSP ? 1 : x->n_layers;
+    const size_t bytes = rows * rb * 2 * (size_t)d->n_stages;
     d->layer_rows = rows;
     if (d->stage && d->stage_bytes >= bytes && d->be == kv->backend && d->mem == kv->mem)
         return RA_OK;
@@ -252,7 +258,7 @@ int ra_delta_offset(const struct ra_exchange *x, int piece) { return x->delta->o
 void *ra_delta_piece(const struct ra_exchange *x, int layer, int kind, int piece)
 {
     const struct ra_delta *d = x->delta;
-    const size_t row = ((size_t)layer * 2 + (size_t)kind) * d->layer_rows + (size_t)d->off[piece];
+    const size_t row = ((size_t)(layer % d->n_stages) * 2 + (size_t)kind) * d->layer_rows + (size_t)d->off[piece];
     return (char *)d->stage + row * x->row_bytes;
 }
 
