@@ -21,11 +21,14 @@
 #include "costmodel.h"
 #include "partition.h"
 #include "prefill.h"
+#include "reuse/run.h"
+#include "reuse_chain.h"
 #include "program.h"
 #include "ra_mpi.h"
 #include "ra_core.h"
 #include "search.h"
 #include "spec.h"
+#include "vocab.h"
 #include "watchdog.h"
 
 #include <getopt.h>
@@ -50,6 +53,13 @@ struct options {
     int model_objective;
     int watchdog; /* seconds a rank may wait in a prompt pass; 0 = off */
     unsigned seed;
+    /* A reuse run (--request with --reuse): its request, mode and options, and the store. */
+    const char *request, *store;
+    int reuse_given;
+    enum ra_reuse_mode reuse;
+    struct ra_reuse_config cfg;
+    enum ra_reuse_send send;
+    enum ra_blend_scope scope;
 };
 
 struct tune {
@@ -66,6 +76,15 @@ struct tune {
     int have_profile;
     double t_start;
     int context; /* the context being searched, for progress lines */
+    /* --request --reuse: every trial is ra_reuse_chain_prefill of the request. */
+    struct ra_vocab vocab;
+    int have_vocab;
+    struct ra_request req;
+    struct ra_store *st;
+    struct ra_cost_span *spans;
+    struct ra_cost_reuse ru; /* the cost model's view of it */
+    char table_tag[256];     /* the hardware tag of the entries: hw_tag, or its reuse tag */
+    float *logits;
 };
 
 static int rank, world;
@@ -114,6 +133,13 @@ static void usage(FILE *f)
 "      --kv-dtype T        KV cache rows: f32 (default) or bf16. A table is used only by\n"
 "                          runs with its backend, compute and KV dtypes (its key)\n"
 "  -s, --seed S            seed of the synthetic prompt ids (default 1)\n"
+"      --request FILE      search the split of a reuse run of this request (runahead's --request)\n"
+"                          instead of a plain prompt: its length is the one context; with\n"
+"      --reuse MODE        prefix, full or blend (as runahead's; default blend), and\n"
+"      --blend-ratio R, --blend-scope global|local, --reuse-send full|delta as runahead's;\n"
+"      --store DIR         the chunk store (required with --request; chunks it lacks are added\n"
+"                          first, not timed). The entries go to hardware tag\n"
+"                          TAG+reuse-MODE-rR-SCOPE-SEND, where a reuse run's table:FILE looks\n"
 "      --watchdog SECONDS  abort the job when a rank has waited SECONDS for another in a\n"
 "                          prompt pass (a stopped or hung rank); set it above the time\n"
 "                          of one pass. Default: off\n"
@@ -141,12 +167,36 @@ static int lock_timeout(const char *arg, double *t)
     return rc;
 }
 
+/* --request and its reuse options fit together and with the rest. */
+static int reuse_options_check(const struct options *o)
+{
+    if (!o->request) {
+        if (o->reuse_given || o->store)
+            return ra_error_set(RA_EINVAL, "--reuse, --blend-ratio, --blend-scope, --reuse-send and --store need --request");
+        return RA_OK;
+    }
+    if (!o->store)
+        return ra_error_set(RA_EINVAL, "--request needs --store DIR (the chunk store the runs read)");
+    if (o->reuse == RA_REUSE_NONE || o->reuse == RA_REUSE_CRAFT)
+        return ra_error_set(RA_EINVAL, "--reuse %s: runahead-tune searches prefix, full or blend runs",
+                            ra_reuse_mode_name(o->reuse));
+    if (o->n_contexts > 0)
+        return ra_error_set(RA_EINVAL, "--contexts does not go with --request: the request's length is the context");
+    if (!o->model_objective && world < 2)
+        return ra_error_set(RA_EINVAL, "measuring a partition needs at least 2 ranks (mpirun -np P), "
+                            "or --objective model --ranks P");
+    if (o->evaluate)
+        return ra_error_set(RA_EINVAL, "--evaluate does not go with --request in this version");
+    return RA_OK;
+}
+
 /* RA_OK, a negative status, or 1 to exit 0 (help, version). */
 static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_HW = 256, OPT_OBJECTIVE, OPT_RANKS, OPT_CALIBRATE, OPT_MIN_STRIDE, OPT_POINTS, OPT_NO_BASE, OPT_EVAL,
            OPT_NO_CHECK, OPT_LOCK_TIMEOUT,
-           OPT_WATCHDOG, OPT_BACKEND, OPT_DEVICE, OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_KV_DTYPE };
+           OPT_WATCHDOG, OPT_BACKEND, OPT_DEVICE, OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_KV_DTYPE,
+           OPT_REQUEST, OPT_REUSE, OPT_BLEND_RATIO, OPT_BLEND_SCOPE, OPT_REUSE_SEND, OPT_STORE };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },     { "contexts", required_argument, NULL, 'c' },
         { "out", required_argument, NULL, 'o' },       { "hw-tag", required_argument, NULL, OPT_HW },
@@ -161,13 +211,18 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "device-dtype", required_argument, NULL, OPT_DEVICE_DTYPE },
         { "compute-dtype", required_argument, NULL, OPT_COMPUTE_DTYPE },
         { "kv-dtype", required_argument, NULL, OPT_KV_DTYPE },
+        { "request", required_argument, NULL, OPT_REQUEST }, { "reuse", required_argument, NULL, OPT_REUSE },
+        { "blend-ratio", required_argument, NULL, OPT_BLEND_RATIO },
+        { "blend-scope", required_argument, NULL, OPT_BLEND_SCOPE },
+        { "reuse-send", required_argument, NULL, OPT_REUSE_SEND }, { "store", required_argument, NULL, OPT_STORE },
         { "threads", required_argument, NULL, 'T' },   { "seed", required_argument, NULL, 's' },
         { "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
     };
     int c, rc = RA_OK, seed = 1;
     *o = (struct options){ .repeats = 3, .min_stride = 16, .points = 5, .ranks = world, .baselines = 1,
-                           .device = -1, .device_dtype = RA_DTYPE_BF16 };
+                           .device = -1, .device_dtype = RA_DTYPE_BF16, .reuse = RA_REUSE_BLEND,
+                           .cfg = RA_REUSE_CONFIG_INIT };
     if ((rc = ra_table_writer_init(&o->writer, "runahead-tune", stderr)) != RA_OK)
         return rc;
     opterr = 0;
@@ -199,6 +254,12 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_COMPUTE_DTYPE: rc = ra_compute_parse(optarg, &o->compute); break;
         case OPT_KV_DTYPE: rc = ra_kv_dtype_parse(optarg, "--kv-dtype", &o->kv_dtype); break;
         case 's': rc = ra_arg_int(optarg, "--seed", 0, 1 << 30, &seed); break;
+        case OPT_REQUEST: o->request = optarg; break;
+        case OPT_REUSE: rc = ra_reuse_mode_parse(optarg, "--reuse", &o->reuse), o->reuse_given = 1; break;
+        case OPT_BLEND_RATIO: rc = ra_reuse_ratio_parse(optarg, &o->cfg.ratio), o->reuse_given = 1; break;
+        case OPT_BLEND_SCOPE: rc = ra_blend_scope_parse(optarg, &o->scope), o->reuse_given = 1; break;
+        case OPT_REUSE_SEND: rc = ra_reuse_send_parse(optarg, &o->send), o->reuse_given = 1; break;
+        case OPT_STORE: o->store = optarg; break;
         case 'h': if (rank == 0) usage(stdout); return 1;
         case 'V': if (rank == 0) ra_print_version("runahead-tune"); return 1;
         case ':': return ra_error_set(RA_EINVAL, "%s needs a value (see --help)", argv[optind - 1]);
@@ -212,7 +273,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         return ra_error_set(RA_EINVAL, "unexpected argument '%s' (see --help)", argv[optind]);
     if (!o->model || !o->out)
         return ra_error_set(RA_EINVAL, "--model and --out are required (see --help)");
-    if (!o->calibrate && o->n_contexts == 0)
+    if ((rc = reuse_options_check(o)) != RA_OK)
+        return rc;
+    if (!o->calibrate && o->n_contexts == 0 && !o->request)
         return ra_error_set(RA_EINVAL, "--contexts is required unless --calibrate");
     if (!o->model_objective && o->ranks != world)
         return ra_error_set(RA_EINVAL, "--ranks %d differs from the %d ranks started: measuring needs mpirun -np %d "
@@ -250,9 +313,48 @@ static void show_progress(void *ctx, int done, int planned, double best, const i
             planned, best, bounds, elapsed(t));
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    return (*(const double *)a > *(const double *)b) - (*(const double *)a < *(const double *)b);
+}
+
+/* The reuse run of --request at BOUNDS with METHOD, REPEATS times: the median
+ * (the lower middle, as ra_prefill_spread's), min and max of the last rank's
+ * TTFTs, on every rank. Collective; every rank returns on an error. */
+static int reuse_spread(struct tune *t, enum ra_method method, const int *bounds, int repeats, double spread[3])
+{
+    const struct ra_reuse_chain ch = { .method = method, .route = RA_ROUTE_CHAIN, .bounds = bounds,
+                                       .send = t->o->send, .scope = t->o->scope };
+    double *v = malloc(sizeof(double) * (size_t)repeats);
+    int rc = v ? RA_OK : ra_error_set(RA_ENOMEM, "out of memory");
+    for (int k = 0; k < repeats && (rc = agree(rc)) == RA_OK; k++) {
+        struct ra_reuse_report rep = { 0 };
+        rc = ra_reuse_chain_prefill(&t->ctx, MPI_COMM_WORLD, t->st, &t->req, t->o->reuse, &t->o->cfg, &ch, &t->kv,
+                                    t->logits, &rep, NULL);
+        v[k] = rep.ttft;
+        ra_reuse_report_free(&rep);
+        if (rc == RA_OK)
+            MPI_Bcast(&v[k], 1, MPI_DOUBLE, world - 1, MPI_COMM_WORLD);
+    }
+    if (rc == RA_OK) {
+        qsort(v, (size_t)repeats, sizeof(double), cmp_double);
+        spread[0] = v[(repeats - 1) / 2];
+        spread[1] = v[0];
+        spread[2] = v[repeats - 1];
+    }
+    free(v);
+    return rc;
+}
+
 static int objective_measure(void *ctx, const int *bounds, int p, double *value)
 {
     struct tune *t = ctx;
+    if (t->o->request) {
+        double spread[3];
+        int rc = reuse_spread(t, RA_METHOD_KVR, bounds, t->o->repeats, spread);
+        *value = spread[0];
+        return rc;
+    }
     int rc = ra_prefill_median(&t->ctx, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
                                t->o->repeats, value);
     if (rc != RA_OK) { /* the other ranks may be blocked on this one's KV rows */
@@ -261,6 +363,14 @@ static int objective_measure(void *ctx, const int *bounds, int p, double *value)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     return rc;
+}
+
+/* The cost model's TTFT of the run at BOUNDS: the reuse model for --request. */
+static int predict(const struct tune *t, enum ra_cost_method m, const int *bounds, int p, double *ttft)
+{
+    if (t->o->request)
+        return ra_cost_reuse_replay(&t->m.config, &t->profile, m, &t->ru, bounds, p, ttft, NULL, NULL);
+    return ra_cost_predict(&t->m.config, &t->profile, m, bounds, p, ttft, NULL);
 }
 
 /* TTFT of KVR-E and TSP beside the searched split: measured (median, min,
@@ -273,14 +383,19 @@ static int baselines(struct tune *t, int p, int context, double even[3], double 
     if ((rc = ra_partition_parse("even", context, p, bounds)) != RA_OK)
         return rc;
     if (t->o->model_objective) {
-        if ((rc = ra_cost_predict(&t->m.config, &t->profile, RA_COST_KVR, bounds, p, even, NULL)) == RA_OK)
-            rc = ra_cost_predict(&t->m.config, &t->profile, RA_COST_TSP, bounds, p, tsp, NULL);
+        if ((rc = predict(t, RA_COST_KVR, bounds, p, even)) == RA_OK)
+            rc = predict(t, RA_COST_TSP, bounds, p, tsp);
         even[1] = even[2] = even[0];
         tsp[1] = tsp[2] = tsp[0];
         return rc;
     }
     if (!t->o->baselines)
         return RA_OK;
+    if (t->o->request) {
+        if ((rc = reuse_spread(t, RA_METHOD_KVR, bounds, t->o->repeats, even)) == RA_OK)
+            rc = reuse_spread(t, RA_METHOD_TSP, bounds, t->o->repeats, tsp);
+        return rc;
+    }
     rc = ra_prefill_spread(&t->ctx, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
                            t->o->repeats, even);
     if (rc == RA_OK)
@@ -295,6 +410,8 @@ static int baselines(struct tune *t, int p, int context, double even[3], double 
  * median of new runs at the chosen split, like theirs. */
 static int remeasure(struct tune *t, const int *best, double kvr[3])
 {
+    if (t->o->request)
+        return reuse_spread(t, RA_METHOD_KVR, best, t->o->repeats, kvr);
     return ra_prefill_spread(&t->ctx, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, best, &t->kv, t->tokens,
                              t->o->repeats, kvr);
 }
@@ -304,8 +421,7 @@ static void print_prediction(struct tune *t, const char *what, enum ra_cost_meth
                              int p, double measured)
 {
     double predicted;
-    if (rank != 0 || !t->have_profile || isnan(measured) ||
-        ra_cost_predict(&t->m.config, &t->profile, method, bounds, p, &predicted, NULL) != RA_OK)
+    if (rank != 0 || !t->have_profile || isnan(measured) || predict(t, method, bounds, p, &predicted) != RA_OK)
         return;
     fprintf(stderr, "runahead-tune: C=%d %-5s measured %.4f s, cost model %.4f s (%+.1f%%)\n", t->context, what,
             measured, predicted, 100.0 * (predicted - measured) / measured);
@@ -330,7 +446,10 @@ static int tune_context(struct tune *t, struct ra_table_group *g, int i)
         so.initial_span = 0.5;
     }
     struct ra_cost_objective model = { &t->m.config, &t->profile, RA_COST_KVR };
-    if (t->o->model_objective)
+    struct ra_cost_reuse_objective reuse_model = { &t->m.config, &t->profile, RA_COST_KVR, &t->ru };
+    if (t->o->model_objective && t->o->request)
+        rc = ra_search_partition(C, p, ra_cost_reuse_objective_eval, &reuse_model, &so, best, &ttft, &trials);
+    else if (t->o->model_objective)
         rc = ra_search_partition(C, p, ra_cost_objective_eval, &model, &so, best, &ttft, &trials);
     else
         rc = ra_search_partition(C, p, objective_measure, t, &so, best, &ttft, &trials);
@@ -412,7 +531,7 @@ static int tune_all(struct tune *t)
     struct ra_table_group g;
     const int p = t->o->model_objective ? t->o->ranks : world;
     const char *objective = t->o->model_objective ? "model" : "measure";
-    int rc = ra_table_group_init(&g, t->model_id, t->hw_tag, p, t->o->n_contexts);
+    int rc = ra_table_group_init(&g, t->model_id, t->table_tag, p, t->o->n_contexts);
     if (rc == RA_OK)
         g.key = t->key;
     if (rc == RA_OK)
@@ -424,7 +543,7 @@ static int tune_all(struct tune *t)
     if (rank == 0) {
         const struct ra_search_opts so = { .points_per_axis = t->o->points, .min_stride = t->o->min_stride };
         fprintf(stderr, "runahead-tune: model %s, hardware %s, %d ranks, objective %s, search %s\n", t->model_id,
-                t->hw_tag, p, objective, ra_search_method_name(p, &so));
+                t->table_tag, p, objective, ra_search_method_name(p, &so));
         printf("%-8s %-40s %10s %10s %10s %8s %8s %7s\n", "context", "KVR-S bounds", "KVR-S_s", "KVR-E_s", "TSP_s",
                "E/S", "TSP/S", "trials");
     }
@@ -440,7 +559,7 @@ static int tune_all(struct tune *t)
     }
     if (rc == RA_OK && rank == 0)
         fprintf(stderr, "runahead-tune: wrote %d entries to %s group /%s/%s/p%d\n", g.n, t->o->out, t->model_id,
-                t->hw_tag, p);
+                t->table_tag, p);
     ra_table_group_free(&g);
     return rc;
 }
@@ -638,6 +757,8 @@ static int setup(struct tune *t)
     const int longest = o->n_contexts ? o->contexts[o->n_contexts - 1] : (c->seq_len < 2048 ? c->seq_len : 2048);
     if (longest > c->seq_len)
         return ra_error_set(RA_ERANGE, "context length %d exceeds the model's context of %d tokens", longest, c->seq_len);
+    /* The calibration's spans reach 2048 tokens (or the model's context), whatever the contexts searched. */
+    const int calib = c->seq_len < 2048 ? c->seq_len : 2048, rows = o->calibrate && calib > longest ? calib : longest;
     if (o->n_contexts && o->contexts[0] < (o->model_objective ? o->ranks : world))
         return ra_error_set(RA_EINVAL, "context length %d is shorter than the %d ranks", o->contexts[0],
                             o->model_objective ? o->ranks : world);
@@ -646,22 +767,94 @@ static int setup(struct tune *t)
         snprintf(t->hw_tag, sizeof t->hw_tag, "%s", o->hw_tag);
     else
         ra_table_default_hw_tag(t->hw_tag, sizeof t->hw_tag);
+    if (o->request)
+        ra_partition_reuse_tag(t->hw_tag, o->reuse, o->cfg.ratio, o->scope == RA_BLEND_SCOPE_GLOBAL,
+                               o->send == RA_REUSE_SEND_DELTA, t->table_tag, sizeof t->table_tag);
+    else
+        snprintf(t->table_tag, sizeof t->table_tag, "%s", t->hw_tag);
     if ((rc = open_backend(t, load.n_threads)) != RA_OK ||
         (rc = ra_context_init(&t->ctx, &t->m, t->be)) != RA_OK ||
-        (rc = ra_kvcache_init_dtype(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), longest, t->o->kv_dtype)) !=
+        (rc = ra_kvcache_init_dtype(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), rows, t->o->kv_dtype)) !=
             RA_OK)
         return rc;
     if ((rc = ra_partition_run_key(&t->key, t->be, t->m.weights.layers[0].wq.dtype, o->device_dtype,
                                    t->kv.dtype)) != RA_OK)
         return rc;
-    if (!(t->tokens = malloc(sizeof(int32_t) * (size_t)longest)))
+    if (!(t->tokens = malloc(sizeof(int32_t) * (size_t)rows)))
         return ra_error_set(RA_ENOMEM, "out of memory");
     uint64_t x = 0x9e3779b97f4a7c15ull ^ o->seed; /* the same synthetic prompt on every rank */
-    for (int i = 0; i < longest; i++) {
+    for (int i = 0; i < rows; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         t->tokens[i] = (int32_t)(3 + x % (uint64_t)(c->vocab_size - 3));
     }
     return RA_OK;
+}
+
+/* --request: its vocabulary (the model's, when it has one) and the request;
+ * its length becomes the one context searched. */
+static int load_request(struct tune *t, struct options *o)
+{
+    char path[4096];
+    int rc = RA_OK;
+    if (ra_vocab_find(o->model, path, sizeof path)) {
+        if ((rc = ra_vocab_load(&t->vocab, path)) != RA_OK)
+            return rc;
+        t->have_vocab = 1;
+    }
+    const struct ra_vocab *v = t->have_vocab ? &t->vocab : NULL;
+    if ((rc = ra_request_load(&t->req, o->request, v, v ? v->chat_template : NULL)) != RA_OK)
+        return rc;
+    o->contexts[0] = t->req.n;
+    o->n_contexts = 1;
+    return RA_OK;
+}
+
+/* The chunks of the request the store lacks, computed and added (rank 0, not timed). */
+static int fill_store(struct tune *t, const struct ra_store_identity *id)
+{
+    struct ra_store *st = NULL;
+    const struct ra_request *q = &t->req;
+    int rc = ra_store_open(&st, t->o->store, &t->m, id, 0, RA_STORE_CREATE), added = 0;
+    for (int c = 0; c < q->n_chunks && rc == RA_OK; c++) {
+        struct ra_chunk *ch = NULL;
+        const int32_t *tok = q->ids + q->chunk_start[c];
+        rc = ra_store_get(st, q->ids, q->n_prefix, tok, q->chunk_len[c], &ch);
+        if (rc == RA_OK && ch)
+            ra_chunk_close(ch);
+        else if (rc == RA_OK && (rc = ra_store_add(st, &t->ctx, q->ids, q->n_prefix, tok, q->chunk_len[c])) == RA_OK)
+            added++;
+    }
+    if (st && rc == RA_OK)
+        rc = ra_store_sync(st);
+    if (st)
+        ra_store_close(st);
+    if (rc == RA_OK && added)
+        fprintf(stderr, "runahead-tune: added %d of the request's %d chunks to %s (not timed)\n", added, q->n_chunks,
+                t->o->store);
+    return rc;
+}
+
+/* --request: the store filled and opened on every rank, the cost model's
+ * view of the run, the logits. Collective. */
+static int reuse_setup(struct tune *t)
+{
+    const struct options *o = t->o;
+    struct ra_store_identity id = { .kv_dtype = t->kv.dtype };
+    int rc = ra_store_model_identity(&t->m, id.model);
+    if (rc == RA_OK)
+        rc = ra_store_vocab_identity(t->have_vocab ? &t->vocab : NULL, id.tokenizer);
+    if (rc == RA_OK && rank == 0)
+        rc = fill_store(t, &id);
+    if ((rc = agree(rc)) != RA_OK)
+        return rc;
+    rc = ra_store_open(&t->st, o->store, &t->m, &id, 0, RA_STORE_READONLY);
+    if (rc == RA_OK && (!(t->spans = malloc(sizeof *t->spans * (size_t)(t->req.n_chunks + 1))) ||
+                        !(t->logits = malloc(sizeof(float) * (size_t)t->m.config.vocab_size))))
+        rc = ra_error_set(RA_ENOMEM, "out of memory");
+    if (rc == RA_OK)
+        rc = ra_cost_reuse_of_request(&t->req, o->reuse, &o->cfg, o->scope == RA_BLEND_SCOPE_GLOBAL,
+                                      o->send == RA_REUSE_SEND_DELTA, t->kv.dtype, t->spans, &t->ru);
+    return agree(rc);
 }
 
 static int load_profile(struct tune *t)
@@ -689,7 +882,11 @@ static int run(int argc, char **argv)
     if ((!o.evaluate || o.calibrate) && (rc = agree(rank == 0 ? ra_table_check_target(o.out) : RA_OK)) != RA_OK)
         goto out;
     t.local_rank = ra_mpi_local_rank(); /* collective: before anything a rank may fail */
+    if (o.request && (rc = agree(load_request(&t, &o))) != RA_OK)
+        goto out;
     if ((rc = agree(setup(&t))) != RA_OK)
+        goto out;
+    if (o.request && (rc = reuse_setup(&t)) != RA_OK)
         goto out;
     if ((rc = agree(ra_watchdog_start(o.watchdog, "runahead-tune", rank))) != RA_OK)
         goto out;
@@ -701,6 +898,13 @@ static int run(int argc, char **argv)
         rc = o.evaluate ? evaluate_all(&t) : tune_all(&t);
 out:
     ra_watchdog_stop();
+    if (t.st)
+        ra_store_close(t.st);
+    ra_request_free(&t.req);
+    if (t.have_vocab)
+        ra_vocab_free(&t.vocab);
+    free(t.spans);
+    free(t.logits);
     free(t.tokens);
     ra_kvcache_free(&t.kv);
     ra_context_free(&t.ctx);
