@@ -386,7 +386,9 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
     else
         select_must(&r, ra_blend_must(r.e));
     if (rc == RA_OK) {
+        const double t = MPI_Wtime();
         rc = ra_prefill_pass(ctx, &x, pass_b_body, &r);
+        s.t_pass_b = MPI_Wtime() - t;
         count_pass(&x, &s);
         s.rows_pass_b = r.n_sel;
     }
@@ -401,7 +403,8 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
     mine.ttft = r.ttft;
     mine.t_pass_a = t_pass_a;
     mine.t_select = t_select;
-    s.t_pass_a = t_pass_a, s.t_select = t_select, s.t_pass_b = mine.t_pass_b;
+    mine.t_pass_b = s.t_pass_b;
+    s.t_pass_a = t_pass_a, s.t_select = t_select;
     rc = report_whole(ctl, rank, size - 1, &mine, rep);
 out:
     if (r.e)

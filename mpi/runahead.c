@@ -19,6 +19,7 @@
 #include "chat.h"
 #include "reuse/request.h"
 #include "reuse/run.h"
+#include "reuse_chain.h"
 #include "vocab.h"
 #include "sysinfo.h"
 #include "spec.h"
@@ -41,6 +42,8 @@ struct options {
     const char *request;           /* --request: a prompt made of chunks (reuse/request.h) */
     int reuse_given;               /* --reuse: the prefill runs through reuse/run.h */
     struct ra_reuse_run reuse;
+    enum ra_reuse_send reuse_send; /* on the chain: --reuse-send, --blend-scope */
+    enum ra_blend_scope blend_scope;
     int generate, threads, tokenize_only, ignore_eos, no_check_weights;
     float temperature, top_p;
     unsigned long long seed;
@@ -159,7 +162,7 @@ static void usage(FILE *f)
 "      --watchdog SECONDS    abort the job when a rank has waited SECONDS for another in a\n"
 "                            prompt pass (a stopped or hung rank); set it above the time\n"
 "                            of one pass. Default: off\n"
-"Chunk-cache reuse (one rank; needs --request):\n"
+"Chunk-cache reuse (needs --request; on several ranks with --method kvr or tsp):\n"
 "      --reuse MODE          none: full prefill (the reference); prefix: reuse the longest\n"
 "                            stored prefix of chunks; full: every stored chunk's K/V re-positioned,\n"
 "                            nothing recomputed; blend: CacheBlend, full and then the rows that\n"
@@ -176,6 +179,13 @@ static void usage(FILE *f)
 "                            after the last check layer\n"
 "      --store-gbps G        emulate a store that reads G GB/s (1e9 bytes/s); default: as fast as\n"
 "                            it reads\n"
+"      --reuse-send S        on the chain: full (default) sends the fused rows as a plain pass;\n"
+"                            delta only the recomputed rows (every rank rebuilds the rest from\n"
+"                            the store)\n"
+"      --blend-scope S       blend on the chain: global (default) gathers the check layer's\n"
+"                            deviations and selects once over the prompt (one rank's result);\n"
+"                            local: each rank selects the ratio of its own rows\n"
+"                            (auto ratio, --blend-schedule and --store-write: one rank only)\n"
 "Decode on the last rank (after any --method):\n"
 "      --offload MODE        none (default): the KV cache stays where the prefill left it;\n"
 "                            full: the prompt's KV lives in a host pool and every step fetches\n"
@@ -229,19 +239,30 @@ static int infinigen_arg(const char *s, const char *flag, int unit, int allow_in
 }
 
 /* The reuse options fit together and with the rest. */
-static int reuse_options_check(struct options *o, int blend_given, int store_given)
+static int reuse_options_check(struct options *o, int blend_given, int store_given, int chain_given)
 {
     o->reuse.repeat = o->repeat;
     if (blend_given && o->reuse.mode != RA_REUSE_BLEND)
         return ra_error_set(RA_EINVAL, "--blend-ratio, --blend-check-layers and --blend-schedule need --reuse blend");
     if (store_given && !o->reuse_given)
         return ra_error_set(RA_EINVAL, "--store, --store-write and --store-gbps need --reuse");
+    if (chain_given && !o->reuse_given)
+        return ra_error_set(RA_EINVAL, "--reuse-send and --blend-scope need --reuse");
     if (!o->reuse_given)
         return RA_OK;
     if (!o->request)
         return ra_error_set(RA_EINVAL, "--reuse needs --request FILE (a prompt made of chunks)");
-    if (world > 1)
-        return ra_error_set(RA_EINVAL, "--reuse runs on one rank in this version (%d ranks were started)", world);
+    if (chain_given && o->method == RA_METHOD_SINGLE)
+        return ra_error_set(RA_EINVAL, "--reuse-send and --blend-scope are for --method kvr or tsp");
+    if (o->method == RA_METHOD_SINGLE)
+        return RA_OK;
+    /* What the chain does not run (ra_reuse_chain_prefill refuses them too), before any work. */
+    if (o->reuse_send == RA_REUSE_SEND_DELTA)
+        return ra_error_set(RA_EINVAL, "--reuse-send delta is not yet implemented (full is)");
+    if (o->reuse.mode == RA_REUSE_CRAFT)
+        return ra_error_set(RA_EINVAL, "--reuse craft on the chain is not yet implemented");
+    if (o->reuse.cfg.ratio < 0 || o->reuse.cfg.n_schedule > 0 || o->reuse.cfg.store_write)
+        return ra_error_set(RA_EINVAL, "--blend-ratio auto, --blend-schedule and --store-write run on one rank only");
     if (o->offload.mode != RA_OFFLOAD_NONE || o->trace)
         return ra_error_set(RA_EINVAL, "--reuse does not combine with --offload or --trace in this version");
     return RA_OK;
@@ -257,7 +278,7 @@ static int parse_options(int argc, char **argv, struct options *o)
            OPT_HOST_LINK_GBPS, OPT_HOST_LINK_LATENCY, OPT_KVPR_L,
            OPT_IG_RATIO, OPT_IG_ALPHA, OPT_IG_CAP, OPT_IG_POOL_MEM, OPT_NO_MMAP, OPT_SYSTEM, OPT_USER,
            OPT_MESSAGES, OPT_REQUEST, OPT_REUSE, OPT_STORE, OPT_STORE_WRITE, OPT_BLEND_RATIO,
-           OPT_BLEND_CHECK, OPT_BLEND_SCHEDULE, OPT_STORE_GBPS };
+           OPT_BLEND_CHECK, OPT_BLEND_SCHEDULE, OPT_STORE_GBPS, OPT_REUSE_SEND, OPT_BLEND_SCOPE };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
@@ -277,6 +298,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "blend-check-layers", required_argument, NULL, OPT_BLEND_CHECK },
         { "blend-schedule", required_argument, NULL, OPT_BLEND_SCHEDULE },
         { "store-gbps", required_argument, NULL, OPT_STORE_GBPS },
+        { "reuse-send", required_argument, NULL, OPT_REUSE_SEND },
+        { "blend-scope", required_argument, NULL, OPT_BLEND_SCOPE },
         { "generate", required_argument, NULL, 'n' },
         { "temperature", required_argument, NULL, 't' },
         { "top-p", required_argument, NULL, OPT_TOP_P },
@@ -325,7 +348,7 @@ static int parse_options(int argc, char **argv, struct options *o)
                            .netem = { .noise_slot_ms = 5, .noise_seed = 1 }, .device = -1,
                            .device_dtype = RA_DTYPE_BF16, .offload = { .kvpr_force_l = -1 },
                            .reuse = { .mode = RA_REUSE_NONE, .cfg = RA_REUSE_CONFIG_INIT } };
-    int blend_given = 0, store_given = 0;
+    int blend_given = 0, store_given = 0, chain_given = 0;
     unsigned long long kv_mem = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:z:p:f:i:I:n:t:s:T:o:hV", longopts, NULL)) != -1) {
@@ -360,6 +383,8 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->reuse.cfg.schedule = o->reuse.schedule;
             blend_given = 1;
             break;
+        case OPT_REUSE_SEND: rc = ra_reuse_send_parse(optarg, &o->reuse_send), chain_given = 1; break;
+        case OPT_BLEND_SCOPE: rc = ra_blend_scope_parse(optarg, &o->blend_scope), chain_given = 1; break;
         case 'n': rc = ra_arg_int(optarg, "--generate", 0, 1 << 24, &o->generate); break;
         case 't': rc = ra_arg_float(optarg, "--temperature", &o->temperature); break;
         case OPT_TOP_P: rc = ra_arg_float(optarg, "--top-p", &o->top_p); break;
@@ -431,7 +456,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     if (sources != 1)
         return ra_error_set(RA_EINVAL, "give exactly one of --prompt, --prompt-file, --prompt-ids, --prompt-ids-file, "
                             "--user, --messages, --request (got %d)", sources);
-    if ((rc = reuse_options_check(o, blend_given, store_given)) != RA_OK)
+    if ((rc = reuse_options_check(o, blend_given, store_given, chain_given)) != RA_OK)
         return rc;
     if (o->system && !o->user)
         return ra_error_set(RA_EINVAL, "--system needs --user (with --messages, put it in the file)");
@@ -507,7 +532,7 @@ static int chat_prompt(const struct options *o, const struct ra_vocab *v, int32_
     return rc;
 }
 
-/* --request, kept whole on rank 0: the reuse run needs its parts. */
+/* --request, read on rank 0; a reuse run on the chain gives every rank its parts (share_request). */
 static struct ra_request request;
 
 static int request_prompt(const struct options *o, const struct ra_vocab *v, int32_t **ids, int *n)
@@ -604,6 +629,31 @@ static int share_prompt(const struct options *o, const struct ra_vocab *tok, str
     if ((rc = agree(rc)) != RA_OK)
         return rc;
     MPI_CHECK(MPI_Bcast(r->prompt, r->n_prompt, MPI_INT32_T, 0, MPI_COMM_WORLD));
+out:
+    return rc;
+}
+
+/* Rank 0's request to every rank, for a reuse run on the chain: its ids are
+ * the prompt's (shared already), then its layout; chunk names stay on rank 0
+ * (the one that names a chunk in messages). */
+static int share_request(const struct result *r)
+{
+    int rc = RA_OK, head[3] = { request.n_prefix, request.n_chunks, request.suffix_start };
+    MPI_CHECK(MPI_Bcast(head, 3, MPI_INT, 0, MPI_COMM_WORLD));
+    if (rank != 0) {
+        request.n = r->n_prompt, request.n_prefix = head[0], request.n_chunks = head[1], request.suffix_start = head[2];
+        request.ids = malloc(sizeof *request.ids * (size_t)r->n_prompt);
+        request.chunk_start = malloc(sizeof(int) * (size_t)(head[1] + 1));
+        request.chunk_len = malloc(sizeof(int) * (size_t)(head[1] + 1));
+        if (!request.ids || !request.chunk_start || !request.chunk_len)
+            rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory for the request's %d chunks", rank, head[1]);
+        else
+            memcpy(request.ids, r->prompt, sizeof *request.ids * (size_t)r->n_prompt);
+    }
+    if ((rc = agree(rc)) != RA_OK)
+        return rc;
+    MPI_CHECK(MPI_Bcast(request.chunk_start, request.n_chunks, MPI_INT, 0, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Bcast(request.chunk_len, request.n_chunks, MPI_INT, 0, MPI_COMM_WORLD));
 out:
     return rc;
 }
@@ -815,6 +865,85 @@ static int run_reuse(struct options *o, struct ra_context *ctx, const struct ra_
     return rc;
 }
 
+/* A reuse run's bounds: --partition resolved as for a plain run. */
+static int reuse_bounds(const struct options *o, const struct ra_context *ctx, int n_prompt, int *bounds)
+{
+    return choose_partition(o, ctx, n_prompt, bounds);
+}
+
+/* The chain's figures on stderr (the last rank): how the ranks shared the request. */
+static void print_chain(const struct options *o, const int *bounds, const struct ra_reuse_chain_stats *s)
+{
+    char b[256];
+    ra_partition_format(bounds, world, b, sizeof b);
+    fprintf(stderr, "reuse on %d ranks: %s%s%s, send %s, scope %s, bounds [%s]; the last rank received %.3f MB, "
+            "waited %.3f ms\n", world, ra_method_name(o->method), o->method == RA_METHOD_KVR ? " " : "",
+            o->method == RA_METHOD_KVR ? ra_route_name(o->route) : "", ra_reuse_send_name(o->reuse_send),
+            ra_blend_scope_name(o->blend_scope), b, s->bytes_recv / 1e6, s->t_wait * 1e3);
+}
+
+/* --reuse with --method kvr or tsp: every rank opens the store and prefills
+ * its slice of the request (reuse_chain.h) --repeat times; the last rank
+ * decodes and reports the whole request. Collective. */
+static int run_reuse_chain(struct options *o, struct ra_context *ctx, const struct ra_vocab *tok, struct result *r,
+                           struct outputs *outs)
+{
+    const struct ra_config *c = &ctx->model->config;
+    const int last = rank == world - 1;
+    int bounds[RA_MAX_RANKS + 1];
+    struct ra_store *st = NULL;
+    struct ra_kvcache kv = { 0 };
+    struct ra_reuse_report rep = { 0 };
+    struct ra_reuse_chain_stats stats = { 0 };
+    float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    r->ttft = calloc((size_t)o->repeat, sizeof *r->ttft);
+    r->generated = malloc(sizeof(int32_t) * (size_t)(o->generate > 0 ? o->generate : 1));
+    int rc = logits && r->ttft && r->generated ? RA_OK : ra_error_set(RA_ENOMEM, "rank %d: out of memory", rank);
+    if ((rc = agree(rc == RA_OK ? share_request(r) : rc)) != RA_OK)
+        goto out;
+    if ((rc = agree(reuse_bounds(o, ctx, r->n_prompt, bounds))) != RA_OK)
+        goto out;
+    const struct ra_reuse_chain ch = { .method = o->method, .route = o->route, .bounds = bounds,
+                                       .send = o->reuse_send, .scope = o->blend_scope, .transport = o->transport };
+    const int rows = o->method == RA_METHOD_KVR ? bounds[rank + 1] : r->n_prompt;
+    rc = ra_reuse_run_open_store(ctx, tok, &o->reuse, o->kv_dtype, rank == 0 ? RA_STORE_USES : RA_STORE_READONLY, &st);
+    if (rc == RA_OK)
+        rc = ra_kvcache_init_dtype(&kv, ctx->backend, c->n_layers, ra_config_kv_dim(c),
+                                   rows + (last ? o->generate : 0), o->kv_dtype);
+    if ((rc = agree(rc)) != RA_OK)
+        goto out;
+    for (int i = 0; rc == RA_OK && i < o->repeat; i++) {
+        ra_reuse_report_free(&rep);
+        rc = ra_reuse_chain_prefill(ctx, MPI_COMM_WORLD, st, &request, o->reuse.mode, &o->reuse.cfg, &ch, &kv, logits,
+                                    &rep, &stats);
+        r->ttft[i] = rep.ttft;
+    }
+    if (rc == RA_OK && last && (rc = decode(o, ctx, &kv, tok, logits, r, bounds[world - 1], NULL)) == RA_OK)
+        rc = print_output(o, tok, r);
+    if (rc == RA_OK && last) {
+        ra_reuse_report_print(stderr, &rep, &request);
+        print_chain(o, bounds, &stats);
+    }
+    if (rc == RA_OK && last && o->report) {
+        const struct ra_reuse_record rec = {
+            .model = o->model, .request = o->request, .backend = ctx->backend->ops->name, .config = c,
+            .threads = ctx->backend->n_threads, .kv_dtype = o->kv_dtype, .req = &request, .ttft = r->ttft,
+            .generated = r->generated, .n_generated = r->n_generated, .t_decode = r->t_decode,
+            .method = ra_method_name(o->method), .route = ra_route_name(o->route),
+            .send = ra_reuse_send_name(o->reuse_send), .scope = ra_blend_scope_name(o->blend_scope),
+            .bounds = bounds, .ranks = world,
+        };
+        rc = ra_reuse_record_write(&outs->report, &rec, &o->reuse, &rep);
+    }
+    rc = agree(rc);
+out:
+    ra_reuse_report_free(&rep);
+    ra_kvcache_free(&kv);
+    ra_store_close(st);
+    free(logits);
+    return rc;
+}
+
 /* --backend (ra_backend_open): cpu, or cuda on the GPU of the rank's index on
  * its node (modulo the GPUs it sees) unless --device names one; by default
  * cuda when the build has it and this rank sees a GPU. LOCAL_RANK comes from
@@ -887,7 +1016,14 @@ static int run(int argc, char **argv)
     const int local_rank = ra_mpi_local_rank(); /* collective: every rank, whatever rc is */
     if (rc == RA_OK)
         rc = open_backend(&o, load.n_threads, local_rank, &be);
-    if (rc == RA_OK && (rc = ra_context_init(&ctx, &m, be)) == RA_OK && o.reuse_given) {
+    if (rc == RA_OK)
+        rc = ra_context_init(&ctx, &m, be);
+    if (o.reuse_given && o.method != RA_METHOD_SINGLE) { /* the chain's: every rank, whatever rc is */
+        if ((rc = agree(rc)) == RA_OK)
+            rc = run_reuse_chain(&o, &ctx, tok, &r, &outs);
+        goto out;
+    }
+    if (rc == RA_OK && o.reuse_given) {
         rc = run_reuse(&o, &ctx, tok, &r, &outs); /* one rank: nothing to agree on */
         goto out;
     }

@@ -14,7 +14,8 @@
 #     missing chunk file, malformed JSON, a chunk and a prompt longer than the
 #     context, ids outside the vocabulary, text without a tokenizer, a store
 #     directory that does not exist, options
-#     that do not fit together (their values: test_request), --reuse on 2 ranks.
+#     that do not fit together (their values: test_request). --reuse on the
+#     chain: reuse_chain_cli.sh.
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
 need_command python3 python3
@@ -132,9 +133,4 @@ expect_error "need --reuse blend" $RA --model $M --request "$TMP/ids.json" --reu
 expect_error "need --reuse" $RA --model $M --request "$TMP/ids.json" --store-write
 expect_error "--blend-check-layers: layer 5, but the model has 5 layers" $RA --model $M --request "$TMP/ids.json" \
     --reuse blend --blend-check-layers 1,5
-run2() { timeout 120 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$@"; }
-run2 $RA --model $M --request "$TMP/ids.json" --reuse none >"$TMP/out" 2>"$TMP/err"; rc=$?
-n=$(grep -c "^runahead: rank" "$TMP/err")
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && grep -q "reuse runs on one rank in this version" "$TMP/err" ||
-    { fail "--reuse on 2 ranks: rc $rc, $n error lines"; cat "$TMP/err" >&2; }
 finish

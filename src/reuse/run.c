@@ -85,8 +85,8 @@ int ra_reuse_check_request(const struct ra_reuse_run *o, const struct ra_request
 
 /* The store, for the modes that read it and for --store-write: created
  * where it is written; a reader records its uses (LRU) where it can write. */
-static int open_store(struct ra_context *ctx, const struct ra_vocab *v, const struct ra_reuse_run *o,
-                      enum ra_dtype kv_dtype, struct ra_store **st)
+int ra_reuse_run_open_store(struct ra_context *ctx, const struct ra_vocab *v, const struct ra_reuse_run *o,
+                            enum ra_dtype kv_dtype, unsigned reader, struct ra_store **st)
 {
     struct ra_store_identity id = { .kv_dtype = kv_dtype };
     char dir[4096];
@@ -102,7 +102,7 @@ static int open_store(struct ra_context *ctx, const struct ra_vocab *v, const st
     if (rc == RA_OK)
         rc = ra_store_vocab_identity(v, id.tokenizer);
     if (rc == RA_OK)
-        rc = ra_store_open(st, d, ctx->model, &id, 0, o->cfg.store_write ? RA_STORE_CREATE : RA_STORE_USES);
+        rc = ra_store_open(st, d, ctx->model, &id, 0, o->cfg.store_write ? RA_STORE_CREATE : reader);
     return rc;
 }
 
@@ -112,7 +112,7 @@ int ra_reuse_run_prefill(struct ra_context *ctx, const struct ra_vocab *v, const
 {
     struct ra_store *st = NULL;
     memset(rep, 0, sizeof *rep);
-    int rc = open_store(ctx, v, o, kv->dtype, &st);
+    int rc = ra_reuse_run_open_store(ctx, v, o, kv->dtype, RA_STORE_USES, &st);
     for (int i = 0; rc == RA_OK && i < o->repeat; i++) {
         ra_reuse_report_free(rep);
         if ((rc = ra_reuse_prefill(ctx, st, req, o->mode, &o->cfg, kv, logits, rep)) == RA_OK)
@@ -212,7 +212,11 @@ int ra_reuse_record_write(struct ra_outfile *of, const struct ra_reuse_record *r
         "dim", rec->config->dim, "hidden_dim", rec->config->hidden_dim, "layers", rec->config->n_layers,
         "heads", rec->config->n_heads, "kv_heads", rec->config->n_kv_heads, "vocab", rec->config->vocab_size,
         "context", rec->config->seq_len));
-    json_object_set_new(root, "ranks", json_integer(1));
+    json_object_set_new(root, "ranks", json_integer(rec->method ? rec->ranks : 1));
+    if (rec->method)
+        json_object_set_new(root, "chain", json_pack("{s:s, s:s, s:s, s:s, s:o}", "method", rec->method, "route",
+                                                     rec->route, "send", rec->send, "scope", rec->scope, "bounds",
+                                                     int_array(rec->bounds, rec->ranks + 1)));
     json_object_set_new(root, "threads_per_rank", json_integer(rec->threads));
     json_object_set_new(root, "backend", json_string(rec->backend));
     json_object_set_new(root, "kv_dtype", json_string(ra_dtype_name(rec->kv_dtype)));

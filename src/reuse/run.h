@@ -47,6 +47,12 @@ int ra_reuse_run_prefill(struct ra_context *ctx, const struct ra_vocab *v, const
                          const struct ra_request *req, struct ra_kvcache *kv, float *logits, double *ttft,
                          struct ra_reuse_report *rep);
 
+/* The store O names for KV rows of KV_DTYPE, opened by a reader with
+ * READER (RA_STORE_USES; RA_STORE_READONLY for the chain's other ranks),
+ * created with --store-write; *ST NULL for `none` without --store-write. */
+int ra_reuse_run_open_store(struct ra_context *ctx, const struct ra_vocab *v, const struct ra_reuse_run *o,
+                            enum ra_dtype kv_dtype, unsigned reader, struct ra_store **st);
+
 /* The report: a few lines on F, or a JSON object (new reference). */
 void ra_reuse_report_print(FILE *f, const struct ra_reuse_report *rep, const struct ra_request *req);
 json_t *ra_reuse_report_json(const struct ra_reuse_report *rep, const struct ra_reuse_run *o);
@@ -62,6 +68,10 @@ struct ra_reuse_record {
     const int32_t *generated;
     int n_generated;
     double t_decode;
+    /* On the chain (method NULL: one rank): how the ranks shared it. */
+    const char *method, *route, *send, *scope;
+    const int *bounds;  /* [ranks + 1] */
+    int ranks;
 };
 /* One JSON record into OF (opened with ra_outfile_open), committed. */
 int ra_reuse_record_write(struct ra_outfile *of, const struct ra_reuse_record *rec, const struct ra_reuse_run *o,
