@@ -48,6 +48,7 @@ struct options {
     int json, all;
     unsigned long long to;
     int have_to;
+    enum ra_store_policy policy; /* add, evict: which chunks go first past the capacity */
 };
 
 /* A chunk to add: its ids and what to call it in messages. */
@@ -86,7 +87,9 @@ static void usage(FILE *f)
 "  add       compute the chunks not yet stored and store them (progress and a\n"
 "            summary per rank on stderr)\n"
 "  ls        one line per chunk, least recently used first: key, tokens, bytes,\n"
-"            last use (UTC), uses\n"
+"            last use (UTC), uses, its craft record's cache-context impact (- for\n"
+"            none) and the chunk it is a variant of (its base: - for a chunk\n"
+"            behind the leading prefix alone, stored by add)\n"
 "  verify    check every chunk file (header, identity, each layer's checksum) and\n"
 "            the index; exit 1 when anything is bad\n"
 "  evict     remove least recently used chunks down to --to SIZE, or --all\n"
@@ -121,6 +124,8 @@ static void usage(FILE *f)
 "  -T, --threads N           CPU threads per rank (default: the rank's share of its CPUs)\n"
 "      --progress            a progress line per chunk (default: once the add has run 2 s)\n"
 "Output:\n"
+"      --policy lru|craft    add, evict: the least recently used chunks go first (lru, the\n"
+"                            default), or those of least uses x rows saved per byte (craft)\n"
 "      --json                ls: a JSON array instead of the table\n"
 "  -h, --help                this help\n"
 "  -V, --version             version\n"
@@ -145,7 +150,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_STORE = 256, OPT_CAPACITY, OPT_NO_CHECK_WEIGHTS, OPT_KV_DTYPE, OPT_JSONL, OPT_IDS, OPT_REQUEST,
            OPT_SYSTEM, OPT_SYSTEM_IDS, OPT_BACKEND, OPT_DEVICE, OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_PROGRESS,
-           OPT_JSON, OPT_TO, OPT_ALL };
+           OPT_JSON, OPT_TO, OPT_ALL, OPT_POLICY };
     static const struct option longopts[] = {
         { "store", required_argument, NULL, OPT_STORE },
         { "capacity", required_argument, NULL, OPT_CAPACITY },
@@ -167,6 +172,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "json", no_argument, NULL, OPT_JSON },
         { "to", required_argument, NULL, OPT_TO },
         { "all", no_argument, NULL, OPT_ALL },
+        { "policy", required_argument, NULL, OPT_POLICY },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -207,6 +213,7 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->have_to = 1;
             break;
         case OPT_ALL: o->all = 1; break;
+        case OPT_POLICY: rc = ra_store_policy_parse(optarg, "--policy", &o->policy); break;
         case 'h': if (rank == 0) usage(stdout); return 1;
         case 'V': if (rank == 0) ra_print_version(PROG); return 1;
         case ':': return ra_error_set(RA_EINVAL, "%s needs a value (see --help)", argv[optind - 1]);
@@ -539,7 +546,10 @@ static int open_store(const struct options *o, struct setup *s)
         return rc;
     /* add creates the store, evict rewrites its index, the others only read it. */
     const unsigned flags = o->cmd == CMD_ADD ? RA_STORE_CREATE : o->cmd == CMD_EVICT ? 0 : RA_STORE_READONLY;
-    return ra_store_open(&s->st, s->dir, &s->m, &id, o->capacity, flags);
+    rc = ra_store_open(&s->st, s->dir, &s->m, &id, o->capacity, flags);
+    if (rc == RA_OK)
+        ra_store_set_policy(s->st, o->policy);
+    return rc;
 }
 
 static void setup_free(struct setup *s)
@@ -596,6 +606,12 @@ static void format_time(double t, char *buf, size_t size)
         snprintf(buf, size, "never");
 }
 
+/* Whether E is a variant: a chunk stored behind a context, its base another chunk. */
+static int is_variant(const struct ra_store_entry *e)
+{
+    return e->base[0] && strcmp(e->base, e->key) != 0;
+}
+
 static int list_chunks(const struct options *o, struct setup *s)
 {
     struct ra_store_entry *e = NULL;
@@ -606,19 +622,26 @@ static int list_chunks(const struct options *o, struct setup *s)
     if (o->json) {
         json_t *arr = json_array();
         for (int i = 0; i < n; i++)
-            json_array_append_new(arr, json_pack("{s:s, s:i, s:i, s:I, s:f, s:I}", "key", e[i].key, "tokens",
+            json_array_append_new(arr, json_pack("{s:s, s:i, s:i, s:I, s:f, s:I, s:o, s:o}", "key", e[i].key, "tokens",
                                                  e[i].n_tokens, "prefix_tokens", e[i].n_prefix, "bytes",
                                                  (json_int_t)e[i].bytes, "last_use", e[i].last_use, "uses",
-                                                 (json_int_t)e[i].uses));
+                                                 (json_int_t)e[i].uses, "impact",
+                                                 e[i].impact >= 0 ? json_real(e[i].impact) : json_null(), "base",
+                                                 is_variant(&e[i]) ? json_string(e[i].base) : json_null()));
         if (json_dumpf(arr, stdout, JSON_INDENT(2)) || putchar('\n') == EOF)
             rc = ra_error_set(RA_EIO, "cannot write to stdout");
         json_decref(arr);
     } else {
-        printf("%-64s %7s %7s %12s  %-19s %6s\n", "key", "tokens", "prefix", "bytes", "last use (UTC)", "uses");
+        printf("%-64s %7s %7s %12s  %-19s %6s %7s  %s\n", "key", "tokens", "prefix", "bytes", "last use (UTC)", "uses",
+               "impact", "variant of");
         for (int i = 0; i < n; i++) {
+            char impact[16] = "-";
             format_time(e[i].last_use, when, sizeof when);
-            printf("%-64s %7d %7d %12llu  %-19s %6llu\n", e[i].key, e[i].n_tokens, e[i].n_prefix,
-                   (unsigned long long)e[i].bytes, when, (unsigned long long)e[i].uses);
+            if (e[i].impact >= 0)
+                snprintf(impact, sizeof impact, "%.4f", e[i].impact);
+            printf("%-64s %7d %7d %12llu  %-19s %6llu %7s  %.16s\n", e[i].key, e[i].n_tokens, e[i].n_prefix,
+                   (unsigned long long)e[i].bytes, when, (unsigned long long)e[i].uses, impact,
+                   is_variant(&e[i]) ? e[i].base : "-");
         }
     }
     free(e);

@@ -166,11 +166,14 @@ static void usage(FILE *f)
 "      --reuse MODE          none: full prefill (the reference); prefix: reuse the longest\n"
 "                            stored prefix of chunks; full: every stored chunk's K/V re-positioned,\n"
 "                            nothing recomputed; blend: CacheBlend, full and then the rows that\n"
-"                            deviate most recomputed. Default: none\n"
+"                            deviate most recomputed; craft: Cache-Craft as we read it, each\n"
+"                            chunk's best stored variant, a budget per chunk from its recorded\n"
+"                            attention to its context. Default: none\n"
 "      --store DIR           the chunk store (default $RA_STORE, else ~/.cache/runahead/chunks)\n"
 "      --store-write         compute the chunks the store misses and add them (after the first\n"
 "                            token)\n"
-"      --blend-ratio R|auto  blend: the fraction of the loaded rows recomputed (default 0.15);\n"
+"      --blend-ratio R|auto  blend, craft: the fraction of the loaded rows recomputed (default 0.15;\n"
+"                            craft: the mean of its per-chunk budgets; no auto);\n"
 "                            auto: the larger of 0.15 and the ratio whose recompute time equals\n"
 "                            the load time\n"
 "      --blend-check-layers L[,L...]  blend: the layers whose K/V deviation selects the rows\n"
@@ -242,8 +245,9 @@ static int infinigen_arg(const char *s, const char *flag, int unit, int allow_in
 static int reuse_options_check(struct options *o, int blend_given, int store_given, int chain_given)
 {
     o->reuse.repeat = o->repeat;
-    if (blend_given && o->reuse.mode != RA_REUSE_BLEND)
-        return ra_error_set(RA_EINVAL, "--blend-ratio, --blend-check-layers and --blend-schedule need --reuse blend");
+    if (blend_given && o->reuse.mode != RA_REUSE_BLEND && o->reuse.mode != RA_REUSE_CRAFT)
+        return ra_error_set(RA_EINVAL, "--blend-ratio, --blend-check-layers and --blend-schedule need --reuse blend "
+                            "(--blend-ratio: or craft)");
     if (store_given && !o->reuse_given)
         return ra_error_set(RA_EINVAL, "--store, --store-write and --store-gbps need --reuse");
     if (chain_given && !o->reuse_given)

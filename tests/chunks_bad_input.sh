@@ -37,7 +37,7 @@ rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
     grep -Eq "^runahead-chunks: rank 0: --ids chunk 1: .*(too large|No space|File too large)" "$TMP/err" ||
     { cat "$TMP/err" >&2; fail "add past ulimit -f: rc $rc, not one error line"; }
-[ "$(find "$S" -type f ! -name '*.rachunk' ! -name index ! -name lock ! -name store.json | wc -l)" -eq 0 ] ||
+[ "$(find "$S" -type f ! -name '*.rachunk' ! -name '*.racraft' ! -name index ! -name lock ! -name store.json | wc -l)" -eq 0 ] ||
     { find "$S" -type f >&2; fail "add past ulimit -f left a temporary file"; }
 [ "$(tokens "$S")" = "$before" ] || fail "a failed add changed the store: '$(tokens "$S")'"
 chunks verify >/dev/null 2>&1 || fail "verify after the failed adds"

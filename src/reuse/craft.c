@@ -385,11 +385,13 @@ int ra_craft_prefill(struct ra_context *ctx, struct ra_store *st, const struct r
         rc = ra_blend_open(&e, ctx, req->ids, req->n, 0, req->n, p.loads, p.n_loads, cfg, kv);
     if (rc == RA_OK)
         rc = ra_craft_plan(p.cc, p.n_loads, ra_blend_must(e), req->n, cfg->ratio, sel, &n_sel, NULL, NULL);
-    const double t_select = ra_wall_s() - t0;
+    const double t_select = ra_wall_s() - t0, t1 = ra_wall_s();
     if (rc == RA_OK)
         rc = ra_blend_pass_b(e, sel, n_sel, logits);
+    rep->t_pass_b = ra_wall_s() - t1;
     if (e)
         ra_blend_close(e, cfg->ratio, rep);
+    rep->n_rows = req->n;
     rep->t_select = t_select;
     rep->hits = p.n_loads;
     rep->misses = req->n_chunks - p.n_loads;

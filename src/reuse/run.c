@@ -127,7 +127,7 @@ int ra_reuse_run_prefill(struct ra_context *ctx, const struct ra_vocab *v, const
 void ra_reuse_report_print(FILE *f, const struct ra_reuse_report *rep, const struct ra_request *req)
 {
     fprintf(f, "reuse %s", ra_reuse_mode_name(rep->mode));
-    if (rep->mode == RA_REUSE_BLEND)
+    if (rep->mode == RA_REUSE_BLEND || rep->mode == RA_REUSE_CRAFT)
         fprintf(f, " (ratio %.3f)", rep->ratio);
     fprintf(f, ": %d rows, %d chunks: %d hits, %d misses; %d rows loaded (%.3f MB)\n", rep->n_rows, req->n_chunks,
             rep->hits, rep->misses, rep->loaded_rows, rep->bytes_loaded / 1e6);
