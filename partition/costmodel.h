@@ -104,13 +104,15 @@ int ra_cost_profile_unpack(struct ra_cost_profile *pf, const char *const *names,
  * rank r with slice [b_r, b_{r+1}) holding l_r loaded rows (K and V from the
  * store) and m_r = n_r - l_r must rows (no chunk holds them):
  *
- *   pass A   (blend only) every row of the slice through layers 0..check, a
- *            plain pass (the chain's or TSP's replay above over check + 1
- *            layers); the deviations at the check layers need that layer's
- *            loads.
- *   select   global: every rank's deviations gathered (one all-gather of
- *            5 bytes a row), so pass B starts when the last rank has them;
- *            local: at once.
+ *   pass A   (blend only) every row of the slice through layers 0..check-1
+ *            and the check layer's QKV (the pass stops at its KV hook), a
+ *            plain pass (the chain's or TSP's replay above); the deviations
+ *            need the check layer's loads and re-position the slice's stored
+ *            K rows (an install's work).
+ *   select   the ranks agree that pass A went through (one collective),
+ *            and global gathers every rank's deviations (an all-gather of
+ *            5 bytes a row): pass B starts on every rank after the last
+ *            rank's pass A and these.
  *   pass B   s_r = m_r + round(ratio * l_r) rows through every layer
  *            (full and prefix: ratio 0; craft: its mean ratio, no pass A),
  *            attending over the whole prefix: the must rows at their

@@ -57,9 +57,10 @@ static double row_bytes(const struct ra_config *c, const struct ra_cost_reuse *r
 }
 
 /* The chain's replay (costmodel.c's KVR) over N_LAYERS layers from each
- * rank's t0, with the loader's pace and the installs; writes each rank's end. */
-static void chain_pass(const struct pass_rank *pr, int p, int n_layers, double lat, int wait_loads, double *send,
-                       double *prev, double *end, struct ra_cost_layer *layers, int layer_stride)
+ * rank's t0, with the loader's pace and the installs; writes each rank's end.
+ * STOP: the last layer ends at its KV hook (pass A), receiving nothing. */
+static void chain_pass(const struct pass_rank *pr, int p, int n_layers, double lat, int wait_loads, int stop,
+                       double *send, double *prev, double *end, struct ra_cost_layer *layers, int layer_stride)
 {
     for (int r = 0; r < p; r++) {
         double t = pr[r].t0, link_free = 0;
@@ -69,6 +70,10 @@ static void chain_pass(const struct pass_rank *pr, int p, int n_layers, double l
                 start = fmax(start, (l + 1) * pr[r].load_layer);
             start += wait_loads ? pr[r].install : 0;
             double wait_end = start + pr[r].qkv;
+            if (stop && l == n_layers - 1) {
+                send[l] = t = wait_end;
+                break;
+            }
             if (r > 0) {
                 const double begin = fmax(fmax(prev[l], start), link_free);
                 link_free = begin + lat + pr[r].transfer;
@@ -85,9 +90,9 @@ static void chain_pass(const struct pass_rank *pr, int p, int n_layers, double l
 }
 
 /* TSP's replay (costmodel.c's) over N_LAYERS layers: GATHER seconds after
- * the last rank reaches each layer's hook. */
-static void tsp_pass(const struct pass_rank *pr, int p, int n_layers, double gather, int wait_loads, double *t,
-                     struct ra_cost_layer *layers, int layer_stride)
+ * the last rank reaches each layer's hook. STOP: as chain_pass's. */
+static void tsp_pass(const struct pass_rank *pr, int p, int n_layers, double gather, int wait_loads, int stop,
+                     double *t, struct ra_cost_layer *layers, int layer_stride)
 {
     for (int r = 0; r < p; r++)
         t[r] = pr[r].t0;
@@ -97,6 +102,11 @@ static void tsp_pass(const struct pass_rank *pr, int p, int n_layers, double gat
             if (wait_loads)
                 t[r] = fmax(t[r], (l + 1) * pr[r].load_layer) + pr[r].install;
             all_in = fmax(all_in, t[r] + pr[r].qkv);
+        }
+        if (stop && l == n_layers - 1) {
+            for (int r = 0; r < p; r++)
+                t[r] += pr[r].qkv;
+            break;
         }
         for (int r = 0; r < p; r++) {
             const double start = t[r];
@@ -203,6 +213,7 @@ static void plan_ranks(const struct ra_config *c, const struct ra_cost_profile *
             held = loaded;
         pa->load_layer = pb->load_layer = ru->load_bandwidth > 0 ? 2 * held * rb / ru->load_bandwidth : 0;
         pb->install = held * pf->install_s_per_row_layer;
+        pa->install = loaded * pf->install_s_per_row_layer;
         if (m == RA_COST_KVR && r > 0) {
             pa->transfer = 2.0 * a * rb / bw;
             pb->transfer = ru->delta ? before * (2 * rb + 4) / bw : pa->transfer;
@@ -221,16 +232,25 @@ static double gather_time(const struct ra_cost_profile *pf, int p, double bytes_
     return calls * lat + bytes_per_rank / bw;
 }
 
-/* Pass B's start per rank after pass A and the selection. */
+/* Pass B's start per rank: after every rank's pass A (the ranks agree that
+ * it went through: one collective) and, global, the deviations' all-gather. */
 static void start_pass_b(const struct ra_cost_profile *pf, const struct ra_cost_reuse *ru, int n_rows, int p,
                          struct reuse_plan *pl)
 {
     double last = 0;
     for (int r = 0; r < p; r++)
         last = fmax(last, pl->end_a[r]);
-    const double sel = ru->pass_a && ru->global ? gather_time(pf, p, 5.0 * n_rows, 1) : 0;
+    const double sel = gather_time(pf, p, ru->global ? 5.0 * n_rows : 0, 1 + ru->global);
     for (int r = 0; r < p; r++)
-        pl->b[r].t0 = !ru->pass_a ? 0 : ru->global ? last + sel : pl->end_a[r];
+        pl->b[r].t0 = ru->pass_a ? last + sel : 0;
+}
+
+/* The deviations at the check layer: its loads read, the slice's stored K
+ * rows re-positioned (an install's work). */
+static void finish_pass_a(struct reuse_plan *pl, int p, int la)
+{
+    for (int r = 0; r < p && la > 0; r++)
+        pl->end_a[r] = fmax(pl->end_a[r], la * pl->a[r].load_layer) + pl->a[r].install;
 }
 
 static int replay_reuse(const struct ra_config *c, const struct ra_cost_profile *pf, enum ra_cost_method m,
@@ -246,11 +266,10 @@ static int replay_reuse(const struct ra_config *c, const struct ra_cost_profile 
     plan_ranks(c, pf, m, ru, bounds, p, &pl);
     if (m == RA_COST_KVR) {
         if (la > 0)
-            chain_pass(pl.a, p, la, pf->p2p_latency, 0, pl.send, pl.prev, pl.end_a, NULL, L);
-        for (int r = 0; r < p && la > 0; r++) /* the deviations need the check layer's loads */
-            pl.end_a[r] = fmax(pl.end_a[r], la * pl.a[r].load_layer);
+            chain_pass(pl.a, p, la, pf->p2p_latency, 0, 1, pl.send, pl.prev, pl.end_a, NULL, L);
+        finish_pass_a(&pl, p, la);
         start_pass_b(pf, ru, C, p, &pl);
-        chain_pass(pl.b, p, L, pf->p2p_latency, 1, pl.send, pl.prev, pl.end_b, layers, L);
+        chain_pass(pl.b, p, L, pf->p2p_latency, 1, 0, pl.send, pl.prev, pl.end_b, layers, L);
     } else {
         int min_n = C, min_s = C;
         double tot_s = 0;
@@ -264,11 +283,10 @@ static int replay_reuse(const struct ra_config *c, const struct ra_cost_profile 
         const double full = gather_time(pf, p, 2.0 * (C - min_n) * rb, 2);
         const double delta = gather_time(pf, p, (tot_s - min_s) * (2 * rb + 4), 3);
         if (la > 0)
-            tsp_pass(pl.a, p, la, full, 0, pl.end_a, NULL, L);
-        for (int r = 0; r < p && la > 0; r++)
-            pl.end_a[r] = fmax(pl.end_a[r], la * pl.a[r].load_layer);
+            tsp_pass(pl.a, p, la, full, 0, 1, pl.end_a, NULL, L);
+        finish_pass_a(&pl, p, la);
         start_pass_b(pf, ru, C, p, &pl);
-        tsp_pass(pl.b, p, L, ru->delta ? delta : full, 1, pl.end_b, layers, L);
+        tsp_pass(pl.b, p, L, ru->delta ? delta : full, 1, 0, pl.end_b, layers, L);
     }
     pl.end_b[p - 1] += 2.0 * c->dim * (double)c->vocab_size / pf->gemm_flops; /* the classifier */
     *ttft = m == RA_COST_KVR ? pl.end_b[p - 1] : 0;

@@ -29,6 +29,16 @@ static double layer_s(const struct ra_config *c, const struct ra_cost_profile *p
     return lin / pf->gemm_flops + 4 * d * pairs / pf->attn_flops + pf->other_s_per_token_layer * tokens;
 }
 
+/* The part of layer_s before the KV hook: the QKV projection's share of the
+ * linear layers (its weights), the memory-bound ops' share by elements touched. */
+static double qkv_s(const struct ra_config *c, const struct ra_cost_profile *pf, double tokens)
+{
+    const double d = c->dim, kv = (double)c->n_kv_heads * c->head_dim, h = c->hidden_dim;
+    const double lin = 2.0 * tokens * (2 * d * d + 2 * d * kv + 3 * d * h);
+    return lin * (d + 2 * kv) / (2 * d + 2 * kv + 3 * h) / pf->gemm_flops +
+           pf->other_s_per_token_layer * tokens * (2 * d + kv) / (5 * d + kv + h);
+}
+
 /* Keys seen by the rows [a, b) under the causal rule. */
 static double keys(int a, int b)
 {
@@ -77,13 +87,18 @@ static void test_one_rank(void)
     int rows;
     CHECK_OK(ra_cost_reuse_rows(&ru, b, 1, &rows));
     CHECK(rows == 200 + 200);
-    const double pass_a = layer_s(&c, &pf, 1000, keys(0, 1000));
+    const double pass_a = qkv_s(&c, &pf, 1000); /* check layer 0: its QKV, then the pass stops */
     const double pairs_b = keys(0, 100) + keys(900, 1000) + 0.25 * keys(100, 900);
     want = pass_a + 2 * 1.3 * layer_s(&c, &pf, 400, pairs_b) + classifier(&c, &pf);
     CHECK_OK(ra_cost_reuse_replay(&c, &pf, RA_COST_KVR, &ru, b, 1, &t, NULL, NULL));
     printf("one rank, blend 0.25: %.6f s predicted, %.6f s by hand\n", t, want);
     CHECK(close_rel(t, want, 1e-12));
 
+    /* A later check layer: layers before it in full. */
+    ru.check = 1;
+    CHECK_OK(ra_cost_reuse_replay(&c, &pf, RA_COST_KVR, &ru, b, 1, &t, NULL, NULL));
+    CHECK(close_rel(t, want + layer_s(&c, &pf, 1000, keys(0, 1000)), 1e-12));
+    ru.check = 0;
     /* Ratio 1: pass B is the whole span (no list factor): the plain pass after pass A. */
     ru.ratio = 1;
     double plain;
