@@ -175,16 +175,10 @@ struct size_run {
 /* The cost model's view of the request: every chunk loaded (the store holds them all). */
 static int describe(struct size_run *s, const struct ra_reuse_config *cfg)
 {
-    const struct ra_request *q = &s->req;
-    if (!(s->loaded = malloc(sizeof *s->loaded * (size_t)(q->n_chunks ? q->n_chunks : 1))))
+    if (!(s->loaded = malloc(sizeof *s->loaded * (size_t)(s->req.n_chunks + 1))))
         return ra_error_set(RA_ENOMEM, "out of memory");
-    for (int c = 0; c < q->n_chunks; c++)
-        s->loaded[c] = (struct ra_cost_span){ q->chunk_start[c], q->chunk_len[c] };
-    s->ru = (struct ra_cost_reuse){ .loaded = s->loaded, .n_loaded = q->n_chunks, .pass_a = 1, .ratio = cfg->ratio,
-                                    .check = cfg->check[cfg->n_check - 1],
-                                    .global = s->o->scope == RA_BLEND_SCOPE_GLOBAL,
-                                    .delta = s->o->send == RA_REUSE_SEND_DELTA, .kv_elem_bytes = 4 };
-    return RA_OK;
+    return ra_cost_reuse_of_request(&s->req, RA_REUSE_BLEND, cfg, s->o->scope == RA_BLEND_SCOPE_GLOBAL,
+                                    s->o->send == RA_REUSE_SEND_DELTA, s->kv.dtype, s->loaded, &s->ru);
 }
 
 /* Every run's bounds, and the predictions where there is a profile. */
@@ -379,7 +373,7 @@ static void header(const struct options *o, const struct ra_model *m, const stru
     printf("# reuse   : blend %g, check layer 1, scope %s, sends %s, partition %s; store in the page cache, "
            "every chunk stored before timing\n", o->ratio, ra_blend_scope_name(o->scope), ra_reuse_send_name(o->send),
            o->even ? "even" : "auto (reuse cost model)");
-    printf("# model   : %s\n", proto->have_pf ? o->profile : "no --profile: no predictions (nan)");
+    printf("# cost    : %s\n", proto->have_pf ? o->profile : "no --profile: no predictions (nan)");
     printf("# runs    : medians [min-max] of %d rounds, runs interleaved; ratio rows: medians of per-round ratios, "
            "beside the cost model's\n", o->repeat);
     printf("%-7s %-10s %-5s %-20s %26s %10s %9s\n", "tokens", "run", "ranks", "bounds", "TTFT ms median [min-max]",
