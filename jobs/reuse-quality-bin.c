@@ -9,7 +9,10 @@
  *   prefix, full         exact prefix caching, and every chunk reused as is;
  *   blend R              CacheBlend at each ratio of --ratios (deviation-selected rows);
  *   random R / seed S    blend with the same count of rows drawn at random, each
- *                        ratio of --random-ratios, seeds 1..--seeds (the control).
+ *                        ratio of --random-ratios, seeds 1..--seeds (the control);
+ *   craft R              Cache-Craft as src/reuse/craft.h reads it, at each ratio of
+ *                        --craft-ratios (default --ratios): per-chunk budgets from the
+ *                        chunks' attention records, no pass A.
  * From each mode's cache and logits:
  *   first   the first token (greedy) is the reference's: 1 or 0;
  *   kl      KL(p_none || p_mode) of the next-token distributions, nats;
@@ -64,6 +67,7 @@ static void usage(FILE *f)
                "  --random-ratios LIST  ratios of the random-row control (default 0.05,0.15,0.3;\n"
                "                        'none': no control)\n"
                "  --seeds N             random draws per ratio (default 3)\n"
+               "  --craft-ratios LIST   craft's ratios (default: --ratios; 'none': no craft)\n"
                "  --check-layers LIST   blend's check layers (default 1)\n"
                "  --steps N             answer tokens decoded per mode (default 24)\n"
                "  --json FILE           every number, per request and mode, and the means\n"
@@ -73,8 +77,8 @@ static void usage(FILE *f)
 
 struct options {
     const char *model, *json, *tmpdir;
-    double ratios[MAX_RATIOS], random_ratios[MAX_RATIOS];
-    int n_ratios, n_random, seeds, steps, threads;
+    double ratios[MAX_RATIOS], random_ratios[MAX_RATIOS], craft_ratios[MAX_RATIOS];
+    int n_ratios, n_random, n_craft, seeds, steps, threads;
     int check[RA_BLEND_MAX_CHECK], n_check;
     char **requests;
     int n_requests;
@@ -689,7 +693,7 @@ static int write_json(const struct run *r)
 static int make_variants(struct run *r)
 {
     const struct options *o = r->o;
-    const int n = 3 + o->n_ratios + o->n_random * o->seeds;
+    const int n = 3 + o->n_ratios + o->n_random * o->seeds + o->n_craft;
     if (!(r->variants = calloc((size_t)n, sizeof *r->variants)))
         return ra_error_set(RA_ENOMEM, PROG ": out of memory");
     struct variant *v = r->variants;
@@ -703,6 +707,8 @@ static int make_variants(struct run *r)
         for (int s = 1; s <= o->seeds; s++)
             v[r->n_variants++] = (struct variant){ RA_REUSE_BLEND, RA_BLEND_PICK_RANDOM, o->random_ratios[i],
                                                    (uint64_t)s, g };
+    for (int i = 0; i < o->n_craft; i++)
+        v[r->n_variants++] = (struct variant){ RA_REUSE_CRAFT, RA_BLEND_PICK_DEVIATION, o->craft_ratios[i], 0, g++ };
     r->n_groups = g;
     r->sum = calloc((size_t)g, sizeof *r->sum);
     r->sum_kdev = calloc((size_t)g * r->m.config.n_layers, sizeof(double));
@@ -826,12 +832,13 @@ static int parse(int argc, char **argv, struct options *o)
         { "check-layers", required_argument, NULL, 'c' },  { "steps", required_argument, NULL, 's' },
         { "json", required_argument, NULL, 'j' },          { "tmpdir", required_argument, NULL, 'd' },
         { "threads", required_argument, NULL, 'T' },       { "help", no_argument, NULL, 'h' },
+        { "craft-ratios", required_argument, NULL, 'C' },
         { NULL, 0, NULL, 0 },
     };
     int opt, rc = RA_OK;
     *o = (struct options){ .ratios = { 0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1 }, .n_ratios = 8,
                            .random_ratios = { 0.05, 0.15, 0.3 }, .n_random = 3, .seeds = 3,
-                           .steps = 24, .threads = 1, .check = { 1 }, .n_check = 1 };
+                           .steps = 24, .threads = 1, .check = { 1 }, .n_check = 1, .n_craft = -1 };
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1 && rc == RA_OK) {
         switch (opt) {
         case 'm': o->model = optarg; break;
@@ -843,6 +850,12 @@ static int parse(int argc, char **argv, struct options *o)
                 rc = double_list(optarg, "--random-ratios", o->random_ratios, MAX_RATIOS, &o->n_random);
             break;
         case 'S': rc = ra_arg_int(optarg, "--seeds", 1, 1000, &o->seeds); break;
+        case 'C':
+            if (!strcmp(optarg, "none"))
+                o->n_craft = 0;
+            else
+                rc = double_list(optarg, "--craft-ratios", o->craft_ratios, MAX_RATIOS, &o->n_craft);
+            break;
         case 'c':
             rc = ra_arg_int_list(optarg, "--check-layers", 0, 1 << 20, o->check, RA_BLEND_MAX_CHECK, &o->n_check);
             break;
@@ -856,6 +869,10 @@ static int parse(int argc, char **argv, struct options *o)
     }
     if (rc != RA_OK)
         return ra_arg_fail(PROG);
+    if (o->n_craft < 0) { /* craft at blend's ratios */
+        memcpy(o->craft_ratios, o->ratios, sizeof o->ratios);
+        o->n_craft = o->n_ratios;
+    }
     if (!o->model)
         return ra_arg_usage_error(PROG, "--model is required");
     if (optind >= argc)

@@ -1,5 +1,5 @@
 /* Chunk-cache reuse on one rank: a request's prompt prefilled from the chunk
- * store (store.h) in one of four modes.
+ * store (store.h) in one of five modes.
  *
  *   none    full prefill of the whole prompt: the reference.
  *   prefix  exact prefix caching (what vLLM and SGLang do): chunk c is
@@ -32,6 +32,11 @@
  *                   by their deviation in that layer (nested, must rows
  *                   kept); the forward pass's narrow hook (context.h).
  *           Pass A ends at the last check layer's kv_ready (RA_HOOK_STOP).
+ *   craft   Cache-Craft as craft.h reads it: each chunk's stored variant of
+ *           least impact loaded, a recompute budget per chunk from its
+ *           attention record and how much of its stored context precedes it
+ *           (their mean the ratio), the rows of most attention to context
+ *           recomputed by pass B (no pass A): 1 is none, 0 is full.
  *
  * Loading is a pipeline: a loader thread reads and verifies layer l+1 of
  * every hit (and, with store_gbps, waits as a store of that bandwidth would)
