@@ -104,7 +104,7 @@ static void usage(FILE *f)
             "  --pool K             without files: K random-id chunks (default 64)\n"
             "  --chunk-tokens A-B   without files: a chunk's ids, uniform in [A, B] (default 100-200)\n"
             "  --question-tokens N  without files: ids of a question (default 16)\n"
-            "  --requests N         measured requests (default 150)\n"
+            "  --requests N         measured requests (default 100)\n"
             "  --warmup W           requests served before measuring (default 0: a cold start)\n"
             "  --chunks A-B         chunks per request, uniform in [A, B] (default 4-8)\n"
             "  --zipf S             the popularity law's exponent (default 1.1)\n"
@@ -232,7 +232,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "method", required_argument, 0, 'x' },      { "blend-scope", required_argument, 0, 'o' },
         { 0, 0, 0, 0 },
     };
-    *o = (struct options){ .pool = 64, .chunk_min = 100, .chunk_max = 200, .question_tokens = 16, .requests = 150,
+    *o = (struct options){ .pool = 64, .chunk_min = 100, .chunk_max = 200, .question_tokens = 16, .requests = 100,
                            .m_min = 4, .m_max = 8, .ref_every = 1, .steps = 8, .windows = 3, .threads = 1,
                            .zipf = 1.1, .store_frac = 0.3, .ratio = 0.15, .method = RA_METHOD_KVR, .seed = 1 };
     default_modes(o);
@@ -960,7 +960,8 @@ static json_t *summary_json(const struct bench *b, const struct sample *s)
     }
     return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "hit_rate", num(hit_rate(s, 0, n)),
                      "recomputed", num(mean(s, 0, n, F(recomputed))), "ttft_p50", num(quantile(s, 0, n, F(ttft), 0.5)),
-                     "ttft_p90", num(quantile(s, 0, n, F(ttft), 0.9)), "ttft_p99", num(quantile(s, 0, n, F(ttft), 0.99)),
+                     "ttft_p90", num(quantile(s, 0, n, F(ttft), 0.9)), "ttft_p99",
+                     num(quantile(s, 0, n, F(ttft), 0.99)),
                      "speedup_p50", num(quantile(s, 0, n, F(speedup), 0.5)), "speedup_sum",
                      num(speedup_sum(b->ref, s, 0, n)), "kl", num(mean(s, 0, n, F(kl))), "top1",
                      num(mean(s, 0, n, F(top1))), "greedy", num(mean(s, 0, n, F(greedy))), "windows", win,
