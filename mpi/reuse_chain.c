@@ -272,6 +272,21 @@ static int blend_select(struct ra_context *ctx, struct run *r, struct ra_reuse_c
     return agree(r->ctl, rc);
 }
 
+/* Delta sends in pass B: this rank's recomputed rows travel (the selected
+ * and the must rows); every other row is installed from the store wherever
+ * it is needed. Pass A sends full rows: every row is fresh there. */
+static int set_travel(struct run *r)
+{
+    uint8_t *travel = calloc((size_t)(r->hi - r->lo), 1);
+    if (!travel)
+        return ra_error_set(RA_ENOMEM, "rank %d: out of memory", r->x->rank);
+    for (int i = 0; i < r->n_sel; i++)
+        travel[r->sel[i] - r->lo] = 1;
+    int rc = ra_exchange_set_travel(r->x, travel);
+    free(travel);
+    return rc;
+}
+
 /* ------------------------------------------------------------ the request */
 
 /* What the chain does not run (yet), one line before anything moves. */
@@ -280,8 +295,8 @@ static int check_chain(const struct ra_reuse_chain *ch, enum ra_reuse_mode mode,
 {
     if (ch->method != RA_METHOD_KVR && ch->method != RA_METHOD_TSP)
         return ra_error_set(RA_EINVAL, "rank %d: reuse on the chain runs --method kvr or tsp", rank);
-    if (ch->send == RA_REUSE_SEND_DELTA)
-        return ra_error_set(RA_EINVAL, "rank %d: --reuse-send delta is not yet implemented (full is)", rank);
+    if (ch->send != RA_REUSE_SEND_FULL && ch->send != RA_REUSE_SEND_DELTA)
+        return ra_error_set(RA_EINVAL, "rank %d: unknown reuse send mode %d", rank, (int)ch->send);
     if (mode == RA_REUSE_CRAFT)
         return ra_error_set(RA_EINVAL, "rank %d: --reuse craft on the chain is not yet implemented", rank);
     if (mode == RA_REUSE_BLEND && cfg->ratio < 0)
@@ -372,7 +387,9 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
         goto out;
     if ((rc = ra_exchange_attach_transport(&x, ch->transport, kv)) != RA_OK) /* collective */
         goto out;
-    if ((rc = plan_make(&p, ctl, rank, st, req, mode, kv, lo, hi)) != RA_OK)
+    /* Delta sends: this rank rebuilds the rows before its slice from the store too. */
+    const int need_lo = ch->send == RA_REUSE_SEND_DELTA ? 0 : lo;
+    if ((rc = plan_make(&p, ctl, rank, st, req, mode, kv, need_lo, hi)) != RA_OK)
         goto out;
     /* --reuse craft's selection goes here: from the plan's chunks, before any pass. */
     if ((rc = ra_prefill_start(&x, kv)) != RA_OK)
@@ -385,6 +402,8 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
         rc = blend_select(ctx, &r, &s, &t_pass_a, &t_select);
     else
         select_must(&r, ra_blend_must(r.e));
+    if (rc == RA_OK && ch->send == RA_REUSE_SEND_DELTA)
+        rc = set_travel(&r);
     if (rc == RA_OK) {
         const double t = MPI_Wtime();
         rc = ra_prefill_pass(ctx, &x, pass_b_body, &r);

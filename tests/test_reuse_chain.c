@@ -14,10 +14,12 @@
  *                                          partition as quota_bounds;
  *   full, prefix, none                  == their single-rank runs;
  * the report's hits, misses and recomputed rows per layer equal the single
- * rank's. Every rank checks its bytes three ways: measured by the PMPI
- * layer (mpi_count.c), as the chain reports them, and by the formula of a
- * plain pass (test_chain's) over the layers the passes run: pass A layers
- * 0..check, pass B every layer. A rank whose store lacks a chunk that it
+ * rank's; all of it with full sends and with delta sends (only the
+ * recomputed rows travel in pass B, each rank rebuilding the rest from the
+ * store). Every rank checks its bytes three ways: measured by the PMPI
+ * layer (mpi_count.c), as the chain reports them, and by formula: pass A
+ * as a plain pass (test_chain's) over layers 0..check, pass B over every
+ * layer, full, or (delta) the travelling rows and their positions. A rank whose store lacks a chunk that it
  * shares with the next rank makes it a miss everywhere (the next rank must
  * not load its half): the run equals the single-rank run over the second
  * store, and returns. What the chain does not run is refused on every rank. */
@@ -185,16 +187,49 @@ static void expected_rows(enum ra_method method, enum ra_route route, const int 
     }
 }
 
-/* PMPI's count == the chain's == the formula over LAYERS passes' layers. */
+/* Delta sends: rows of one layer rank r sends and receives when only rank
+ * s's TRAVEL[s] rows travel (every rank's before r+1 reach it, its own go on
+ * as the route sends them); each travelling row's position moves once (4
+ * bytes), as the rows would in one layer. */
+static void expected_delta_rows(enum ra_method method, enum ra_route route, const int *travel, int p, int r,
+                                long long *sent, long long *recv)
+{
+    long long before = 0, total = 0;
+    for (int s = 0; s < p; s++) {
+        before += s < r ? travel[s] : 0;
+        total += travel[s];
+    }
+    if (method == RA_METHOD_TSP) {
+        *sent = (long long)travel[r] * (p - 1);
+        *recv = total - travel[r];
+    } else {
+        *recv = before;
+        *sent = r == p - 1 ? 0 : route == RA_ROUTE_DIRECT ? (long long)travel[r] * (p - 1 - r) : before + travel[r];
+    }
+}
+
+/* PMPI's count == the chain's == the formula: a plain pass over LAYERS_A
+ * layers (blend's pass A) and pass B over every layer, its rows full or,
+ * with delta sends, every rank's recomputed rows and their positions. */
 static void check_bytes(const char *label, const struct ra_reuse_chain_stats *s, const struct ra_config *c,
-                        const struct ra_reuse_chain *ch, int layers)
+                        const struct ra_reuse_chain *ch, int layers_a)
 {
     struct test_mpi_count kv;
     test_mpi_count_read(&kv, NULL);
     long long rows_sent, rows_recv;
+    const long long row = 2LL * ra_config_kv_dim(c) * (long long)sizeof(float); /* K and V */
     expected_rows(ch->method, ch->route, ch->bounds, world, rank, &rows_sent, &rows_recv);
-    const long long per_row = 2LL * layers * ra_config_kv_dim(c) * (long long)sizeof(float);
-    const long long want_sent = rows_sent * per_row, want_recv = rows_recv * per_row;
+    long long want_sent = rows_sent * row * layers_a, want_recv = rows_recv * row * layers_a;
+    if (ch->send == RA_REUSE_SEND_FULL) {
+        want_sent += rows_sent * row * c->n_layers;
+        want_recv += rows_recv * row * c->n_layers;
+    } else {
+        int travel[RA_MAX_RANKS];
+        MPI_Allgather(&s->rows_pass_b, 1, MPI_INT, travel, 1, MPI_INT, MPI_COMM_WORLD);
+        expected_delta_rows(ch->method, ch->route, travel, world, rank, &rows_sent, &rows_recv);
+        want_sent += rows_sent * (row * c->n_layers + 4);
+        want_recv += rows_recv * (row * c->n_layers + 4);
+    }
     if (kv.bytes_sent != s->bytes_sent || kv.bytes_recv != s->bytes_recv || kv.bytes_sent != want_sent ||
         kv.bytes_recv != want_recv || kv.partial)
         fprintf(stderr, "%s, rank %d: MPI moved %lld bytes out, %lld in (%lld unsized); the chain reports %lld, "
@@ -258,7 +293,7 @@ static void run_cases(const struct setup *su, const struct refs *ref, const stru
                       const char *part)
 {
     const struct ra_config *c = &su->ctx->model->config;
-    const int n = su->req->n, V = c->vocab_size, L = c->n_layers;
+    const int n = su->req->n, V = c->vocab_size;
     struct ra_reuse_config cfg = RA_REUSE_CONFIG_INIT;
     const int layers_a = cfg.check[cfg.n_check - 1] + 1;
     struct ra_reuse_chain_stats s;
@@ -270,10 +305,10 @@ static void run_cases(const struct setup *su, const struct refs *ref, const stru
             struct ra_reuse_chain chs = *ch;
             chs.scope = (enum ra_blend_scope)scope;
             cfg.ratio = ratios[i];
-            snprintf(label, sizeof label, "p=%d %s %s: blend %s %.2f", world, where, part,
-                     ra_blend_scope_name(chs.scope), ratios[i]);
+            snprintf(label, sizeof label, "p=%d %s %s %s: blend %s %.2f", world, where, ra_reuse_send_name(ch->send),
+                     part, ra_blend_scope_name(chs.scope), ratios[i]);
             CHECK_OK(chain_run(su, RA_REUSE_BLEND, &cfg, &chs, &got, &s));
-            check_bytes(label, &s, c, &chs, layers_a + L);
+            check_bytes(label, &s, c, &chs, layers_a);
             compare(label, &got, scope ? &ref->local[i] : &ref->blend[i], n, V, c, 1);
             if (i != 1) /* 0 is full, 1 is none, whatever the scope */
                 compare(label, &got, i == 0 ? &ref->full : &ref->none, n, V, c, 0);
@@ -282,14 +317,16 @@ static void run_cases(const struct setup *su, const struct refs *ref, const stru
     const enum ra_reuse_mode modes[3] = { RA_REUSE_FULL, RA_REUSE_PREFIX, RA_REUSE_NONE };
     const struct result *want[3] = { &ref->full, &ref->prefix, &ref->none };
     for (int k = 0; k < 3; k++) {
-        snprintf(label, sizeof label, "p=%d %s %s: %s", world, where, part, ra_reuse_mode_name(modes[k]));
+        snprintf(label, sizeof label, "p=%d %s %s %s: %s", world, where, ra_reuse_send_name(ch->send), part,
+                 ra_reuse_mode_name(modes[k]));
         CHECK_OK(chain_run(su, modes[k], &cfg, ch, &got, &s));
-        check_bytes(label, &s, c, ch, L);
+        check_bytes(label, &s, c, ch, 0);
         compare(label, &got, want[k], n, V, c, 1);
         drop(&got);
     }
     if (rank == 0)
-        printf("p=%d %s %s: blend global and local at 0, 0.15, 1, full, prefix, none\n", world, where, part);
+        printf("p=%d %s %s sends, %s: blend global and local at 0, 0.15, 1, full, prefix, none\n", world, where,
+               ra_reuse_send_name(ch->send), part);
 }
 
 /* Partitions: even; on chunk boundaries; through the middle of chunks. */
@@ -327,14 +364,15 @@ static void check_gap(struct setup *su, struct ra_store *all, struct ra_store *g
     su->st = rank == owner ? gap : all;
     const enum ra_reuse_mode modes[3] = { RA_REUSE_BLEND, RA_REUSE_FULL, RA_REUSE_PREFIX };
     struct ra_reuse_config cfg = RA_REUSE_CONFIG_INIT;
-    for (int m = 0; m < 2; m++)
+    for (int m = 0; m < 4; m++)
         for (int k = 0; k < 3; k++) {
-            const struct ra_reuse_chain ch = { .method = m ? RA_METHOD_TSP : RA_METHOD_KVR, .bounds = bounds };
+            const struct ra_reuse_chain ch = { .method = m % 2 ? RA_METHOD_TSP : RA_METHOD_KVR, .bounds = bounds,
+                                               .send = m < 2 ? RA_REUSE_SEND_FULL : RA_REUSE_SEND_DELTA };
             struct result want = { 0 }, got;
             struct ra_reuse_chain_stats s;
             char label[128];
-            snprintf(label, sizeof label, "p=%d %s: rank %d lacks chunk %d, %s", world, m ? "tsp" : "kvr", owner,
-                     gap_chunk, ra_reuse_mode_name(modes[k]));
+            snprintf(label, sizeof label, "p=%d %s %s: rank %d lacks chunk %d, %s", world, m % 2 ? "tsp" : "kvr",
+                     ra_reuse_send_name(ch.send), owner, gap_chunk, ra_reuse_mode_name(modes[k]));
             if (rank == world - 1)
                 reference(su->ctx, gap, su->req, modes[k], cfg.ratio, NULL, &want);
             CHECK_OK(chain_run(su, modes[k], &cfg, &ch, &got, &s));
@@ -360,13 +398,11 @@ static void check_refusals(const struct setup *su, const int *bounds)
     struct result got;
     char want[32];
     snprintf(want, sizeof want, "rank %d: ", 0);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 1; k < 4; k++) {
         struct ra_reuse_config c = cfg;
         struct ra_reuse_chain h = ch;
-        const char *what = k == 0 ? "delta" : k == 1 ? "auto" : k == 2 ? "schedule" : "store-write";
-        if (k == 0)
-            h.send = RA_REUSE_SEND_DELTA;
-        else if (k == 1)
+        const char *what = k == 1 ? "auto" : k == 2 ? "schedule" : "store-write";
+        if (k == 1)
             c.ratio = -1;
         else if (k == 2)
             c.schedule = sched, c.n_schedule = 2;
@@ -386,7 +422,7 @@ static void check_refusals(const struct setup *su, const int *bounds)
     CHECK(ra_reuse_send_parse("delta", &send) == RA_OK && send == RA_REUSE_SEND_DELTA);
     CHECK(ra_blend_scope_parse("local", &scope) == RA_OK && scope == RA_BLEND_SCOPE_LOCAL);
     if (rank == 0)
-        printf("refused on every rank: delta (not yet), auto ratio, schedule, store-write\n");
+        printf("refused on every rank: auto ratio, schedule, store-write\n");
 }
 
 int main(int argc, char **argv)
@@ -430,14 +466,17 @@ int main(int argc, char **argv)
     make_partitions(&rd.req, bounds);
     for (int p = 0; p < (world > 1 ? 3 : 1); p++) {
         refs_local(&ctx, all, &rd.req, bounds[p], &ref);
-        for (int route = RA_ROUTE_CHAIN; route <= RA_ROUTE_DIRECT; route++) {
-            const struct ra_reuse_chain ch = { .method = RA_METHOD_KVR, .route = (enum ra_route)route,
-                                               .bounds = bounds[p] };
-            run_cases(&su, &ref, &ch, names[p]);
-        }
-        if (p == 0) {
-            const struct ra_reuse_chain ch = { .method = RA_METHOD_TSP, .bounds = bounds[p] };
-            run_cases(&su, &ref, &ch, names[p]);
+        for (int send = 0; send < 2; send++) {
+            for (int route = RA_ROUTE_CHAIN; route <= RA_ROUTE_DIRECT; route++) {
+                const struct ra_reuse_chain ch = { .method = RA_METHOD_KVR, .route = (enum ra_route)route,
+                                                   .bounds = bounds[p], .send = (enum ra_reuse_send)send };
+                run_cases(&su, &ref, &ch, names[p]);
+            }
+            if (p == 0) {
+                const struct ra_reuse_chain ch = { .method = RA_METHOD_TSP, .bounds = bounds[p],
+                                                   .send = (enum ra_reuse_send)send };
+                run_cases(&su, &ref, &ch, names[p]);
+            }
         }
     }
     check_gap(&su, all, gap, bounds[world > 1 ? 2 : 0]);
