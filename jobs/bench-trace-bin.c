@@ -35,10 +35,12 @@
  * --json writes every figure.
  *
  * One rank runs ra_reuse_prefill. More ranks run ra_reuse_chain_prefill
- * (mpi/reuse_chain.h: --method kvr or tsp, even slices of each request, the
- * stores shared by the ranks), `none` on the chain too; misses are written
- * back by the last rank after the first token (prefix: from its cache, which
- * holds every row); the last rank decodes, measures and prints. A mode the
+ * (mpi/reuse_chain.h: --method kvr or tsp, even slices of each request,
+ * --blend-scope, --reuse-send, the stores shared by the ranks), `none` on the
+ * chain too; after the first token the other ranks write their hits to the
+ * stores' indexes (the eviction order) and the last rank writes the misses
+ * back (prefix: from its cache, which holds every row); the last rank
+ * decodes, measures and prints. A mode the
  * chain or the build does not run (an invalid-argument error on the first
  * request) is dropped with a line saying why. */
 #define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
@@ -86,6 +88,7 @@ struct options {
     int n_modes;
     enum ra_method method; /* more than one rank */
     enum ra_blend_scope scope;
+    enum ra_reuse_send send;
     unsigned long long seed;
 };
 
@@ -120,6 +123,7 @@ static void usage(FILE *f)
             "  --store-gbps G       emulated store bandwidth, 0 = the page cache (default 0)\n"
             "  --method M           on more ranks: kvr or tsp (default kvr)\n"
             "  --blend-scope S      on more ranks: global or local (default global)\n"
+            "  --reuse-send S       on more ranks: full or delta (default full)\n"
             "  --json FILE          every figure, per request too\n"
             "  --seed S             the pool's ranks and the stream (default 1)\n");
 }
@@ -192,6 +196,7 @@ static int parse_one(int c, struct options *o)
     case 'j': o->json = optarg; break;
     case 'x': rc = ra_method_parse(optarg, &o->method); break;
     case 'o': rc = ra_blend_scope_parse(optarg, &o->scope); break;
+    case 'd': rc = ra_reuse_send_parse(optarg, &o->send); break;
     case 'S': o->seed = strtoull(optarg, NULL, 0); break;
     default: return -2;
     }
@@ -230,6 +235,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "store-gbps", required_argument, 0, 'g' },  { "json", required_argument, 0, 'j' },
         { "seed", required_argument, 0, 'S' },        { "help", no_argument, 0, 'h' },
         { "method", required_argument, 0, 'x' },      { "blend-scope", required_argument, 0, 'o' },
+        { "reuse-send", required_argument, 0, 'd' },
         { 0, 0, 0, 0 },
     };
     *o = (struct options){ .pool = 64, .chunk_min = 100, .chunk_max = 200, .question_tokens = 16, .requests = 100,
@@ -646,10 +652,14 @@ static int prefill(struct bench *b, struct variant *v, const struct ra_request *
     for (int r = 0; r <= world; r++)
         b->bounds[r] = (int)((long)req->n * r / world);
     const struct ra_reuse_chain ch = { .method = b->o->method, .route = RA_ROUTE_CHAIN, .bounds = b->bounds,
-                                       .send = RA_REUSE_SEND_FULL, .scope = b->o->scope };
+                                       .send = b->o->send, .scope = b->o->scope };
     int rc = ra_reuse_chain_prefill(&b->ctx, MPI_COMM_WORLD, v ? v->st : NULL, req, mode, &cfg, &ch, &b->kv, logits,
                                     rep, NULL);
-    if (rc == RA_OK && v && rank == b->last)
+    if (rc != RA_OK || !v)
+        return rc;
+    /* the other ranks' hits into the index before the last rank's puts evict by it */
+    rc = rank == b->last ? RA_OK : ra_store_sync(v->st);
+    if ((rc = ra_mpi_agree(rc, MPI_COMM_WORLD, NULL)) == RA_OK && rank == b->last)
         rc = chain_write_back(b, v, req, rep);
     return rc;
 }
@@ -906,8 +916,8 @@ static void print_header(const struct bench *b)
     bench_cpu_flags(flags, sizeof flags);
     char where[160] = "1 rank";
     if (world > 1)
-        snprintf(where, sizeof where, "%d ranks (%s, even slices of each request, %s selection, full sends)", world,
-                 ra_method_name(o->method), ra_blend_scope_name(o->scope));
+        snprintf(where, sizeof where, "%d ranks (%s, even slices of each request, %s selection, %s sends)", world,
+                 ra_method_name(o->method), ra_blend_scope_name(o->scope), ra_reuse_send_name(o->send));
     printf("# runahead bench-trace: chunk reuse on a serving trace, %s, CPU backend, %d thread%s a rank\n", where,
            o->threads, o->threads > 1 ? "s" : "");
     printf("# machine : %s, %ld cores online, %s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN), flags);
