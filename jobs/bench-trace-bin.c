@@ -12,8 +12,8 @@
  *
  * The stream: --warmup requests, then --requests measured ones. A request
  * takes m chunks (uniform in --chunks A-B), drawn without replacement by a
- * Zipf law of exponent --zipf over the popularity ranks, in the order drawn
- * (a new random order), behind the prefix, then one of the questions. Every
+ * Zipf law of exponent --zipf over the popularity ranks, shuffled (a new
+ * random order), behind the prefix, then one of the questions. Every
  * mode sees the same stream.
  *
  * The stores: one per entry MODE[/POLICY] of --modes (the eviction policy of
@@ -442,7 +442,7 @@ struct draw {
     int chunk[64]; /* pool indices, in the request's order */
 };
 
-/* m distinct chunks by the Zipf law over the ranks, without replacement, in the order drawn. */
+/* m distinct chunks by the Zipf law over the ranks, without replacement, in a random order. */
 static void draw_request(const struct pool *p, const struct options *o, const double *w, unsigned long long *seed,
                          struct draw *d)
 {
@@ -463,6 +463,10 @@ static void draw_request(const struct pool *p, const struct options *o, const do
             r--;
         taken[r] = 1;
         d->chunk[i] = p->by_rank[r];
+    }
+    for (int i = d->m - 1; i > 0; i--) { /* a random order: the draw's puts popular chunks first */
+        const int j = rng_int(seed, 0, i), t = d->chunk[i];
+        d->chunk[i] = d->chunk[j], d->chunk[j] = t;
     }
     d->question = rng_int(seed, 0, p->n_questions - 1);
 }
@@ -926,8 +930,8 @@ static void print_header(const struct bench *b)
     printf("# pool    : %d chunks of %d-%d tokens (%s), %d questions, prefix %d tokens; %.2f MB in a store\n",
            p->n_chunks, p->min_len, p->max_len, o->n_files ? "text from the request files" : "random ids",
            p->n_questions, p->prefix.n, p->bytes / 1e6);
-    printf("# stream  : %d requests after %d warm-up, %d-%d chunks each by Zipf s=%g over the pool, in the order "
-           "drawn; seed %llu\n", o->requests, o->warmup, o->m_min, o->m_max, o->zipf, o->seed);
+    printf("# stream  : %d requests after %d warm-up, %d-%d chunks each by Zipf s=%g over the pool, in a random "
+           "order; seed %llu\n", o->requests, o->warmup, o->m_min, o->m_max, o->zipf, o->seed);
     printf("# stores  : one per mode and eviction policy, %.2f MB each (%g of the pool), empty at the start; misses "
            "written back after the first token; %s\n", o->store_frac * p->bytes / 1e6, o->store_frac,
            o->store_gbps > 0 ? "paced as a store of --store-gbps" : "read from the page cache");
