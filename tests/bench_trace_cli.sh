@@ -27,26 +27,26 @@ run one --requests 6 --modes blend --blend-ratio 1 --windows 2
 run2 big2 --requests 9 --warmup 2 --modes prefix,blend --store-frac 100
 run2 one2 --requests 4 --modes blend --blend-ratio 1 --windows 2 --method tsp
 
-# the table: mode policy hit% recomp% p50 p90 p99 x-p50 x-sum KL top1 greedy
+# the table: mode policy hit% recomp% p50 p90 p99 write x-p50 x-sum KL top1 greedy
 t=$TMP/small.txt
 [ "$(sed '/^$/q' "$t" | grep -c '^[a-z]')" -eq 6 ] ||
     fail "expected 6 rows (the header, none, prefix, blend, craft with LRU and with its policy): $(cat "$t")"
-awk '$1 == "none" && $2 == "-" && $3 == "-" && $4 == "100.0" && $8 == "1.00" && $9 == "1.00" && $10 == "0.0000" &&
-    $11 == "1.000" && $12 == "1.000" && NF == 12 { ok = 1 } END { exit !ok }' "$t" || fail "none's row: $(cat "$t")"
+awk '$1 == "none" && $2 == "-" && $3 == "-" && $4 == "100.0" && $8 == "0.0" && $9 == "1.00" && $10 == "1.00" &&
+    $11 == "0.0000" && $12 == "1.000" && $13 == "1.000" && NF == 13 { ok = 1 } END { exit !ok }' "$t" || fail "none's row: $(cat "$t")"
 for mp in prefix/lru blend:0.15/lru craft:0.15/lru craft:0.15/craft; do
     m=${mp%/*} p=${mp#*/}
     awk -v m=$m -v p=$p '$1 == m && $2 == p && $3 >= 0 && $3 <= 100 && $4 > 0 && $4 <= 100 && $5 > 0 && $5 <= $6 &&
-        $6 <= $7 && $8 > 0 && $9 > 0 && $10 >= 0 && $11 >= 0 && $11 <= 1 && NF == 12 { ok = 1 } END { exit !ok }' "$t" ||
+        $6 <= $7 && $8 > 0 && $9 > 0 && $10 > 0 && $11 >= 0 && $12 >= 0 && $12 <= 1 && NF == 13 { ok = 1 } END { exit !ok }' "$t" ||
         fail "no $m $p row with figures in range: $(cat "$t")"
 done
-awk '$1 == "prefix" && $10 < 0.001 { ok = 1 } END { exit !ok }' "$t" || fail "prefix is not exact (KL): $(cat "$t")"
+awk '$1 == "prefix" && $11 < 0.001 { ok = 1 } END { exit !ok }' "$t" || fail "prefix is not exact (KL): $(cat "$t")"
 grep -q '^mode  *policy  *1-3  *4-6  *7-9$' "$t" || fail "no windows 1-3, 4-6, 7-9: $(cat "$t")"
 [ "$(grep -c '^[a-z].*x (.*%)' "$t")" -eq 4 ] || fail "expected 4 window rows: $(cat "$t")"
 grep -q "^# pool    : 10 chunks of .* (random ids)" "$t" || fail "the header does not describe the pool"
 grep -q "^# stream  : 9 requests after 2 warm-up, 2-4 chunks each by Zipf s=1.1" "$t" ||
     fail "the header does not describe the stream"
 for f in one one2; do
-    awk '$1 == "blend:1" && $10 == "0.0000" && $11 == "1.000" && $12 == "1.000" && $4 == "100.0" { ok = 1 }
+    awk '$1 == "blend:1" && $11 == "0.0000" && $12 == "1.000" && $13 == "1.000" && $4 == "100.0" { ok = 1 }
         END { exit !ok }' "$TMP/$f.txt" || fail "$f: blend at ratio 1 is not full prefill: $(cat "$TMP/$f.txt")"
 done
 grep -q "^# runahead bench-trace: .*, 2 ranks (tsp," "$TMP/one2.txt" || fail "one2: the header does not name the chain"
