@@ -11,6 +11,7 @@
 #include "netem.h"
 #include "offload/offload.h"
 #include "partition.h"
+#include "autosplit.h"
 #include "prefill.h"
 #include "program.h"
 #include "ra_mpi.h"
@@ -663,7 +664,8 @@ out:
 /* The --partition spec resolved for this run and its key (backend, linear and KV dtypes:
  * partition/spec.h); rank 0 says where a table's or auto's split came from. TSP always splits
  * evenly. */
-static int choose_partition(const struct options *o, const struct ra_context *ctx, int n_prompt, int *bounds)
+static int choose_partition(const struct options *o, const struct ra_context *ctx, int n_prompt,
+                            const struct ra_partition_reuse *reuse, int *bounds)
 {
     const struct ra_model *m = ctx->model;
     const struct ra_partition_spec *spec = &o->spec;
@@ -672,7 +674,8 @@ static int choose_partition(const struct options *o, const struct ra_context *ct
     int extrapolated = 0;
     int rc = ra_partition_run_key(&key, ctx->backend, m->weights.layers[0].wq.dtype, o->device_dtype, o->kv_dtype);
     if (rc == RA_OK)
-        rc = ra_partition_resolve(spec, &run, bounds, partition_source, sizeof partition_source, &extrapolated);
+        rc = ra_partition_resolve_reuse(spec, &run, reuse, bounds, partition_source, sizeof partition_source,
+                                        &extrapolated);
     if (rc != RA_OK || (spec->kind != RA_PARTITION_AUTO && spec->kind != RA_PARTITION_TABLE)) {
         partition_source[0] = '\0'; /* the spec says it all */
         return rc;
@@ -867,10 +870,28 @@ static int run_reuse(struct options *o, struct ra_context *ctx, const struct ra_
     return rc;
 }
 
-/* A reuse run's bounds: --partition resolved as for a plain run. */
+/* A reuse run's bounds: --partition resolved with the cost model's view of
+ * the run (partition/spec.h): auto balances the work reuse leaves, table:
+ * reads the group runahead-tune --request wrote for this mode and options. */
 static int reuse_bounds(const struct options *o, const struct ra_context *ctx, int n_prompt, int *bounds)
 {
-    return choose_partition(o, ctx, n_prompt, bounds);
+    struct ra_cost_span *spans = malloc(sizeof *spans * (size_t)(request.n_chunks + 1));
+    struct ra_cost_reuse cost;
+    char hw[128], tag[256];
+    const int global = o->blend_scope == RA_BLEND_SCOPE_GLOBAL, delta = o->reuse_send == RA_REUSE_SEND_DELTA;
+    if (!spans)
+        return ra_error_set(RA_ENOMEM, "rank %d: out of memory", rank);
+    if (o->hw_tag)
+        snprintf(hw, sizeof hw, "%s", o->hw_tag);
+    else
+        ra_table_default_hw_tag(hw, sizeof hw);
+    ra_partition_reuse_tag(hw, o->reuse.mode, o->reuse.cfg.ratio, global, delta, tag, sizeof tag);
+    const struct ra_partition_reuse pr = { &cost, o->method == RA_METHOD_TSP ? RA_COST_TSP : RA_COST_KVR, tag };
+    int rc = ra_cost_reuse_of_request(&request, o->reuse.mode, &o->reuse.cfg, global, delta, o->kv_dtype, spans, &cost);
+    if (rc == RA_OK)
+        rc = choose_partition(o, ctx, n_prompt, &pr, bounds);
+    free(spans);
+    return rc;
 }
 
 /* The chain's figures on stderr (the last rank): how the ranks shared the request. */
@@ -1030,7 +1051,7 @@ static int run(int argc, char **argv)
         goto out;
     }
     if (rc == RA_OK)
-        rc = choose_partition(&o, &ctx, r.n_prompt, bounds);
+        rc = choose_partition(&o, &ctx, r.n_prompt, NULL, bounds);
     if (rc == RA_OK)
         rc = ra_exchange_init(&x, MPI_COMM_WORLD, o.method, o.route, bounds, m.config.n_layers,
                               ra_kv_row_bytes(ra_config_kv_dim(&m.config), o.kv_dtype));

@@ -2,8 +2,9 @@
 # runahead-tune --request --reuse on a tiny synthetic model and an ids request of 4 chunks: the store
 # filled first, a short measured search of the reuse run's split (every trial ra_reuse_chain_prefill)
 # writes one entry at the request's length into the group of its reuse tag, beside the plain groups and
-# never in them; the cost-model objective searches 4 ranks of the same run; bad combinations fail
-# with one line.
+# never in them; runahead --reuse on 2 ranks splits by that table (table:) or by the reuse cost model
+# (auto) and prints one rank's tokens; the cost-model objective searches 4 ranks of the same run; bad
+# combinations fail with one line.
 . "$(dirname "$0")/lib.sh"
 "$BUILD/runahead-synth" --preset tiny --seed 5 --out "$TMP/tiny" >/dev/null 2>&1 || { fail "runahead-synth"; finish; }
 M="$TMP/tiny"
@@ -27,6 +28,19 @@ grep -q "C=168 KVR-S measured .* cost model" "$TMP/tune.err" || fail "no reuse p
 grep -q "/hw+reuse-blend-r0.15-global-full/p2: 1 entry" "$TMP/show" || fail "no entry under the reuse tag: $(cat "$TMP/show")"
 grep -q "/hw/p2:" "$TMP/show" && fail "the reuse search wrote into the plain group"
 "$BUILD/runahead-table" validate "$T" >/dev/null || fail "the table does not validate"
+# runahead --reuse on 2 ranks: auto is the reuse split, table: reads the reuse group; one rank's tokens.
+RA="$BUILD/runahead --model $M --request $TMP/req.json --store $TMP/store --reuse blend -n 6 -o ids"
+one=$($RA 2>"$TMP/err") || fail "blend on one rank: $(cat "$TMP/err")"
+got=$(run 2 $MPIEXEC_FLAGS $RA --method kvr 2>"$TMP/err") || fail "blend on 2 ranks, auto: $(cat "$TMP/err")"
+[ "$got" = "$one" ] || fail "auto: 2 ranks printed '$got', one rank '$one'"
+grep -q "partition auto for 168 tokens on 2 ranks: .*reuse-balanced by the cost model" "$TMP/err" ||
+    fail "auto for a reuse run is not the reuse split: $(grep partition "$TMP/err")"
+got=$(run 2 $MPIEXEC_FLAGS $RA --method kvr --hw-tag hw --partition "table:$T" 2>"$TMP/err") ||
+    fail "blend on 2 ranks, table: $(cat "$TMP/err")"
+[ "$got" = "$one" ] || fail "table: 2 ranks printed '$got', one rank '$one'"
+b=$(awk '$1 == 168 { print $2 }' "$TMP/tune.out")
+grep -q "partition for 168 tokens interpolated from .*t.h5's 1 entries .*: \[$b\]" "$TMP/err" ||
+    fail "table: for a reuse run did not give the searched split [$b]: $(grep partition "$TMP/err")"
 # A second search finds the chunks stored; local scope is another group.
 run 2 $MPIEXEC_FLAGS "$BUILD/runahead-tune" --model "$M" --hw-tag hw --request "$TMP/req.json" \
     --store "$TMP/store" --blend-scope local --out "$T" --repeats 1 --min-stride 32 --points 3 --no-baselines \
