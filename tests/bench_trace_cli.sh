@@ -21,10 +21,10 @@ run2() { # run2 NAME ARGS...: as run, on 2 ranks
     TMPDIR=$TMP timeout 120 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$B" $base --json "$TMP/$name.json" "$@" \
         >"$TMP/$name.txt" 2>"$TMP/$name.err" || fail "bench-trace on 2 ranks $*: $(cat "$TMP/$name.err")"
 }
-run small --requests 9 --warmup 2 --store-frac 0.3
-run big --requests 9 --warmup 2 --store-frac 100
-run one --requests 6 --modes blend --blend-ratio 1 --windows 2
-run2 big2 --requests 9 --warmup 2 --modes prefix,blend --store-frac 100
+run small --requests 6 --warmup 2 --store-frac 0.3
+run big --requests 6 --warmup 2 --store-frac 100
+run one --requests 4 --modes blend --blend-ratio 1 --windows 2
+run2 big2 --requests 6 --warmup 2 --modes prefix,blend --store-frac 100
 run2 one2 --requests 4 --modes blend --blend-ratio 1 --windows 2 --method tsp
 
 # the table: mode policy hit% recomp% p50 p90 p99 write x-p50 x-sum KL top1 greedy
@@ -40,10 +40,10 @@ for mp in prefix/lru blend:0.15/lru craft:0.15/lru craft:0.15/craft; do
         fail "no $m $p row with figures in range: $(cat "$t")"
 done
 awk '$1 == "prefix" && $11 < 0.001 { ok = 1 } END { exit !ok }' "$t" || fail "prefix is not exact (KL): $(cat "$t")"
-grep -q '^mode  *policy  *1-3  *4-6  *7-9$' "$t" || fail "no windows 1-3, 4-6, 7-9: $(cat "$t")"
+grep -q '^mode  *policy  *1-2  *3-4  *5-6$' "$t" || fail "no windows 1-2, 3-4, 5-6: $(cat "$t")"
 [ "$(grep -c '^[a-z].*x (.*%)' "$t")" -eq 4 ] || fail "expected 4 window rows: $(cat "$t")"
 grep -q "^# pool    : 10 chunks of .* (random ids)" "$t" || fail "the header does not describe the pool"
-grep -q "^# stream  : 9 requests after 2 warm-up, 2-4 chunks each by Zipf s=1.1" "$t" ||
+grep -q "^# stream  : 6 requests after 2 warm-up, 2-4 chunks each by Zipf s=1.1" "$t" ||
     fail "the header does not describe the stream"
 for f in one one2; do
     awk '$1 == "blend:1" && $11 == "0.0000" && $12 == "1.000" && $13 == "1.000" && $4 == "100.0" { ok = 1 }
@@ -55,7 +55,7 @@ python3 - "$TMP/small.json" "$TMP/big.json" "$TMP/big2.json" <<'PY' || fail "the
 import json, sys
 small, big, big2 = (json.load(open(p)) for p in sys.argv[1:4])
 stream = [r["chunks"] for r in big["stream"]]
-assert [r["chunks"] for r in small["stream"]] == stream and len(stream) == 11, "the stream"
+assert [r["chunks"] for r in small["stream"]] == stream and len(stream) == 8, "the stream"
 warm = sum(r["warmup"] for r in big["stream"])
 def predict(mode):
     out = []
@@ -72,7 +72,7 @@ for d in (small, big):
     assert [(v["mode"], v.get("policy")) for v in d["variants"]] == [("none", None), ("prefix", "lru"),
         ("blend:0.15", "lru"), ("craft:0.15", "lru"), ("craft:0.15", "craft")], d["variants"]
     for v in d["variants"]:
-        assert len(v["requests"]) == 9 and len(v["windows"]) == 3, v["mode"]
+        assert len(v["requests"]) == 6 and len(v["windows"]) == 3, v["mode"]
         assert [r["chunks"] for r in v["requests"]] == [len(s) for s in stream[warm:]], v["mode"]
 total = {}
 for v_small, v_big in zip(small["variants"][1:], big["variants"][1:]):
