@@ -16,12 +16,12 @@
  * random order), behind the prefix, then one of the questions. Every
  * mode sees the same stream.
  *
- * The stores: one per entry MODE[/POLICY] of --modes (the eviction policy of
- * store.h, lru when not named), each of
- * capacity --store-frac times the bytes the whole pool would take in a store,
- * empty at the start (a cold start; --warmup fills it). Every run writes its
- * misses back after the first token (store_write), as a serving system does,
- * so the stores fill and evict over the stream; that write is not in TTFT.
+ * The stores: one per entry MODE[/POLICY] of --modes (POLICY: store.h's
+ * eviction policy, lru when not named), each of capacity --store-frac times
+ * the bytes the whole pool would take in a store, empty at the start (a cold
+ * start; --warmup fills it). Every run writes its misses back after the first
+ * token (store_write), as a serving system does, so the stores fill and evict
+ * over the stream; that write is timed apart, not in TTFT.
  *
  * Per measured request: `none` (full prefill) first, on every --ref-every-th
  * request, then each mode; each mode's TTFT, chunk hits, recomputed rows (of
@@ -40,9 +40,9 @@
  * chain too; after the first token the other ranks write their hits to the
  * stores' indexes (the eviction order) and the last rank writes the misses
  * back (prefix: from its cache, which holds every row); the last rank
- * decodes, measures and prints. A mode the
- * chain or the build does not run (an invalid-argument error on the first
- * request) is dropped with a line saying why. */
+ * decodes, measures and prints. A mode the chain or the build does not run
+ * (an invalid-argument error on the first request) is dropped with a line
+ * saying why. */
 #define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
 #include "args.h"
 #include "bench_util.h"
