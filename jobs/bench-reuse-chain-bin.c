@@ -17,6 +17,8 @@
  * prediction (costmodel.h, from --profile's calibrated figures) and its error;
  * then per size the ratios of the medians of per-round ratios (measured and
  * predicted): blend-1 / blend-kvr, none-kvr / blend-kvr, and the same for TSP.
+ * The model takes the ranks to share one node: where the loader threads
+ * find no spare core, their reads and checks slow the passes.
  * Reuse runs use --partition auto for reuse (ra_partition_auto_reuse) unless
  * --partition even; full prefill the plain auto split (KVR) and even (TSP).
  * A size longer than the model's context is skipped with a line saying so. */
@@ -201,10 +203,15 @@ static int plan_bounds(struct size_run *s)
         s->predicted[k] = NAN;
     if (rc != RA_OK || !pf)
         return rc;
+    /* The ranks share this node: a loader thread without a core of its own slows its rank's pass. */
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    struct ra_cost_reuse ru1 = s->ru;
+    s->ru.shared_core = (long)(s->o->threads + 1) * world > cores;
+    ru1.shared_core = s->o->threads + 1 > cores;
     const int one[2] = { 0, n };
     if ((rc = ra_cost_reuse_replay(c, pf, RA_COST_KVR, &s->ru, s->b_kvr, world, &s->predicted[RUN_BLEND_KVR], NULL,
                                    NULL)) == RA_OK &&
-        (rc = ra_cost_reuse_replay(c, pf, RA_COST_KVR, &s->ru, one, 1, &s->predicted[RUN_BLEND_1], NULL, NULL)) ==
+        (rc = ra_cost_reuse_replay(c, pf, RA_COST_KVR, &ru1, one, 1, &s->predicted[RUN_BLEND_1], NULL, NULL)) ==
             RA_OK &&
         (rc = ra_cost_predict(c, pf, RA_COST_KVR, s->b_plain, world, &s->predicted[RUN_NONE_KVR], NULL)) == RA_OK &&
         (rc = ra_cost_reuse_replay(c, pf, RA_COST_TSP, &s->ru, s->b_tsp, world, &s->predicted[RUN_BLEND_TSP], NULL,

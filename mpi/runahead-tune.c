@@ -13,6 +13,7 @@
  * Later context lengths start from the split interpolated from
  * the earlier ones. Each finished context length is merged into the table at
  * once, so an interrupted sweep keeps what it found. */
+#define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
 #include "config.h"
 #include "args.h"
 #include "autosplit.h"
@@ -31,6 +32,7 @@
 #include "vocab.h"
 #include "watchdog.h"
 
+#include <ftw.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -631,14 +633,62 @@ static int time_install(struct tune *t, int n, double *per_row)
     return rc;
 }
 
-/* The reuse model's two figures (costmodel.h): a pass over a position list
- * against the model's time for its rows (row_list_factor), and installs. */
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* Bytes per second a loader reads and verifies stored rows (ra_chunk_layer:
+ * the mapping's pages and each layer's SHA-256), from a chunk of N tokens
+ * added to a temporary store: the page cache, as a warm store. The best of three. */
+static int time_load(struct tune *t, int n, double *bw)
+{
+    const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char dir[4096];
+    struct ra_store *st = NULL;
+    struct ra_store_identity id = { .kv_dtype = t->kv.dtype };
+    double best = INFINITY, bytes = 0;
+    int rc = RA_OK;
+    snprintf(dir, sizeof dir, "%s/runahead-tune-XXXXXX", tmp);
+    if (!mkdtemp(dir))
+        return ra_error_set(RA_EIO, "rank %d: cannot create a directory under %s", rank, tmp);
+    if ((rc = ra_store_model_identity(&t->m, id.model)) == RA_OK && (rc = ra_store_vocab_identity(NULL, id.tokenizer)) ==
+                                                                          RA_OK &&
+        (rc = ra_store_open(&st, dir, &t->m, &id, 0, RA_STORE_CREATE)) == RA_OK)
+        rc = ra_store_add(st, &t->ctx, t->tokens, 1, t->tokens + 1, n);
+    for (int k = 0; k < 3 && rc == RA_OK; k++) {
+        struct ra_chunk *c = NULL;
+        const double t0 = MPI_Wtime();
+        if ((rc = ra_store_get(st, t->tokens, 1, t->tokens + 1, n, &c)) == RA_OK && !c)
+            rc = ra_error_set(RA_EIO, "rank %d: the chunk just added to %s is not found", rank, dir);
+        for (int l = 0; l < t->m.config.n_layers && rc == RA_OK; l++) {
+            const void *kr, *vr;
+            rc = ra_chunk_layer(c, l, &kr, &vr);
+        }
+        best = fmin(best, MPI_Wtime() - t0);
+        if (c) {
+            bytes = (double)ra_chunk_layer_bytes(c) * t->m.config.n_layers;
+            ra_chunk_close(c);
+        }
+    }
+    if (st)
+        ra_store_close(st);
+    if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && rc == RA_OK)
+        rc = ra_error_set(RA_EIO, "rank %d: could not remove %s", rank, dir);
+    *bw = rc == RA_OK && best > 0 ? bytes / best : 0;
+    return rc;
+}
+
+/* The reuse model's figures (costmodel.h): a pass over a position list
+ * against the model's time for its rows (row_list_factor), installs, and the
+ * loader's rate. */
 static int measure_reuse(struct tune *t, struct ra_cost_profile *pf)
 {
     const struct ra_config *c = &t->m.config;
     const int n = t->kv.capacity < 2048 ? t->kv.capacity : 2048, k = n / 4;
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)(k > 0 ? k : 1));
-    double t_list = 0, t_install = 0, lin1, att1, keys = 0;
+    double t_list = 0, t_install = 0, load_bw = 0, lin1, att1, keys = 0;
     int rc = pos ? RA_OK : ra_error_set(RA_ENOMEM, "out of memory");
     for (int i = 0; i < k && rc == RA_OK; i++) {
         pos[i] = 4 * i + 3;
@@ -651,16 +701,19 @@ static int measure_reuse(struct tune *t, struct ra_cost_profile *pf)
         rc = time_list_pass(t, &rows, &t_list);
     if (rc == RA_OK && k > 0)
         rc = time_install(t, n, &t_install);
+    if (rc == RA_OK && k > 0)
+        rc = time_load(t, n - 1, &load_bw);
     free(pos);
     if (rc != RA_OK || k == 0)
         return rc;
     ra_forward_flops(c, 0, 1, &lin1, &att1);
     const double model = lin1 * k / pf->gemm_flops + att1 * keys / pf->attn_flops +
                          pf->other_s_per_token_layer * k * c->n_layers;
-    double mine[2] = { t_list / model, t_install }, sum[2];
-    MPI_CHECK(MPI_Allreduce(mine, sum, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    double mine[3] = { t_list / model, t_install, load_bw }, sum[3];
+    MPI_CHECK(MPI_Allreduce(mine, sum, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     pf->row_list_factor = sum[0] / world;
     pf->install_s_per_row_layer = sum[1] / world;
+    pf->load_bandwidth = sum[2] / world;
 out:
     return rc;
 }
@@ -722,10 +775,10 @@ static int calibrate(struct tune *t)
     if (rank == 0) {
         ra_calibration_print(stderr, "runahead-tune", &cal);
         fprintf(stderr, "runahead-tune: calibrated with %d ranks x %d threads: GEMM %.1f GFLOP/s, attention %.1f GFLOP/s, "
-                "other %.2f us/token/layer, position lists x%.2f, installs %.3f us/row/layer, "
+                "other %.2f us/token/layer, position lists x%.2f, installs %.3f us/row/layer, loads %.2f GB/s, "
                 "p2p %.2f GB/s + %.2f us, all-gather %.2f GB/s + %.2f us (medians)%s\n",
                 world, t->be->n_threads, pf.gemm_flops / 1e9, pf.attn_flops / 1e9, pf.other_s_per_token_layer * 1e6,
-                pf.row_list_factor, pf.install_s_per_row_layer * 1e6,
+                pf.row_list_factor, pf.install_s_per_row_layer * 1e6, pf.load_bandwidth / 1e9,
                 pf.p2p_bandwidth / 1e9, pf.p2p_latency * 1e6, pf.allgather_bandwidth / 1e9, pf.allgather_latency * 1e6,
                 cal.busy ? " [BUSY MACHINE]" : "");
         rc = profile_store(t->o, t->model_id, t->hw_tag, &pf, &cal);

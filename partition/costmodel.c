@@ -76,7 +76,8 @@ int ra_cost_profile_check(const struct ra_cost_profile *pf)
         (rc = check_time("p2p_latency", pf->p2p_latency)) != RA_OK ||
         (rc = check_time("allgather_latency", pf->allgather_latency)) != RA_OK ||
         (rc = check_time("row_list_factor", pf->row_list_factor)) != RA_OK ||
-        (rc = check_time("install_s_per_row_layer", pf->install_s_per_row_layer)) != RA_OK)
+        (rc = check_time("install_s_per_row_layer", pf->install_s_per_row_layer)) != RA_OK ||
+        (rc = check_bandwidth("load_bandwidth", pf->load_bandwidth)) != RA_OK)
         return rc;
     return RA_OK;
 }
@@ -250,7 +251,7 @@ int ra_cost_objective_eval(void *ctx, const int *bounds, int p, double *value)
 static const char *const profile_names[RA_COST_PROFILE_N + 1] = {
     "gemm_flops",    "attn_flops",          "other_s_per_token_layer", "p2p_bandwidth",
     "p2p_latency",   "allgather_bandwidth", "allgather_latency",       "row_list_factor",
-    "install_s_per_row_layer", NULL,
+    "install_s_per_row_layer", "load_bandwidth", NULL,
 };
 
 /* The fields in the order of profile_names. */
@@ -259,7 +260,7 @@ static double *profile_field(struct ra_cost_profile *pf, int i)
     double *fields[RA_COST_PROFILE_N] = {
         &pf->gemm_flops,  &pf->attn_flops,          &pf->other_s_per_token_layer, &pf->p2p_bandwidth,
         &pf->p2p_latency, &pf->allgather_bandwidth, &pf->allgather_latency,   &pf->row_list_factor,
-        &pf->install_s_per_row_layer,
+        &pf->install_s_per_row_layer, &pf->load_bandwidth,
     };
     return fields[i];
 }

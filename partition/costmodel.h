@@ -55,6 +55,7 @@ struct ra_cost_profile {
     double row_list_factor;         /* a pass over a position list: its time / the model's for those rows
                                      * (0 or missing: 1) */
     double install_s_per_row_layer; /* installing a loaded row: RoPE shift of K, copy into the cache */
+    double load_bandwidth;          /* bytes/s one loader reads and verifies stored rows (page cache) */
 };
 
 enum ra_cost_method { RA_COST_KVR, RA_COST_TSP };
@@ -88,7 +89,7 @@ int ra_cost_objective_eval(void *ctx, const int *bounds, int p, double *value);
 int ra_cost_profile_check(const struct ra_cost_profile *pf);
 
 /* The profile as named doubles, for the HDF5 table's attributes. */
-#define RA_COST_PROFILE_N 9
+#define RA_COST_PROFILE_N 10
 /* The field names in packing order, NULL-terminated. */
 const char *const *ra_cost_profile_names(void);
 /* values[RA_COST_PROFILE_N] in the order of ra_cost_profile_names(). */
@@ -128,9 +129,13 @@ int ra_cost_profile_unpack(struct ra_cost_profile *pf, const char *const *names,
  *                     sum of s_q over q < r) or anywhere (TSP), with a
  *                     4-byte position each.
  *   loads    a loader per rank reads its loaded rows layer by layer from
- *            time 0 at load_bandwidth (0: free): full sends, the slice's;
- *            delta, every loaded row before b_{r+1} (the receiver rebuilds
- *            the rows that did not travel).
+ *            time 0: full sends, the slice's; delta, every loaded row before
+ *            b_{r+1} (the receiver rebuilds the rows that did not travel). A
+ *            layer takes the longer of its bytes at the profile's
+ *            load_bandwidth (reads and checksums: the loader's own CPU time)
+ *            and at the run's store bandwidth (0: none). With shared_core
+ *            (no core spare for the loader thread) its CPU time also adds to
+ *            each pass-B layer of the rank.
  *
  * TTFT is the last rank's finish (KVR) or the latest (TSP), with the
  * classifier. Without loaded rows it is ra_cost_replay's figure exactly
@@ -149,7 +154,8 @@ struct ra_cost_reuse {
     int global;            /* blend: the global selection (an all-gather between the passes) */
     int delta;             /* only recomputed rows travel in pass B */
     double kv_elem_bytes;  /* bytes of one K or V element: 4 (f32), 2 (bf16); 0: 4 */
-    double load_bandwidth; /* bytes/s one rank's loader reads; 0: loads are free */
+    double load_bandwidth; /* bytes/s of the store (an emulated --store-gbps); 0: as fast as it reads */
+    int shared_core;       /* the loader thread has no core of its own: its CPU time slows the pass */
 };
 
 /* Each rank's rows in pass B (s_r above), for reports and tests: rows[p]. */

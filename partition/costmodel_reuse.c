@@ -211,8 +211,9 @@ static void plan_ranks(const struct ra_config *c, const struct ra_cost_profile *
             loaded_in(ru, 0, b, &held, &held_keys);
         else
             held = loaded;
-        pa->load_layer = pb->load_layer = ru->load_bandwidth > 0 ? 2 * held * rb / ru->load_bandwidth : 0;
-        pb->install = held * pf->install_s_per_row_layer;
+        const double bytes = 2 * held * rb, cpu = pf->load_bandwidth > 0 ? bytes / pf->load_bandwidth : 0;
+        pa->load_layer = pb->load_layer = fmax(cpu, ru->load_bandwidth > 0 ? bytes / ru->load_bandwidth : 0);
+        pb->install = held * pf->install_s_per_row_layer + (ru->shared_core ? cpu : 0);
         pa->install = loaded * pf->install_s_per_row_layer;
         if (m == RA_COST_KVR && r > 0) {
             pa->transfer = 2.0 * a * rb / bw;

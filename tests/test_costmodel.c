@@ -181,11 +181,12 @@ static void test_names(void)
     while (names[n])
         n++;
     CHECK(n == RA_COST_PROFILE_N && !strcmp(names[0], "gemm_flops") && !strcmp(names[6], "allgather_latency"));
-    struct ra_cost_profile pf = { 70e9, 25e9, 2e-6, 5e9, 2e-5, 4e9, 3e-5, 1.25, 1e-8 }, back;
+    struct ra_cost_profile pf = { 70e9, 25e9, 2e-6, 5e9, 2e-5, 4e9, 3e-5, 1.25, 1e-8, 2e9 }, back;
     double v[RA_COST_PROFILE_N];
     ra_cost_profile_pack(&pf, v);
     CHECK(v[0] == 70e9 && v[3] == 5e9 && v[6] == 3e-5 && v[7] == 1.25 && v[8] == 1e-8);
-    CHECK(!strcmp(names[7], "row_list_factor") && !strcmp(names[8], "install_s_per_row_layer"));
+    CHECK(!strcmp(names[7], "row_list_factor") && !strcmp(names[8], "install_s_per_row_layer") &&
+          !strcmp(names[9], "load_bandwidth") && v[9] == 2e9);
     CHECK_OK(ra_cost_profile_unpack(&back, names, v, n));
     CHECK(!memcmp(&back, &pf, sizeof pf));
     /* Any order, unknown names ignored, optional fields missing. */

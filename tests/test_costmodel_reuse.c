@@ -122,6 +122,18 @@ static void test_one_rank(void)
     want = 2 * per_layer + 1.3 * layer_s(&c, &pf, 200, keys(0, 100) + keys(900, 1000)) + classifier(&c, &pf);
     CHECK_OK(ra_cost_reuse_replay(&c, &pf, RA_COST_KVR, &ru, b, 1, &t, NULL, NULL));
     CHECK(close_rel(t, want, 1e-12));
+
+    /* The loader's own rate (the profile's): the same pacing when slower than the pass's layers;
+     * with no core of its own its time also adds to every layer. */
+    ru.load_bandwidth = 0;
+    pf.load_bandwidth = 1e8;
+    const double cpu = 2.0 * 800 * 768 * 2 / 1e8, c1 = 1.3 * layer_s(&c, &pf, 200, keys(0, 100) + keys(900, 1000));
+    CHECK(c1 > cpu); /* the pass is the slower: only layer 0 waits */
+    CHECK_OK(ra_cost_reuse_replay(&c, &pf, RA_COST_KVR, &ru, b, 1, &t, NULL, NULL));
+    CHECK(close_rel(t, cpu + 2 * c1 + classifier(&c, &pf), 1e-12));
+    ru.shared_core = 1;
+    CHECK_OK(ra_cost_reuse_replay(&c, &pf, RA_COST_KVR, &ru, b, 1, &t, NULL, NULL));
+    CHECK(close_rel(t, 3 * cpu + 2 * c1 + classifier(&c, &pf), 1e-12));
 }
 
 /* Two ranks, one layer, chain: rank 1's receive of [0, b_1) (full) or of

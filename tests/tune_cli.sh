@@ -25,9 +25,10 @@ for k in p2p_latency p2p_latency_min p2p_bandwidth p2p_bandwidth_peak allgather_
 done
 awk -v a="$(value p2p_latency_min)" -v b="$(value p2p_latency)" 'BEGIN { exit !(a > 0 && a <= b) }' \
     || fail "profile: p2p latency min $(value p2p_latency_min) not in (0, median $(value p2p_latency)]"
-# The reuse model's figures: a position-list pass against the model of its rows, installs.
-awk -v f="$(value row_list_factor)" -v i="$(value install_s_per_row_layer)" 'BEGIN { exit !(f > 0.2 && f < 20 && i > 0 && i < 1e-3) }' \
-    || fail "profile: row_list_factor $(value row_list_factor), install_s_per_row_layer $(value install_s_per_row_layer)"
+# The reuse model's figures: a position-list pass against the model of its rows, installs, loads.
+awk -v f="$(value row_list_factor)" -v i="$(value install_s_per_row_layer)" -v b="$(value load_bandwidth)" \
+    'BEGIN { exit !(f > 0.2 && f < 20 && i > 0 && i < 1e-3 && b > 1e6) }' \
+    || fail "profile: row_list_factor $(value row_list_factor), install_s_per_row_layer $(value install_s_per_row_layer), load_bandwidth $(value load_bandwidth)"
 grep -Eq "^ +8 +[0-9.]+ +[0-9.]+ +[0-9]+$" "$TMP/tune.err" || fail "no per-size calibration table"
 if [ "$(value calibration_busy)" = 0 ]; then
     grep -q "the machine was quiet" "$TMP/tune.err" || fail "quiet calibration not reported"
