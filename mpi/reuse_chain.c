@@ -6,6 +6,7 @@
 #include "prefill.h"
 #include "ra_mpi.h"
 #include "reuse/blend.h"
+#include "reuse/craft.h"
 #include "timing.h"
 
 #include <stdio.h>
@@ -74,6 +75,7 @@ struct plan {
     struct piece *pieces;       /* [n_chunks] */
     struct ra_blend_load *loads;/* [n_chunks] this rank's rows of the loaded chunks */
     int n_loads, hits;
+    struct ra_craft_choice *craft; /* craft: [n_chunks] every chunk's variant (the pieces point into it) */
 };
 
 static void plan_free(struct plan *p)
@@ -82,6 +84,7 @@ static void plan_free(struct plan *p)
         if (p->chunks[c])
             ra_chunk_close(p->chunks[c]);
     free(p->chunks), free(p->loaded), free(p->pieces), free(p->loads);
+    ra_craft_choices_free(p->craft, p->n_chunks);
     memset(p, 0, sizeof *p);
 }
 
@@ -158,11 +161,61 @@ out:
     return rc;
 }
 
-/* ------------------------------------------------------------ the craft step's place
+/* ------------------------------------------------------------ craft's plan and selection
  *
  * --reuse craft selects from the store's per-chunk records, without pass A:
- * a pure function of the request and the plan's chunks, which fills the
- * slice's selection here (not yet: refused before any pass). */
+ * every rank chooses every chunk's variant (ra_craft_choose: the records of
+ * the whole request make the budgets), a chunk is loaded only where every
+ * rank chose the same variant (the first 8 bytes of its key, all-reduced
+ * min and max), and every rank computes the same selection of the whole
+ * prompt (ra_craft_select), of which it runs its slice's rows. */
+
+static int plan_make_craft(struct plan *p, MPI_Comm comm, int rank, struct ra_store *st, const struct ra_request *req,
+                           const struct ra_kvcache *kv, int need_lo, int need_hi)
+{
+    const int nc = req->n_chunks;
+    int rc = RA_OK;
+    long long *lo_key = calloc((size_t)nc + 1, sizeof *lo_key), *hi_key = calloc((size_t)nc + 1, sizeof *hi_key);
+    p->n_chunks = nc;
+    p->chunks = calloc((size_t)nc + 1, sizeof *p->chunks);
+    p->loaded = calloc((size_t)nc + 1, 1);
+    p->pieces = calloc((size_t)nc + 1, sizeof *p->pieces);
+    p->loads = calloc((size_t)nc + 1, sizeof *p->loads);
+    if (!lo_key || !hi_key || !p->chunks || !p->loaded || !p->pieces || !p->loads)
+        rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory planning %d chunks", rank, nc);
+    if (rc == RA_OK && (rc = ra_craft_choose(st, req, kv, &p->craft)) != RA_OK)
+        rc = ra_error_set(rc, "rank %d: %s", rank, ra_error_message());
+    for (int c = 0; c < nc && rc == RA_OK; c++) {
+        uint64_t k = 0;
+        if (p->craft[c].chunk)
+            memcpy(&k, ra_chunk_key(p->craft[c].chunk), sizeof k);
+        lo_key[c] = hi_key[c] = (long long)(k >> 1) + (p->craft[c].chunk != NULL); /* 0: none */
+    }
+    if ((rc = agree(comm, rc)) != RA_OK)
+        goto out;
+    if (MPI_Allreduce(MPI_IN_PLACE, lo_key, nc, MPI_LONG_LONG, MPI_MIN, comm) != MPI_SUCCESS ||
+        MPI_Allreduce(MPI_IN_PLACE, hi_key, nc, MPI_LONG_LONG, MPI_MAX, comm) != MPI_SUCCESS) {
+        rc = ra_error_set(RA_ECOMM, "rank %d: MPI_Allreduce of the chunks' variants failed", rank);
+        goto out;
+    }
+    for (int c = 0; c < nc; c++) {
+        const int start = req->chunk_start[c], end = start + req->chunk_len[c];
+        const int lo = start > need_lo ? start : need_lo, hi = end < need_hi ? end : need_hi;
+        p->loaded[c] = lo_key[c] != 0 && lo_key[c] == hi_key[c];
+        p->hits += p->loaded[c];
+        if (!p->loaded[c] || lo >= hi)
+            continue;
+        struct ra_chunk *chunk = p->craft[c].chunk;
+        p->pieces[c] = (struct piece){ chunk, (size_t)(lo - start) * ra_kvcache_row_bytes(kv) };
+        p->loads[p->n_loads++] = (struct ra_blend_load){ .start = lo, .n = hi - lo,
+                                                         .shift = start - ra_chunk_n_prefix(chunk),
+                                                         .read = piece_read, .src = &p->pieces[c] };
+    }
+out:
+    free(lo_key);
+    free(hi_key);
+    return rc;
+}
 
 /* ------------------------------------------------------------ passes */
 
@@ -213,6 +266,23 @@ static void select_must(struct run *r, const uint8_t *must)
     for (int i = 0; i < r->hi - r->lo; i++)
         if (must[i])
             r->sel[r->n_sel++] = r->lo + i;
+}
+
+/* Craft: the whole prompt's selection, the same on every rank, the slice's rows of it. */
+static int craft_select(struct run *r, const struct ra_request *req, const struct plan *p, double ratio,
+                        double *t_select)
+{
+    const double t = MPI_Wtime();
+    int32_t *all = malloc(sizeof *all * (size_t)r->n);
+    int n_all = 0, rc = all ? ra_craft_select(req, p->craft, p->loaded, ratio, all, &n_all)
+                            : ra_error_set(RA_ENOMEM, "rank %d: out of memory", r->x->rank);
+    r->n_sel = 0;
+    for (int i = 0; rc == RA_OK && i < n_all; i++)
+        if (all[i] >= r->lo && all[i] < r->hi)
+            r->sel[r->n_sel++] = all[i];
+    free(all);
+    *t_select = MPI_Wtime() - t;
+    return rc;
 }
 
 /* Global scope: every rank's deviations and must flags gathered, one selection over the prompt, the slice's part. */
@@ -297,8 +367,6 @@ static int check_chain(const struct ra_reuse_chain *ch, enum ra_reuse_mode mode,
         return ra_error_set(RA_EINVAL, "rank %d: reuse on the chain runs --method kvr or tsp", rank);
     if (ch->send != RA_REUSE_SEND_FULL && ch->send != RA_REUSE_SEND_DELTA)
         return ra_error_set(RA_EINVAL, "rank %d: unknown reuse send mode %d", rank, (int)ch->send);
-    if (mode == RA_REUSE_CRAFT)
-        return ra_error_set(RA_EINVAL, "rank %d: --reuse craft on the chain is not yet implemented", rank);
     if (mode == RA_REUSE_BLEND && cfg->ratio < 0)
         return ra_error_set(RA_EINVAL, "rank %d: --blend-ratio auto runs on one rank only", rank);
     if (mode == RA_REUSE_BLEND && cfg->n_schedule > 0)
@@ -389,9 +457,10 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
         goto out;
     /* Delta sends: this rank rebuilds the rows before its slice from the store too. */
     const int need_lo = ch->send == RA_REUSE_SEND_DELTA ? 0 : lo;
-    if ((rc = plan_make(&p, ctl, rank, st, req, mode, kv, need_lo, hi)) != RA_OK)
+    rc = mode == RA_REUSE_CRAFT ? plan_make_craft(&p, ctl, rank, st, req, kv, need_lo, hi)
+                                : plan_make(&p, ctl, rank, st, req, mode, kv, need_lo, hi);
+    if (rc != RA_OK)
         goto out;
-    /* --reuse craft's selection goes here: from the plan's chunks, before any pass. */
     if ((rc = ra_prefill_start(&x, kv)) != RA_OK)
         goto out;
     r.t0 = MPI_Wtime(); /* the start barrier: the TTFT's origin */
@@ -400,6 +469,8 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
         goto out;
     if (mode == RA_REUSE_BLEND)
         rc = blend_select(ctx, &r, &s, &t_pass_a, &t_select);
+    else if (mode == RA_REUSE_CRAFT)
+        rc = agree(ctl, craft_select(&r, req, &p, cfg->ratio, &t_select));
     else
         select_must(&r, ra_blend_must(r.e));
     if (rc == RA_OK && ch->send == RA_REUSE_SEND_DELTA)
@@ -413,7 +484,8 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
     }
     if ((rc = agree(ctl, rc)) != RA_OK)
         goto out;
-    ra_blend_close(r.e, mode == RA_REUSE_BLEND ? cfg->ratio : mode == RA_REUSE_NONE ? 1 : 0, &mine);
+    ra_blend_close(r.e, mode == RA_REUSE_BLEND || mode == RA_REUSE_CRAFT ? cfg->ratio : mode == RA_REUSE_NONE ? 1 : 0,
+                   &mine);
     r.e = NULL;
     mine.mode = mode;
     mine.n_rows = req->n;

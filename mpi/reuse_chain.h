@@ -15,7 +15,10 @@
  *            ra_blend_select over the prompt (the single-rank result);
  *            local: each rank selects the ratio of its own loaded rows
  *            (the single-rank run with quota_bounds = the partition).
- *            craft: from the store's per-chunk records, no pass A.
+ *            craft: no pass A; every rank chooses every chunk's variant
+ *            and computes the whole prompt's selection from their records
+ *            (ra_craft_select, the single-rank result); a chunk whose
+ *            variant differs between ranks is computed everywhere.
  *   pass B   each rank its selected rows through every layer over its
  *            installed loads; what travels per layer:
  *              full   the fused rows as a plain pass sends them (chain:

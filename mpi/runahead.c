@@ -262,8 +262,6 @@ static int reuse_options_check(struct options *o, int blend_given, int store_giv
     if (o->method == RA_METHOD_SINGLE)
         return RA_OK;
     /* What the chain does not run (ra_reuse_chain_prefill refuses them too), before any work. */
-    if (o->reuse.mode == RA_REUSE_CRAFT)
-        return ra_error_set(RA_EINVAL, "--reuse craft on the chain is not yet implemented");
     if (o->reuse.cfg.ratio < 0 || o->reuse.cfg.n_schedule > 0 || o->reuse.cfg.store_write)
         return ra_error_set(RA_EINVAL, "--blend-ratio auto, --blend-schedule and --store-write run on one rank only");
     if (o->offload.mode != RA_OFFLOAD_NONE || o->trace)

@@ -6,7 +6,8 @@
 # stores each chunk behind its real context; runahead-chunks add stores the
 # base variants (behind the system prompt alone); ls lists every chunk with
 # its record's impact and the variants with the chunk they vary; craft at
-# ratio 1 prints none's tokens, at ratio 0 it loads every chunk (3 hits).
+# ratio 1 prints none's tokens, at ratio 0 it loads every chunk (3 hits); on 2
+# ranks (--method kvr and tsp) craft at 0 and 0.3 prints what one rank prints.
 # evict --policy craft empties the store, records with it (verify clean). Bad
 # input: --blend-ratio auto with craft, --policy of another name.
 . "$(dirname "$0")/lib.sh"
@@ -49,6 +50,16 @@ $RA $args --reuse craft --blend-ratio 0 >/dev/null 2>"$TMP/err" || fail "craft 0
 grep -q "^reuse craft (ratio 0.000): 16 rows, 3 chunks: 3 hits, 0 misses; 12 rows loaded" "$TMP/err" ||
     fail "craft 0: $(grep ^reuse "$TMP/err")"
 grep -q "^reuse recomputed rows per layer: 4 4 4 4 4" "$TMP/err" || fail "craft 0: $(grep recomputed "$TMP/err")"
+if command -v "$MPIEXEC" >/dev/null 2>&1; then
+    for r in 0 0.3; do
+        one=$($RA $args --reuse craft --blend-ratio $r 2>"$TMP/err") || fail "craft $r: $(cat "$TMP/err")"
+        for method in kvr tsp; do
+            got=$(timeout 120 $MPIEXEC -np 2 $MPIEXEC_FLAGS $RA $args --method $method --reuse craft --blend-ratio $r \
+                2>"$TMP/err") || { fail "craft $r on 2 ranks ($method): $(cat "$TMP/err")"; continue; }
+            [ "$got" = "$one" ] || fail "craft $r on 2 ranks ($method) printed '$got', one rank '$one'"
+        done
+    done
+fi
 "$C" evict -m "$M" --store "$S" --all --policy craft >/dev/null 2>"$TMP/err" || fail "evict: $(cat "$TMP/err")"
 "$C" verify -m "$M" --store "$S" >/dev/null 2>"$TMP/err" || fail "verify after evict: $(cat "$TMP/err")"
 [ -z "$(find "$S/chunks" -type f)" ] || fail "evict left $(find "$S/chunks" -type f)"

@@ -13,6 +13,8 @@
  *   blend local                         == the single-rank blend with the
  *                                          partition as quota_bounds;
  *   full, prefix, none                  == their single-rank runs;
+ *   craft at ratios 0, 0.15, 1          == the single-rank craft (every rank
+ *                                          computes the whole request's plan);
  * the report's hits, misses and recomputed rows per layer equal the single
  * rank's; all of it with full sends and with delta sends (only the
  * recomputed rows travel in pass B, each rank rebuilding the rest from the
@@ -284,7 +286,7 @@ static void compare(const char *label, const struct result *got, const struct re
 }
 
 struct refs {
-    struct result none, full, prefix, blend[3], local[3];
+    struct result none, full, prefix, blend[3], local[3], craft[3];
 };
 
 static const double ratios[3] = { 0, 0.15, 1 };
@@ -324,9 +326,18 @@ static void run_cases(const struct setup *su, const struct refs *ref, const stru
         compare(label, &got, want[k], n, V, c, 1);
         drop(&got);
     }
+    for (int i = 0; i < 3; i++) {
+        cfg.ratio = ratios[i];
+        snprintf(label, sizeof label, "p=%d %s %s %s: craft %.2f", world, where, ra_reuse_send_name(ch->send), part,
+                 ratios[i]);
+        CHECK_OK(chain_run(su, RA_REUSE_CRAFT, &cfg, ch, &got, &s));
+        check_bytes(label, &s, c, ch, 0);
+        compare(label, &got, &ref->craft[i], n, V, c, 1);
+        drop(&got);
+    }
     if (rank == 0)
-        printf("p=%d %s %s sends, %s: blend global and local at 0, 0.15, 1, full, prefix, none\n", world, where,
-               ra_reuse_send_name(ch->send), part);
+        printf("p=%d %s %s sends, %s: blend global and local at 0, 0.15, 1, full, prefix, none, craft at 0, 0.15, 1\n",
+               world, where, ra_reuse_send_name(ch->send), part);
 }
 
 /* Partitions: even; on chunk boundaries; through the middle of chunks. */
@@ -457,8 +468,10 @@ int main(int argc, char **argv)
         reference(&ctx, all, &rd.req, RA_REUSE_NONE, 1, NULL, &ref.none);
         reference(&ctx, all, &rd.req, RA_REUSE_FULL, 0, NULL, &ref.full);
         reference(&ctx, all, &rd.req, RA_REUSE_PREFIX, 0, NULL, &ref.prefix);
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 3; i++) {
             reference(&ctx, all, &rd.req, RA_REUSE_BLEND, ratios[i], NULL, &ref.blend[i]);
+            reference(&ctx, all, &rd.req, RA_REUSE_CRAFT, ratios[i], NULL, &ref.craft[i]);
+        }
         CHECK(ref.full.rep.hits == N_CHUNKS && ref.prefix.rep.hits == N_CHUNKS);
     }
     int bounds[3][RA_MAX_RANKS + 1];
@@ -484,7 +497,7 @@ int main(int argc, char **argv)
 
     drop(&ref.none), drop(&ref.full), drop(&ref.prefix);
     for (int i = 0; i < 3; i++)
-        drop(&ref.blend[i]), drop(&ref.local[i]);
+        drop(&ref.blend[i]), drop(&ref.local[i]), drop(&ref.craft[i]);
     ra_store_close(all);
     ra_store_close(gap);
     ra_context_free(&ctx);

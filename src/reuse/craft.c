@@ -157,11 +157,6 @@ int ra_craft_plan(const struct ra_craft_chunk *chunks, int n_chunks, const uint8
 
 /* ------------------------------------------------------------ variants */
 
-static int chunk_read(void *src, int layer, const void **k, const void **v)
-{
-    return ra_chunk_layer(src, layer, k, v);
-}
-
 /* Opens the file of hex key KEY when it holds TOKENS[n] behind a prefix that
  * begins with LEAD[n_lead] (a variant's prefix is the lead and its context). */
 static int open_variant(struct ra_store *st, const char *key, const int32_t *lead, int n_lead, const int32_t *tokens,
@@ -257,43 +252,29 @@ int ra_craft_variants(struct ra_store *st, const int32_t *prefix, int n_prefix, 
 
 /* ------------------------------------------------------------ the mode */
 
-struct plan {
-    int n_chunks;
-    uint8_t (*base)[RA_STORE_HASH_BYTES]; /* [n_chunks] the request's chunks' base keys */
-    struct ra_chunk **chosen;             /* [n_chunks] the variant loaded, or NULL */
-    struct ra_craft_record *rec;          /* [n_chunks] its record */
-    int *have;                            /* [n_chunks] whether it has one */
-    struct ra_craft_chunk *cc;            /* [n_loads] */
-    struct ra_blend_load *loads;          /* [n_loads] */
-    int n_loads;
-};
-
-static void plan_free(struct plan *p)
+void ra_craft_choices_free(struct ra_craft_choice *ch, int n)
 {
-    for (int i = 0; i < p->n_chunks; i++) {
-        if (p->chosen && p->chosen[i])
-            ra_chunk_close(p->chosen[i]);
-        if (p->rec)
-            ra_craft_record_free(&p->rec[i]);
+    for (int i = 0; ch && i < n; i++) {
+        if (ch[i].chunk)
+            ra_chunk_close(ch[i].chunk);
+        ra_craft_record_free(&ch[i].rec);
     }
-    free(p->base);
-    free(p->chosen);
-    free(p->rec);
-    free(p->have);
-    free(p->cc);
-    free(p->loads);
+    free(ch);
 }
 
 /* Chunk C's variants; the one of least impact x rows (a variant with a
- * record before one without) into the plan, its use recorded. */
-static int choose(struct ra_store *st, const struct ra_request *req, int c, struct plan *p, int *warned)
+ * record before one without) into OUT, its use recorded. BASE: the request's
+ * chunks' base keys. */
+static int choose(struct ra_store *st, const struct ra_request *req, int c, const uint8_t (*base)[RA_STORE_HASH_BYTES],
+                  struct ra_craft_choice *out)
 {
-    const int start = req->chunk_start[c], len = req->chunk_len[c];
+    const int len = req->chunk_len[c];
     struct ra_chunk **vc;
     struct ra_craft_record *vr;
     int *vh, nv, best = -1, rc;
     double best_cost = INFINITY, best_ov = 0;
-    if ((rc = ra_craft_variants(st, req->ids, req->n_prefix, req->ids + start, len, &vc, &vr, &vh, &nv)) != RA_OK)
+    if ((rc = ra_craft_variants(st, req->ids, req->n_prefix, req->ids + req->chunk_start[c], len, &vc, &vr, &vh,
+                                &nv)) != RA_OK)
         return rc;
     for (int v = 0; v < nv; v++) {
         if (!vh[v]) {
@@ -302,89 +283,119 @@ static int choose(struct ra_store *st, const struct ra_request *req, int c, stru
             continue;
         }
         const double ov = ra_craft_overlap((const uint8_t(*)[RA_STORE_HASH_BYTES])vr[v].ctx_keys, vr[v].n_ctx_keys,
-                                           (const uint8_t(*)[RA_STORE_HASH_BYTES])p->base, c);
-        const struct ra_craft_chunk cc = { .start = start, .n = len, .rec = &vr[v], .overlap = ov };
+                                           base, c);
+        const struct ra_craft_chunk cc = { .start = req->chunk_start[c], .n = len, .rec = &vr[v], .overlap = ov };
         const double cost = ra_craft_impact(&cc) * len;
         if (best < 0 || !vh[best] || cost < best_cost)
             best = v, best_cost = cost, best_ov = ov;
     }
     if (best >= 0) {
         char hex[2 * RA_STORE_HASH_BYTES + 1];
-        const char *slash = strrchr(ra_chunk_path(vc[best]), '/');
-        snprintf(hex, sizeof hex, "%s", slash ? slash + 1 : "");
+        ra_store_hex(vc[best]->layout.h.key, hex);
         if ((rc = ra_store_record_use(st, hex)) == RA_OK) {
-            p->chosen[c] = vc[best];
-            p->rec[c] = vr[best];
-            p->have[c] = vh[best];
+            out->chunk = vc[best];
+            out->rec = vr[best];
+            out->have_rec = vh[best];
+            out->overlap = best_ov;
             vc[best] = NULL;
             memset(&vr[best], 0, sizeof vr[best]);
-            if (!p->have[c] && !*warned) {
-                fprintf(stderr, "runahead: warning: %s: a chunk without craft records: loaded as full reuse\n",
-                        ra_chunk_path(p->chosen[c]));
-                *warned = 1;
-            }
-            p->cc[p->n_loads] = (struct ra_craft_chunk){ .start = start, .n = len, .overlap = best_ov };
         }
     }
     ra_craft_variants_free(vc, vr, vh, nv);
     return rc;
 }
 
-static int make_plan(struct ra_store *st, const struct ra_request *req, const struct ra_kvcache *kv, struct plan *p)
+int ra_craft_choose(struct ra_store *st, const struct ra_request *req, const struct ra_kvcache *kv,
+                    struct ra_craft_choice **out)
 {
     const int C = req->n_chunks;
     int rc = RA_OK, warned = 0;
-    memset(p, 0, sizeof *p);
-    p->n_chunks = C;
-    p->base = calloc((size_t)C + 1, sizeof *p->base);
-    p->chosen = calloc((size_t)C + 1, sizeof *p->chosen);
-    p->rec = calloc((size_t)C + 1, sizeof *p->rec);
-    p->have = calloc((size_t)C + 1, sizeof *p->have);
-    p->cc = calloc((size_t)C + 1, sizeof *p->cc);
-    p->loads = calloc((size_t)C + 1, sizeof *p->loads);
-    if (!p->base || !p->chosen || !p->rec || !p->have || !p->cc || !p->loads)
-        return ra_error_set(RA_ENOMEM, "craft: out of memory");
+    uint8_t(*base)[RA_STORE_HASH_BYTES] = calloc((size_t)C + 1, sizeof *base);
+    struct ra_craft_choice *ch = calloc((size_t)C + 1, sizeof *ch);
+    *out = NULL;
+    if (!base || !ch)
+        rc = ra_error_set(RA_ENOMEM, "craft: out of memory");
     for (int c = 0; c < C && rc == RA_OK; c++)
         rc = ra_store_chunk_key(st, req->ids, req->n_prefix, req->ids + req->chunk_start[c], req->chunk_len[c],
-                                p->base[c]);
+                                base[c]);
     for (int c = 0; c < C && rc == RA_OK; c++) {
-        const int start = req->chunk_start[c], len = req->chunk_len[c];
-        if (start + len >= req->n) /* the last row gives the logits: computed */
+        if (req->chunk_start[c] + req->chunk_len[c] >= req->n) /* the last row gives the logits: computed */
             break;
-        if ((rc = choose(st, req, c, p, &warned)) != RA_OK || !p->chosen[c])
+        if ((rc = choose(st, req, c, (const uint8_t(*)[RA_STORE_HASH_BYTES])base, &ch[c])) != RA_OK || !ch[c].chunk)
             continue;
-        const size_t want = 2 * (size_t)len * ra_kvcache_row_bytes(kv);
-        if (ra_chunk_layer_bytes(p->chosen[c]) != want)
-            return ra_error_set(RA_EFORMAT, "%s: %zu bytes a layer, where the request needs %zu (another KV dtype "
-                                "or model shape)", ra_chunk_path(p->chosen[c]), ra_chunk_layer_bytes(p->chosen[c]),
-                                want);
-        p->cc[p->n_loads].rec = p->have[c] ? &p->rec[c] : NULL;
-        p->loads[p->n_loads++] = (struct ra_blend_load){ .start = start, .n = len,
-                                                         .shift = start - ra_chunk_n_prefix(p->chosen[c]),
-                                                         .read = chunk_read, .src = p->chosen[c] };
+        const size_t want = 2 * (size_t)req->chunk_len[c] * ra_kvcache_row_bytes(kv);
+        if (ra_chunk_layer_bytes(ch[c].chunk) != want)
+            rc = ra_error_set(RA_EFORMAT, "%s: %zu bytes a layer, where the request needs %zu (another KV dtype "
+                              "or model shape)", ra_chunk_path(ch[c].chunk), ra_chunk_layer_bytes(ch[c].chunk), want);
+        else if (!ch[c].have_rec && !warned++)
+            fprintf(stderr, "runahead: warning: %s: a chunk without craft records: loaded as full reuse\n",
+                    ra_chunk_path(ch[c].chunk));
     }
+    free(base);
+    if (rc != RA_OK) {
+        ra_craft_choices_free(ch, C);
+        return rc;
+    }
+    *out = ch;
+    return RA_OK;
+}
+
+int ra_craft_select(const struct ra_request *req, const struct ra_craft_choice *ch, const uint8_t *loaded,
+                    double ratio, int32_t *out, int *n_out)
+{
+    const int C = req->n_chunks;
+    struct ra_craft_chunk *cc = calloc((size_t)C + 1, sizeof *cc);
+    uint8_t *must = malloc((size_t)req->n);
+    int n_cc = 0, rc = RA_OK;
+    if (!cc || !must)
+        rc = ra_error_set(RA_ENOMEM, "craft: out of memory");
+    for (int i = 0; rc == RA_OK && i < req->n; i++)
+        must[i] = 1;
+    for (int c = 0; rc == RA_OK && c < C; c++) {
+        if (!ch[c].chunk || (loaded && !loaded[c]))
+            continue;
+        cc[n_cc++] = (struct ra_craft_chunk){ .start = req->chunk_start[c], .n = req->chunk_len[c],
+                                              .rec = ch[c].have_rec ? &ch[c].rec : NULL, .overlap = ch[c].overlap };
+        memset(must + req->chunk_start[c], 0, (size_t)req->chunk_len[c]);
+    }
+    if (rc == RA_OK)
+        rc = ra_craft_plan(cc, n_cc, must, req->n, ratio, out, n_out, NULL, NULL);
+    free(cc);
+    free(must);
     return rc;
+}
+
+static int chunk_read_whole(void *src, int layer, const void **k, const void **v)
+{
+    return ra_chunk_layer(src, layer, k, v);
 }
 
 int ra_craft_prefill(struct ra_context *ctx, struct ra_store *st, const struct ra_request *req,
                      const struct ra_reuse_config *cfg, struct ra_kvcache *kv, float *logits,
                      struct ra_reuse_report *rep)
 {
-    struct plan p;
+    struct ra_craft_choice *ch = NULL;
+    struct ra_blend_load *loads = NULL;
     struct ra_blend *e = NULL;
     int32_t *sel = NULL;
-    int n_sel = 0, rc;
+    int n_sel = 0, n_loads = 0, rc;
     if (cfg->ratio < 0 || cfg->ratio > 1 || cfg->schedule || cfg->pick != RA_BLEND_PICK_DEVIATION || cfg->quota_bounds)
         return ra_error_set(RA_EINVAL, "--reuse craft: takes a --blend-ratio in [0, 1] (no auto ratio, schedule, "
                             "random pick or quotas)");
-    rc = make_plan(st, req, kv, &p);
+    rc = ra_craft_choose(st, req, kv, &ch);
     const double t0 = ra_wall_s();
-    if (rc == RA_OK && !(sel = malloc(sizeof *sel * (size_t)req->n)))
+    if (rc == RA_OK && (!(sel = malloc(sizeof *sel * (size_t)req->n)) ||
+                        !(loads = calloc((size_t)req->n_chunks + 1, sizeof *loads))))
         rc = ra_error_set(RA_ENOMEM, "craft: out of memory");
+    for (int c = 0; rc == RA_OK && c < req->n_chunks; c++)
+        if (ch[c].chunk)
+            loads[n_loads++] = (struct ra_blend_load){ .start = req->chunk_start[c], .n = req->chunk_len[c],
+                                                       .shift = req->chunk_start[c] - ra_chunk_n_prefix(ch[c].chunk),
+                                                       .read = chunk_read_whole, .src = ch[c].chunk };
     if (rc == RA_OK)
-        rc = ra_blend_open(&e, ctx, req->ids, req->n, 0, req->n, p.loads, p.n_loads, cfg, kv);
+        rc = ra_craft_select(req, ch, NULL, cfg->ratio, sel, &n_sel);
     if (rc == RA_OK)
-        rc = ra_craft_plan(p.cc, p.n_loads, ra_blend_must(e), req->n, cfg->ratio, sel, &n_sel, NULL, NULL);
+        rc = ra_blend_open(&e, ctx, req->ids, req->n, 0, req->n, loads, n_loads, cfg, kv);
     const double t_select = ra_wall_s() - t0, t1 = ra_wall_s();
     if (rc == RA_OK)
         rc = ra_blend_pass_b(e, sel, n_sel, logits);
@@ -393,9 +404,10 @@ int ra_craft_prefill(struct ra_context *ctx, struct ra_store *st, const struct r
         ra_blend_close(e, cfg->ratio, rep);
     rep->n_rows = req->n;
     rep->t_select = t_select;
-    rep->hits = p.n_loads;
-    rep->misses = req->n_chunks - p.n_loads;
-    plan_free(&p);
+    rep->hits = n_loads;
+    rep->misses = req->n_chunks - n_loads;
+    ra_craft_choices_free(ch, req->n_chunks);
+    free(loads);
     free(sel);
     return rc;
 }

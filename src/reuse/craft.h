@@ -136,6 +136,26 @@ int ra_craft_plan(const struct ra_craft_chunk *chunks, int n_chunks, const uint8
 
 /* ------------------------------------------------------------ the mode */
 
+/* Each chunk's variant for REQ: the one of least impact x rows (a variant
+ * with a record before one without; records' overlap against the chunks
+ * before it in REQ), its use recorded; a miss, and a chunk holding the
+ * prompt's last row, leave CHUNK NULL. *OUT: [req->n_chunks], malloc'ed. A
+ * chunk of other rows than KV's is an error naming its file. */
+struct ra_craft_choice {
+    struct ra_chunk *chunk;
+    struct ra_craft_record rec;
+    int have_rec;
+    double overlap;
+};
+int ra_craft_choose(struct ra_store *st, const struct ra_request *req, const struct ra_kvcache *kv,
+                    struct ra_craft_choice **out);
+void ra_craft_choices_free(struct ra_craft_choice *ch, int n);
+/* The whole request's selection (ra_craft_plan) over the chosen chunks that
+ * LOADED marks (NULL: every chosen one); every other row is a must row. OUT:
+ * [req->n]. Every rank of a chain computes the same one. */
+int ra_craft_select(const struct ra_request *req, const struct ra_craft_choice *ch, const uint8_t *loaded,
+                    double ratio, int32_t *out, int *n_out);
+
 /* `--reuse craft` on one rank: every chunk's variants looked up, the one of
  * least impact x rows loaded, the plan, pass B of the engine (blend.h's
  * phases, no pass A). As ra_reuse_prefill (which calls it). */

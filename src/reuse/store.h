@@ -94,6 +94,8 @@ int ra_store_get(struct ra_store *st, const int32_t *prefix, int n_prefix, const
 int ra_chunk_tokens(const struct ra_chunk *c);
 int ra_chunk_n_prefix(const struct ra_chunk *c);
 const char *ra_chunk_path(const struct ra_chunk *c);
+/* The chunk's key (its file's name: a variant's, not its base's). */
+const uint8_t *ra_chunk_key(const struct ra_chunk *c);
 size_t ra_chunk_layer_bytes(const struct ra_chunk *c); /* of K and V together */
 /* Layer LAYER's K and V rows (host pointers into the mapping, the KV
  * dtype), after checking the layer's SHA-256 on first use: RA_EFORMAT naming

@@ -422,6 +422,7 @@ int ra_chunk_matches(const struct ra_chunk *c, const struct ra_store *st, const 
 int ra_chunk_tokens(const struct ra_chunk *c) { return (int)c->layout.h.n_tokens; }
 int ra_chunk_n_prefix(const struct ra_chunk *c) { return (int)c->layout.h.n_prefix; }
 const char *ra_chunk_path(const struct ra_chunk *c) { return c->file.path; }
+const uint8_t *ra_chunk_key(const struct ra_chunk *c) { return c->layout.h.key; }
 size_t ra_chunk_layer_bytes(const struct ra_chunk *c) { return (size_t)c->layout.h.layer_bytes; }
 
 int ra_chunk_layer(struct ra_chunk *c, int layer, const void **k, const void **v)
