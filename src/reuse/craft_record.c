@@ -157,6 +157,17 @@ int ra_craft_record_parse(const uint8_t *data, size_t size, const char *path, st
     get_floats(&p, r->context, g);
     get_floats(&p, r->self, g);
     get_floats(&p, r->token_context, (size_t)g * n);
+    /* masses are fractions of a softmax: a value outside [0, 1] (or NaN) is not one */
+    int bad = 0;
+    for (uint32_t i = 0; i < g; i++)
+        bad |= !(r->sink[i] >= 0 && r->sink[i] <= 1.001f) || !(r->context[i] >= 0 && r->context[i] <= 1.001f) ||
+               !(r->self[i] >= 0 && r->self[i] <= 1.001f);
+    for (size_t i = 0; i < (size_t)g * n; i++)
+        bad |= !(r->token_context[i] >= 0 && r->token_context[i] <= 1.001f);
+    if (bad) {
+        ra_craft_record_free(r);
+        return ra_error_set(RA_EFORMAT, "%s: craft record masses outside [0, 1]", path);
+    }
     return RA_OK;
 }
 

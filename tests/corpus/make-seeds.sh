@@ -501,4 +501,39 @@ put("huge-counts", chunk(fix=dict(layers=0xffffffff, tokens=0x7fffffff)))
 put("header-only", chunk()[:192])
 PY
 
+# ---------------------------------------------------------------- craft records (tests/fuzz_craft_record.c: the input is the file)
+mkdir -p "$here/craft_record"
+rm -f "$here/craft_record"/seed-*
+python3 - "$here" <<'PY'
+import hashlib, os, struct, sys
+
+out = os.path.join(sys.argv[1], "craft_record")
+def put(name, data):
+    with open(os.path.join(out, "seed-" + name), "wb") as f:
+        f.write(data)
+
+# src/reuse/craft.h: magic, version, groups, tokens, lead, context, keys, base, keys, masses, token masses, SHA-256.
+def record(groups=2, tokens=3, keys=1, version=1, fix=None, mass=0.25, damage=None):
+    f = dict(groups=groups, tokens=tokens, keys=keys)
+    f.update(fix or {})
+    b = b"RACRAFT\0" + struct.pack("<6I", version, f["groups"], f["tokens"], 2, 5, f["keys"])
+    b += b"\3" * 32 + b"\4" * 32 * keys
+    b += struct.pack("<%df" % (3 * groups), *([0.1] * groups + [0.3] * groups + [0.6] * groups))
+    b += struct.pack("<%df" % (groups * tokens), *([mass] * (groups * tokens)))
+    b = bytearray(b + hashlib.sha256(b).digest())
+    if damage is not None:
+        b[damage] ^= 0x10
+    return bytes(b)
+
+put("ok", record())
+put("no-keys", record(keys=0, groups=4, tokens=9))
+put("checksum", record(damage=70))
+put("truncated", record()[:50])
+put("version-2", record(version=2))
+put("sizes-lie", record(fix=dict(tokens=4)))
+put("huge-counts", record(fix=dict(groups=0xffffffff, tokens=0x7fffffff, keys=0xffffffff)))
+put("mass-nan", record(mass=float("nan")))
+put("mass-big", record(mass=7.0))
+PY
+
 echo "make-seeds: wrote $(ls "$here"/*/seed-* | wc -l) seeds, $(cat "$here"/*/seed-* | wc -c) bytes"
