@@ -453,17 +453,18 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
         rc = ra_exchange_init(&x, comm, ch->method, ch->route, ch->bounds, L, ra_kvcache_row_bytes(kv));
     if ((rc = agree(ctl, rc)) != RA_OK)
         goto out;
-    if ((rc = ra_exchange_attach_transport(&x, ch->transport, kv)) != RA_OK) /* collective */
+    if ((rc = agree(ctl, ra_exchange_attach_transport(&x, ch->transport, kv))) != RA_OK) /* collective */
         goto out;
+    /* The start barrier, the TTFT's origin: the lookups count, as on one rank. */
+    if ((rc = ra_prefill_start(&x, kv)) != RA_OK)
+        goto out;
+    r.t0 = MPI_Wtime();
     /* Delta sends: this rank rebuilds the rows before its slice from the store too. */
     const int need_lo = ch->send == RA_REUSE_SEND_DELTA ? 0 : lo;
     rc = mode == RA_REUSE_CRAFT ? plan_make_craft(&p, ctl, rank, st, req, kv, need_lo, hi)
                                 : plan_make(&p, ctl, rank, st, req, mode, kv, need_lo, hi);
     if (rc != RA_OK)
         goto out;
-    if ((rc = ra_prefill_start(&x, kv)) != RA_OK)
-        goto out;
-    r.t0 = MPI_Wtime(); /* the start barrier: the TTFT's origin */
     rc = ra_blend_open(&r.e, ctx, req->ids, req->n, lo, hi, p.loads, p.n_loads, cfg, kv);
     if ((rc = agree(ctl, rc)) != RA_OK)
         goto out;
