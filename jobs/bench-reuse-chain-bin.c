@@ -9,7 +9,7 @@
  * the request and fills a fresh store with every chunk (not timed); then
  * --repeat rounds run, interleaved in this order:
  *   blend-kvr  blend (--blend-ratio) on every rank, KV-Runahead's chain
- *   blend-1    blend on rank 0 alone (the other ranks wait): issue 22's run
+ *   blend-1    blend on rank 0 alone (the other ranks wait): the single-rank reuse run
  *   none-kvr   full prefill on every rank, KV-Runahead (mpi/prefill.h)
  *   blend-tsp  blend on every rank, TSP
  *   none-tsp   full prefill on every rank, TSP (even split)
