@@ -229,6 +229,7 @@ struct run {
     const float *dev;           /* pass A: the slice's */
     const uint8_t *must;
     int32_t *sel;               /* [hi - lo] pass B's rows, positions */
+    int pass_failed;            /* a pass failed here: peers may wait in it, nothing is agreed after */
     int n_sel;
     float *logits;
     double t0, ttft;
@@ -331,6 +332,8 @@ static int blend_select(struct ra_context *ctx, struct run *r, struct ra_reuse_c
     double t = MPI_Wtime();
     int rc = ra_prefill_pass(ctx, r->x, pass_a_body, r);
     count_pass(r->x, s);
+    if ((r->pass_failed = rc != RA_OK))
+        return rc;
     s->rows_pass_a = r->hi - r->lo;
     *t_pass_a = MPI_Wtime() - t;
     t = MPI_Wtime();
@@ -474,6 +477,8 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
         rc = agree(ctl, craft_select(&r, req, &p, cfg->ratio, &t_select));
     else
         select_must(&r, ra_blend_must(r.e));
+    if (r.pass_failed)
+        goto out;
     if (rc == RA_OK && ch->send == RA_REUSE_SEND_DELTA)
         rc = set_travel(&r);
     if (rc == RA_OK) {
@@ -482,6 +487,8 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
         s.t_pass_b = MPI_Wtime() - t;
         count_pass(&x, &s);
         s.rows_pass_b = r.n_sel;
+        if ((r.pass_failed = rc != RA_OK))
+            goto out;
     }
     if ((rc = agree(ctl, rc)) != RA_OK)
         goto out;
@@ -501,6 +508,7 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
 out:
     if (r.e)
         ra_blend_close(r.e, 0, NULL);
+    s.pass_failed = r.pass_failed;
     if (stats)
         *stats = s;
     ra_reuse_report_free(&mine);

@@ -63,6 +63,7 @@ struct ra_reuse_chain_stats {
     int msgs_sent, msgs_recv;
     int rows_pass_a, rows_pass_b;       /* this rank's rows in each pass */
     double t_pass_a, t_select, t_pass_b, t_wait;
+    int pass_failed;                    /* this rank failed inside a pass (below) */
 };
 
 /* Collective over COMM: prefills REQ (every rank holds all of it) in MODE
@@ -71,7 +72,11 @@ struct ra_reuse_chain_stats {
  * request's figures: hits, misses, loaded rows, ratio, recomputed rows per
  * layer summed over the ranks, TTFT from the start barrier). ST: this rank's
  * handle of the shared store (NULL for none). STATS (may be NULL): this
- * rank's figures. One line naming the rank on error; every rank returns. */
+ * rank's figures. An error before or between the passes is agreed: every
+ * rank returns it, with the first failing rank's line. One inside a pass (a
+ * chunk failing its checksum while the pass loads it) returns on that rank
+ * at once with stats->pass_failed set: its peers may be blocked in the
+ * pass, and the caller ends the job, as runahead does for a plain pass. */
 int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_store *st, const struct ra_request *req,
                            enum ra_reuse_mode mode, const struct ra_reuse_config *cfg, const struct ra_reuse_chain *ch,
                            struct ra_kvcache *kv, float *logits, struct ra_reuse_report *rep,

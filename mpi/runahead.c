@@ -933,12 +933,20 @@ static int run_reuse_chain(struct options *o, struct ra_context *ctx, const stru
                                    rows + (last ? o->generate : 0), o->kv_dtype);
     if ((rc = agree(rc)) != RA_OK)
         goto out;
+    if ((rc = agree(ra_watchdog_start(o->watchdog, "runahead", rank))) != RA_OK)
+        goto out;
     for (int i = 0; rc == RA_OK && i < o->repeat; i++) {
         ra_reuse_report_free(&rep);
         rc = ra_reuse_chain_prefill(ctx, MPI_COMM_WORLD, st, &request, o->reuse.mode, &o->reuse.cfg, &ch, &kv, logits,
                                     &rep, &stats);
         r->ttft[i] = rep.ttft;
+        if (stats.pass_failed) { /* peers may be blocked on this rank's KV rows: nothing else ends them */
+            print_error();
+            ra_outfile_cleanup_all();
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
     }
+    ra_watchdog_stop(); /* the others now wait for the last rank's decoding */
     if (rc == RA_OK && last && (rc = decode(o, ctx, &kv, tok, logits, r, bounds[world - 1], NULL)) == RA_OK)
         rc = print_output(o, tok, r);
     if (rc == RA_OK && last) {

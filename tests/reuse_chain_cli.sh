@@ -8,6 +8,8 @@
 #     whole request's hits and recomputed rows.
 #  3. Bad input, one line and a non-zero exit: a --reuse-send or --blend-scope that is not one of
 #     its values, --reuse-send on one rank, the auto ratio, a schedule and --store-write on the chain.
+#  4. A chunk that fails its checksum while rank 0's pass B loads it (rank 1 waits for those rows):
+#     the job ends with the line naming the file and the layer, never hangs.
 . "$(dirname "$0")/lib.sh"
 need_fixture stories260K.bin
 need_command python3 python3
@@ -72,4 +74,23 @@ for case in "--blend-ratio auto:run on one rank only" \
     [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && grep -q -- "$pattern" "$TMP/err" ||
         { fail "$opt on 2 ranks: rc $rc, $n error lines"; cat "$TMP/err" >&2; }
 done
+
+# 4. Chunk 0 (rank 0's only, with an even split and full sends) corrupted in its last layer.
+cp -r "$TMP/store" "$TMP/bad"
+python3 - "$TMP/req.json" "$TMP/bad" <<'PY' || fail "no chunk file holds chunk 0's ids"
+import glob, json, struct, sys
+ids = json.load(open(sys.argv[1]))["chunks"][0]["ids"]
+needle, n = struct.pack("<%di" % len(ids), *ids), 0
+for f in glob.glob(sys.argv[2] + "/chunks/*/*.rachunk"):
+    b = bytearray(open(f, "rb").read())
+    if needle in b:  # the layers from data_offset (one alignment unit here), 5 of them: layer 4's first K byte
+        b[4096 + 4 * ((len(b) - 4096) // 5) + 3] ^= 0xFF
+        open(f, "wb").write(b)
+        n += 1
+sys.exit(0 if n == 1 else 1)
+PY
+run2 $RA --model $M --request "$TMP/req.json" --store "$TMP/bad" -n 4 -o ids --method kvr --partition even \
+    --reuse full >"$TMP/out" 2>"$TMP/err"; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^runahead: rank 0: .*\.rachunk: layer 4: checksum mismatch" "$TMP/err" ||
+    { fail "a corrupted chunk on the chain: rc $rc"; cat "$TMP/err" >&2; }
 finish
