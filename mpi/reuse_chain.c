@@ -418,6 +418,72 @@ out:
     return rc;
 }
 
+/* Before the start barrier: the request and the partition checked, the
+ * exchange set up, its transport attached; agreed over the ranks. */
+static int chain_open(struct run *r, struct ra_context *ctx, MPI_Comm comm, const struct ra_store *st,
+                      const struct ra_request *req, enum ra_reuse_mode mode, struct ra_kvcache *kv)
+{
+    int rank = 0, size = 1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int rc = ra_reuse_request_fits(req, NULL);
+    if (rc == RA_OK)
+        rc = check_chain(r->ch, mode, r->cfg, rank, size, req, kv);
+    if (rc == RA_OK && mode != RA_REUSE_NONE && !st)
+        rc = ra_error_set(RA_EINVAL, "rank %d: --reuse %s needs a chunk store", rank, ra_reuse_mode_name(mode));
+    if ((rc = agree(r->ctl, rc)) != RA_OK)
+        return rc;
+    r->n = req->n, r->lo = r->ch->bounds[rank], r->hi = r->ch->bounds[rank + 1], r->last = rank == size - 1;
+    if (!(r->sel = malloc(sizeof *r->sel * (size_t)(r->hi - r->lo))))
+        rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", rank);
+    if (rc == RA_OK)
+        rc = ra_exchange_init(r->x, comm, r->ch->method, r->ch->route, r->ch->bounds, ctx->model->config.n_layers,
+                              ra_kvcache_row_bytes(kv));
+    if ((rc = agree(r->ctl, rc)) != RA_OK)
+        return rc;
+    return agree(r->ctl, ra_exchange_attach_transport(r->x, r->ch->transport, kv)); /* collective */
+}
+
+/* From the start barrier to the first token: the plan, the engine, the
+ * selection (blend: pass A first; craft: from the plan's records), pass B.
+ * A failure inside a pass returns at once (r->pass_failed). */
+static int chain_passes(struct run *r, struct ra_context *ctx, struct ra_store *st, const struct ra_request *req,
+                        enum ra_reuse_mode mode, struct ra_kvcache *kv, struct plan *p, struct ra_reuse_chain_stats *s)
+{
+    const int rank = r->x->rank;
+    int rc = ra_prefill_start(r->x, kv);
+    if (rc != RA_OK)
+        return rc;
+    r->t0 = MPI_Wtime(); /* the TTFT's origin: the lookups count, as on one rank */
+    /* Delta sends: this rank rebuilds the rows before its slice from the store too. */
+    const int need_lo = r->ch->send == RA_REUSE_SEND_DELTA ? 0 : r->lo;
+    rc = mode == RA_REUSE_CRAFT ? plan_make_craft(p, r->ctl, rank, st, req, kv, need_lo, r->hi)
+                                : plan_make(p, r->ctl, rank, st, req, mode, kv, need_lo, r->hi);
+    if (rc != RA_OK)
+        return rc;
+    rc = ra_blend_open(&r->e, ctx, req->ids, req->n, r->lo, r->hi, p->loads, p->n_loads, r->cfg, kv);
+    if ((rc = agree(r->ctl, rc)) != RA_OK)
+        return rc;
+    if (mode == RA_REUSE_BLEND)
+        rc = blend_select(ctx, r, s, &s->t_pass_a, &s->t_select);
+    else if (mode == RA_REUSE_CRAFT)
+        rc = agree(r->ctl, craft_select(r, req, p, r->cfg->ratio, &s->t_select));
+    else
+        select_must(r, ra_blend_must(r->e));
+    if (rc != RA_OK || r->pass_failed)
+        return rc;
+    if (r->ch->send == RA_REUSE_SEND_DELTA && (rc = agree(r->ctl, set_travel(r))) != RA_OK)
+        return rc;
+    const double t = MPI_Wtime();
+    rc = ra_prefill_pass(ctx, r->x, pass_b_body, r);
+    s->t_pass_b = MPI_Wtime() - t;
+    count_pass(r->x, s);
+    s->rows_pass_b = r->n_sel;
+    if ((r->pass_failed = rc != RA_OK))
+        return rc;
+    return agree(r->ctl, rc);
+}
+
 int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_store *st, const struct ra_request *req,
                            enum ra_reuse_mode mode, const struct ra_reuse_config *cfg, const struct ra_reuse_chain *ch,
                            struct ra_kvcache *kv, float *logits, struct ra_reuse_report *rep,
@@ -428,71 +494,17 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
     struct ra_reuse_report mine = { 0 };
     struct ra_exchange x = { 0 };
     struct plan p = { 0 };
-    struct run r = { 0 };
-    int rank = 0, size = 1, rc = RA_OK;
-    double t_pass_a = 0, t_select = 0;
-    MPI_Comm ctl = MPI_COMM_NULL;
+    struct run r = { .x = &x, .ch = ch, .cfg = cfg ? cfg : &defaults, .logits = logits, .ctl = MPI_COMM_NULL };
+    int rc = RA_OK, rank = 0;
     MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
-    if (MPI_Comm_dup(comm, &ctl) != MPI_SUCCESS)
-        return ra_error_set(RA_ECOMM, "rank %d: MPI_Comm_dup failed", rank);
-    if (!cfg)
-        cfg = &defaults;
     if (rep)
         memset(rep, 0, sizeof *rep);
-    rc = ra_reuse_request_fits(req, NULL);
-    if (rc == RA_OK)
-        rc = check_chain(ch, mode, cfg, rank, size, req, kv);
-    if (rc == RA_OK && mode != RA_REUSE_NONE && !st)
-        rc = ra_error_set(RA_EINVAL, "rank %d: --reuse %s needs a chunk store", rank, ra_reuse_mode_name(mode));
-    if ((rc = agree(ctl, rc)) != RA_OK)
+    if (MPI_Comm_dup(comm, &r.ctl) != MPI_SUCCESS)
+        return ra_error_set(RA_ECOMM, "rank %d: MPI_Comm_dup failed", rank);
+    if ((rc = chain_open(&r, ctx, comm, st, req, mode, kv)) != RA_OK ||
+        (rc = chain_passes(&r, ctx, st, req, mode, kv, &p, &s)) != RA_OK)
         goto out;
-    const int lo = ch->bounds[rank], hi = ch->bounds[rank + 1], L = ctx->model->config.n_layers;
-    r = (struct run){ .x = &x, .ctl = ctl, .ch = ch, .cfg = cfg, .n = req->n, .lo = lo, .hi = hi, .last = rank == size - 1,
-                      .logits = logits };
-    if (!(r.sel = malloc(sizeof *r.sel * (size_t)(hi - lo))))
-        rc = ra_error_set(RA_ENOMEM, "rank %d: out of memory", rank);
-    if (rc == RA_OK)
-        rc = ra_exchange_init(&x, comm, ch->method, ch->route, ch->bounds, L, ra_kvcache_row_bytes(kv));
-    if ((rc = agree(ctl, rc)) != RA_OK)
-        goto out;
-    if ((rc = agree(ctl, ra_exchange_attach_transport(&x, ch->transport, kv))) != RA_OK) /* collective */
-        goto out;
-    /* The start barrier, the TTFT's origin: the lookups count, as on one rank. */
-    if ((rc = ra_prefill_start(&x, kv)) != RA_OK)
-        goto out;
-    r.t0 = MPI_Wtime();
-    /* Delta sends: this rank rebuilds the rows before its slice from the store too. */
-    const int need_lo = ch->send == RA_REUSE_SEND_DELTA ? 0 : lo;
-    rc = mode == RA_REUSE_CRAFT ? plan_make_craft(&p, ctl, rank, st, req, kv, need_lo, hi)
-                                : plan_make(&p, ctl, rank, st, req, mode, kv, need_lo, hi);
-    if (rc != RA_OK)
-        goto out;
-    rc = ra_blend_open(&r.e, ctx, req->ids, req->n, lo, hi, p.loads, p.n_loads, cfg, kv);
-    if ((rc = agree(ctl, rc)) != RA_OK)
-        goto out;
-    if (mode == RA_REUSE_BLEND)
-        rc = blend_select(ctx, &r, &s, &t_pass_a, &t_select);
-    else if (mode == RA_REUSE_CRAFT)
-        rc = agree(ctl, craft_select(&r, req, &p, cfg->ratio, &t_select));
-    else
-        select_must(&r, ra_blend_must(r.e));
-    if (r.pass_failed)
-        goto out;
-    if (rc == RA_OK && ch->send == RA_REUSE_SEND_DELTA)
-        rc = set_travel(&r);
-    if (rc == RA_OK) {
-        const double t = MPI_Wtime();
-        rc = ra_prefill_pass(ctx, &x, pass_b_body, &r);
-        s.t_pass_b = MPI_Wtime() - t;
-        count_pass(&x, &s);
-        s.rows_pass_b = r.n_sel;
-        if ((r.pass_failed = rc != RA_OK))
-            goto out;
-    }
-    if ((rc = agree(ctl, rc)) != RA_OK)
-        goto out;
-    ra_blend_close(r.e, mode == RA_REUSE_BLEND || mode == RA_REUSE_CRAFT ? cfg->ratio : mode == RA_REUSE_NONE ? 1 : 0,
+    ra_blend_close(r.e, mode == RA_REUSE_BLEND || mode == RA_REUSE_CRAFT ? r.cfg->ratio : mode == RA_REUSE_NONE ? 1 : 0,
                    &mine);
     r.e = NULL;
     mine.mode = mode;
@@ -500,11 +512,8 @@ int ra_reuse_chain_prefill(struct ra_context *ctx, MPI_Comm comm, struct ra_stor
     mine.hits = p.hits;
     mine.misses = mode == RA_REUSE_NONE ? 0 : req->n_chunks - p.hits; /* none looks nothing up */
     mine.ttft = r.ttft;
-    mine.t_pass_a = t_pass_a;
-    mine.t_select = t_select;
-    mine.t_pass_b = s.t_pass_b;
-    s.t_pass_a = t_pass_a, s.t_select = t_select;
-    rc = report_whole(ctl, rank, size - 1, &mine, rep);
+    mine.t_pass_a = s.t_pass_a, mine.t_select = s.t_select, mine.t_pass_b = s.t_pass_b;
+    rc = report_whole(r.ctl, rank, x.size - 1, &mine, rep);
 out:
     if (r.e)
         ra_blend_close(r.e, 0, NULL);
@@ -515,6 +524,6 @@ out:
     plan_free(&p);
     ra_exchange_free(&x);
     free(r.sel);
-    MPI_Comm_free(&ctl);
+    MPI_Comm_free(&r.ctl);
     return rc;
 }
