@@ -325,6 +325,19 @@ static int select_local(struct run *r)
     return rc;
 }
 
+/* A step between the passes settled: global scope agrees its status over
+ * the ranks (they have just synchronised anyway); local scope runs without
+ * synchronisation, so rank 0 begins pass B while the last rank is still in
+ * pass A, and a failure there ends the job like a failed pass (its peers
+ * may already wait on its rows). */
+static int settle(struct run *r, int rc)
+{
+    if (r->ch->scope == RA_BLEND_SCOPE_GLOBAL)
+        return agree(r->ctl, rc);
+    r->pass_failed |= rc != RA_OK;
+    return rc;
+}
+
 /* blend's pass A over the chain, then the selection. */
 static int blend_select(struct ra_context *ctx, struct run *r, struct ra_reuse_chain_stats *s, double *t_pass_a,
                         double *t_select)
@@ -337,12 +350,9 @@ static int blend_select(struct ra_context *ctx, struct run *r, struct ra_reuse_c
     s->rows_pass_a = r->hi - r->lo;
     *t_pass_a = MPI_Wtime() - t;
     t = MPI_Wtime();
-    /* Global scope gathers: every rank must know the others got through pass A. */
-    if ((rc = agree(r->ctl, rc)) != RA_OK)
-        return rc;
     rc = r->ch->scope == RA_BLEND_SCOPE_GLOBAL ? select_global(r) : select_local(r);
     *t_select = MPI_Wtime() - t;
-    return agree(r->ctl, rc);
+    return settle(r, rc);
 }
 
 /* Delta sends in pass B: this rank's recomputed rows travel (the selected
@@ -472,7 +482,7 @@ static int chain_passes(struct run *r, struct ra_context *ctx, struct ra_store *
         select_must(r, ra_blend_must(r->e));
     if (rc != RA_OK || r->pass_failed)
         return rc;
-    if (r->ch->send == RA_REUSE_SEND_DELTA && (rc = agree(r->ctl, set_travel(r))) != RA_OK)
+    if (r->ch->send == RA_REUSE_SEND_DELTA && (rc = settle(r, set_travel(r))) != RA_OK)
         return rc;
     const double t = MPI_Wtime();
     rc = ra_prefill_pass(ctx, r->x, pass_b_body, r);

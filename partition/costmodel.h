@@ -110,10 +110,11 @@ int ra_cost_profile_unpack(struct ra_cost_profile *pf, const char *const *names,
  *            plain pass (the chain's or TSP's replay above); the deviations
  *            need the check layer's loads and re-position the slice's stored
  *            K rows (an install's work).
- *   select   the ranks agree that pass A went through (one collective),
- *            and global gathers every rank's deviations (an all-gather of
- *            5 bytes a row): pass B starts on every rank after the last
- *            rank's pass A and these.
+ *   select   global gathers every rank's deviations (an all-gather of 5
+ *            bytes a row) and agrees on its status: pass B starts on every
+ *            rank after the last rank's pass A and these; local selects
+ *            without synchronisation: pass B starts after the rank's own
+ *            pass A.
  *   pass B   s_r = m_r + round(ratio * l_r) rows through every layer
  *            (full and prefix: ratio 0; craft: its mean ratio, no pass A),
  *            attending over the whole prefix: the must rows at their
@@ -126,8 +127,8 @@ int ra_cost_profile_unpack(struct ra_cost_profile *pf, const char *const *names,
  *              full   as a plain pass (chain: K and V of [0, b_r) into rank
  *                     r; TSP: every slice to all);
  *              delta  only the rows recomputed before the slice (chain:
- *                     sum of s_q over q < r) or anywhere (TSP), with a
- *                     4-byte position each.
+ *                     sum of s_q over q < r) or anywhere (TSP); their
+ *                     positions (4 bytes each) travel once, before layer 0.
  *   loads    a loader per rank reads its loaded rows layer by layer from
  *            time 0: full sends, the slice's; delta, every loaded row before
  *            b_{r+1} (the receiver rebuilds the rows that did not travel). A

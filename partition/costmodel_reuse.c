@@ -217,7 +217,7 @@ static void plan_ranks(const struct ra_config *c, const struct ra_cost_profile *
         pa->install = loaded * pf->install_s_per_row_layer;
         if (m == RA_COST_KVR && r > 0) {
             pa->transfer = 2.0 * a * rb / bw;
-            pb->transfer = ru->delta ? before * (2 * rb + 4) / bw : pa->transfer;
+            pb->transfer = ru->delta ? before * 2 * rb / bw : pa->transfer; /* the positions: once, start_pass_b */
         }
         before += s;
     }
@@ -233,17 +233,23 @@ static double gather_time(const struct ra_cost_profile *pf, int p, double bytes_
     return calls * lat + bytes_per_rank / bw;
 }
 
-/* Pass B's start per rank: after every rank's pass A (the ranks agree that
- * it went through: one collective) and, global, the deviations' all-gather. */
-static void start_pass_b(const struct ra_cost_profile *pf, const struct ra_cost_reuse *ru, int n_rows, int p,
+/* Pass B's start per rank: global scope after every rank's pass A and the
+ * deviations' all-gather (and the agreement on its status); local scope
+ * right after the rank's own pass A (no synchronisation). Delta sends first
+ * move the travelling positions, once a pass (4 bytes each). */
+static void start_pass_b(const struct ra_cost_profile *pf, const struct ra_cost_reuse *ru, const int *bounds, int p,
                          struct reuse_plan *pl)
 {
-    double last = 0;
+    double last = 0, before = 0;
     for (int r = 0; r < p; r++)
         last = fmax(last, pl->end_a[r]);
-    const double sel = gather_time(pf, p, ru->global ? 5.0 * n_rows : 0, 1 + ru->global);
-    for (int r = 0; r < p; r++)
-        pl->b[r].t0 = ru->pass_a ? last + sel : 0;
+    const double sel = gather_time(pf, p, 5.0 * bounds[p], 2);
+    for (int r = 0; r < p; r++) {
+        double l, k;
+        const double lists = ru->delta && r > 0 ? pf->p2p_latency + 4 * before / pf->p2p_bandwidth : 0;
+        pl->b[r].t0 = (!ru->pass_a ? 0 : ru->global ? last + sel : pl->end_a[r]) + lists;
+        before += rows_b(ru, bounds[r], bounds[r + 1], &l, &k);
+    }
 }
 
 /* The deviations at the check layer: its loads read, the slice's stored K
@@ -269,7 +275,7 @@ static int replay_reuse(const struct ra_config *c, const struct ra_cost_profile 
         if (la > 0)
             chain_pass(pl.a, p, la, pf->p2p_latency, 0, 1, pl.send, pl.prev, pl.end_a, NULL, L);
         finish_pass_a(&pl, p, la);
-        start_pass_b(pf, ru, C, p, &pl);
+        start_pass_b(pf, ru, bounds, p, &pl);
         chain_pass(pl.b, p, L, pf->p2p_latency, 1, 0, pl.send, pl.prev, pl.end_b, layers, L);
     } else {
         int min_n = C, min_s = C;
@@ -282,11 +288,11 @@ static int replay_reuse(const struct ra_config *c, const struct ra_cost_profile 
             tot_s += s;
         }
         const double full = gather_time(pf, p, 2.0 * (C - min_n) * rb, 2);
-        const double delta = gather_time(pf, p, (tot_s - min_s) * (2 * rb + 4), 3);
+        const double delta = gather_time(pf, p, (tot_s - min_s) * 2 * rb, 2);
         if (la > 0)
             tsp_pass(pl.a, p, la, full, 0, 1, pl.end_a, NULL, L);
         finish_pass_a(&pl, p, la);
-        start_pass_b(pf, ru, C, p, &pl);
+        start_pass_b(pf, ru, bounds, p, &pl);
         tsp_pass(pl.b, p, L, ru->delta ? delta : full, 1, 0, pl.end_b, layers, L);
     }
     pl.end_b[p - 1] += 2.0 * c->dim * (double)c->vocab_size / pf->gemm_flops; /* the classifier */
