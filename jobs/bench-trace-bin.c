@@ -572,22 +572,6 @@ struct bench {
     char tmp[4096];
 };
 
-/* KL(p || q) in nats of the softmax of logits P and Q (double, max-shifted). */
-static double kl_logits(const float *p, const float *q, int n)
-{
-    double mp = -INFINITY, mq = -INFINITY, zp = 0, zq = 0, kl = 0;
-    for (int i = 0; i < n; i++)
-        mp = fmax(mp, p[i]), mq = fmax(mq, q[i]);
-    for (int i = 0; i < n; i++)
-        zp += exp(p[i] - mp), zq += exp(q[i] - mq);
-    const double lzp = log(zp), lzq = log(zq);
-    for (int i = 0; i < n; i++) {
-        const double lp = p[i] - mp - lzp, lq = q[i] - mq - lzq;
-        kl += exp(lp) * (lp - lq);
-    }
-    return fmax(kl, 0.0);
-}
-
 /* --steps greedy tokens from the cache (N rows prefilled, LOGITS its last row's). */
 static int decode(struct bench *b, int n, const float *logits, int32_t *out)
 {
@@ -699,7 +683,7 @@ static int run_variant(struct bench *b, struct variant *v, const struct ra_reque
     const int V = b->model.config.vocab_size;
     int32_t tokens[MAX_STEPS];
     s->speedup = ref->ttft / s->ttft;
-    s->kl = kl_logits(b->ref_logits, b->logits, V);
+    s->kl = bench_kl_logits(b->ref_logits, b->logits, V);
     s->top1 = ra_argmax(b->ref_logits, V) == ra_argmax(b->logits, V);
     if ((rc = decode(b, req->n, b->logits, tokens)) != RA_OK)
         return rc;

@@ -3,6 +3,7 @@
 #include "args.h"
 #include "ra_core.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,4 +101,19 @@ void bench_cpu_flags(char *buf, size_t size)
     snprintf(buf, size, "%s%s%s%s%s", bench_cpu_has("avx2") ? "AVX2" : "no AVX2", bench_cpu_has("fma") ? "+FMA" : "",
              bench_cpu_has("avx512f") ? ", AVX-512" : "", bench_cpu_has("avx512_bf16") ? ", AVX512-BF16" : "",
              bench_cpu_has("amx_bf16") ? ", AMX-BF16" : "");
+}
+
+double bench_kl_logits(const float *p, const float *q, int n)
+{
+    double mp = -INFINITY, mq = -INFINITY, zp = 0, zq = 0, kl = 0;
+    for (int i = 0; i < n; i++)
+        mp = fmax(mp, p[i]), mq = fmax(mq, q[i]);
+    for (int i = 0; i < n; i++)
+        zp += exp(p[i] - mp), zq += exp(q[i] - mq);
+    const double lzp = log(zp), lzq = log(zq);
+    for (int i = 0; i < n; i++) {
+        const double lp = p[i] - mp - lzp, lq = q[i] - mq - lzq;
+        kl += exp(lp) * (lp - lq);
+    }
+    return fmax(kl, 0.0);
 }

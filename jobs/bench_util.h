@@ -42,5 +42,7 @@ void bench_cpu_name(char *buf, size_t size);
 int bench_cpu_has(const char *flag);
 /* The vector units the kernels care about: "AVX2+FMA, AVX-512, AVX512-BF16, AMX-BF16", those present. */
 void bench_cpu_flags(char *buf, size_t size);
+/* KL(p || q) in nats of the softmax of logits P and Q over N classes (double, max-shifted). */
+double bench_kl_logits(const float *p, const float *q, int n);
 
 #endif

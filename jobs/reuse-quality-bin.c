@@ -33,6 +33,7 @@
  * number (rewritten after each request, so a cut run keeps what it did). */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "args.h"
+#include "bench_util.h"
 #include "backend.h"
 #include "forward.h"
 #include "kvcache.h"
@@ -58,6 +59,7 @@
 #include <unistd.h>
 
 #define PROG "reuse-quality"
+const char bench_name[] = PROG; /* bench_util.h: the first word of its error lines */
 #define MAX_RATIOS 16
 
 static void usage(FILE *f)
@@ -99,22 +101,6 @@ static const char *variant_name(const struct variant *v)
 }
 
 /* ----------------------------------------------------------- the metrics */
-
-/* KL(p || q) in nats of the softmax of logits P and Q (double, max-shifted). */
-static double kl_logits(const float *p, const float *q, int n)
-{
-    double mp = -INFINITY, mq = -INFINITY, zp = 0, zq = 0, kl = 0;
-    for (int i = 0; i < n; i++)
-        mp = fmax(mp, p[i]), mq = fmax(mq, q[i]);
-    for (int i = 0; i < n; i++)
-        zp += exp(p[i] - mp), zq += exp(q[i] - mq);
-    const double lzp = log(zp), lzq = log(zq);
-    for (int i = 0; i < n; i++) {
-        const double lp = p[i] - mp - lzp, lq = q[i] - mq - lzq;
-        kl += exp(lp) * (lp - lq);
-    }
-    return fmax(kl, 0.0);
-}
 
 /* LongBench's normalize_answer: lower case, punctuation dropped, the words a,
  * an, the dropped; the words (pointers into TEXT, NUL-separated) in W, at most MAX. */
@@ -469,14 +455,14 @@ static int measure(struct run *r, const struct ra_request *req, const struct var
         return rc;
     if (ref) {
         out->first = ra_argmax(logits, V) == ra_argmax(ref_logits, V);
-        out->kl = kl_logits(ref_logits, logits, V);
+        out->kl = bench_kl_logits(ref_logits, logits, V);
         kv_deviation(kv, ref_kv, req->n, out->kdev, out->vdev);
     }
     probe->ref = ref != NULL;
     if ((rc = question_attention(&r->cx, req, kv, scratch, probe, check, out->attn)) != RA_OK)
         return rc;
     /* the question over the mode's cache again: its logits are the mode's, up to rounding */
-    out->probe_kl = kl_logits(logits, check, V);
+    out->probe_kl = bench_kl_logits(logits, check, V);
     if ((rc = decode(r, kv, req->n, logits, out)) != RA_OK || !ref)
         return rc;
     out->f1 = answer_f1(out->text, ref->text);
