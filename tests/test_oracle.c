@@ -846,7 +846,9 @@ static void forward_rows_case(struct ra_context *cx, struct ra_backend *be, cons
     CHECK(ra_forward_rows(cx, sub, &(struct ra_rows){ 3, 0, unsorted }, &kv, NULL) == RA_EINVAL);
     CHECK(ra_forward_rows(cx, sub, &(struct ra_rows){ 2, 0, negative }, &kv, NULL) == RA_EINVAL);
     CHECK(ra_forward_rows(cx, sub, &(struct ra_rows){ 2, 0, beyond }, &kv, NULL) == RA_ERANGE);
-    CHECK(ra_forward_rows(cx, sub, &(struct ra_rows){ 0, 0, pos }, &kv, NULL) == RA_EINVAL);
+    /* no rows: a pass of hooks only (a chain rank with nothing to compute), which gives no logits */
+    CHECK(ra_forward_rows(cx, sub, &(struct ra_rows){ 0, 0, pos }, &kv, got) == RA_EINVAL);
+    CHECK(ra_forward_rows(cx, sub, &(struct ra_rows){ 0, 0, pos }, &kv, NULL) == RA_OK);
     ra_kvcache_free(&kv);
     free(full);
     free(got);
