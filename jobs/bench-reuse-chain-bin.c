@@ -224,6 +224,7 @@ static int plan_bounds(struct size_run *s)
 static int run_once(struct size_run *s, int k, const struct ra_reuse_config *cfg, double *ttft)
 {
     struct ra_reuse_report rep = { 0 };
+    struct ra_reuse_chain_stats stats = { 0 };
     struct ra_reuse_chain ch = { .method = RA_METHOD_KVR, .route = RA_ROUTE_CHAIN, .bounds = s->b_kvr,
                                  .send = s->o->send, .scope = s->o->scope };
     int rc = RA_OK;
@@ -235,7 +236,9 @@ static int run_once(struct size_run *s, int k, const struct ra_reuse_config *cfg
         /* fall through */
     case RUN_BLEND_KVR:
         rc = ra_reuse_chain_prefill(s->ctx, MPI_COMM_WORLD, s->st, &s->req, RA_REUSE_BLEND, cfg, &ch, &s->kv,
-                                    s->logits, &rep, NULL);
+                                    s->logits, &rep, &stats);
+        if (stats.pass_failed) /* peers may be blocked on this rank's rows: nothing else ends them */
+            ra_mpi_abort(bench_name, rank);
         *ttft = rep.ttft;
         MPI_Bcast(ttft, 1, MPI_DOUBLE, world - 1, MPI_COMM_WORLD);
         break;

@@ -641,8 +641,11 @@ static int prefill(struct bench *b, struct variant *v, const struct ra_request *
         b->bounds[r] = (int)((long)req->n * r / world);
     const struct ra_reuse_chain ch = { .method = b->o->method, .route = RA_ROUTE_CHAIN, .bounds = b->bounds,
                                        .send = b->o->send, .scope = b->o->scope };
+    struct ra_reuse_chain_stats stats = { 0 };
     int rc = ra_reuse_chain_prefill(&b->ctx, MPI_COMM_WORLD, v ? v->st : NULL, req, mode, &cfg, &ch, &b->kv, logits,
-                                    rep, NULL);
+                                    rep, &stats);
+    if (stats.pass_failed) /* peers may be blocked on this rank's rows: nothing else ends them */
+        ra_mpi_abort(bench_name, rank);
     if (rc != RA_OK || !v)
         return rc;
     /* the other ranks' hits into the index before the last rank's puts evict by it */

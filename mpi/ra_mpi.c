@@ -1,8 +1,12 @@
 #include "ra_mpi.h"
+#include "outfile.h"
+#include "status.h"
 #include "sysinfo.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 int ra_mpi_error(int mpi_rc, const char *call, const char *file, int line)
 {
@@ -88,4 +92,15 @@ int ra_mpi_threads_per_rank(void)
     free(all);
     const int n = (int)(share + 0.5);
     return n > 0 ? n : 1;
+}
+
+void ra_mpi_abort(const char *prog, int rank)
+{
+    const char *msg = ra_error_message();
+    char own[32];
+    snprintf(own, sizeof own, "rank %d: ", rank);
+    fprintf(stderr, "%s: %s%s\n", prog, strncmp(msg, own, strlen(own)) ? own : "", msg);
+    ra_outfile_cleanup_all();
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1); /* MPI_Abort does not return; if an MPI ever did, the job must still end */
 }

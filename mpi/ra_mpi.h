@@ -37,4 +37,10 @@ int ra_mpi_local_rank(void);
 
 int ra_mpi_agree(int status, MPI_Comm comm, int *failed_rank);
 
+/* Ends the job from this rank after a failure inside a pass, where its peers
+ * may be blocked on its KV rows and nothing else would end them: one line
+ * "PROG: rank R: the error" on stderr, the output files' temporaries
+ * removed (MPI_Abort runs no exit handlers), then MPI_Abort. */
+void ra_mpi_abort(const char *prog, int rank) __attribute__((noreturn));
+
 #endif

@@ -331,8 +331,11 @@ static int reuse_spread(struct tune *t, enum ra_method method, const int *bounds
     int rc = v ? RA_OK : ra_error_set(RA_ENOMEM, "out of memory");
     for (int k = 0; k < repeats && (rc = agree(rc)) == RA_OK; k++) {
         struct ra_reuse_report rep = { 0 };
+        struct ra_reuse_chain_stats stats = { 0 };
         rc = ra_reuse_chain_prefill(&t->ctx, MPI_COMM_WORLD, t->st, &t->req, t->o->reuse, &t->o->cfg, &ch, &t->kv,
-                                    t->logits, &rep, NULL);
+                                    t->logits, &rep, &stats);
+        if (stats.pass_failed) /* the other ranks may be blocked on this one's KV rows */
+            ra_mpi_abort("runahead-tune", rank);
         v[k] = rep.ttft;
         ra_reuse_report_free(&rep);
         if (rc == RA_OK)
@@ -359,11 +362,8 @@ static int objective_measure(void *ctx, const int *bounds, int p, double *value)
     }
     int rc = ra_prefill_median(&t->ctx, MPI_COMM_WORLD, RA_METHOD_KVR, RA_ROUTE_CHAIN, bounds, &t->kv, t->tokens,
                                t->o->repeats, value);
-    if (rc != RA_OK) { /* the other ranks may be blocked on this one's KV rows */
-        fprintf(stderr, "runahead-tune: rank %d: %s\n", rank, ra_error_message());
-        ra_outfile_cleanup_all(); /* MPI_Abort ends the process without exit handlers */
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    if (rc != RA_OK) /* the other ranks may be blocked on this one's KV rows */
+        ra_mpi_abort("runahead-tune", rank);
     return rc;
 }
 

@@ -940,11 +940,8 @@ static int run_reuse_chain(struct options *o, struct ra_context *ctx, const stru
         rc = ra_reuse_chain_prefill(ctx, MPI_COMM_WORLD, st, &request, o->reuse.mode, &o->reuse.cfg, &ch, &kv, logits,
                                     &rep, &stats);
         r->ttft[i] = rep.ttft;
-        if (stats.pass_failed) { /* peers may be blocked on this rank's KV rows: nothing else ends them */
-            print_error();
-            ra_outfile_cleanup_all();
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+        if (stats.pass_failed) /* peers may be blocked on this rank's KV rows: nothing else ends them */
+            ra_mpi_abort("runahead", rank);
     }
     ra_watchdog_stop(); /* the others now wait for the last rank's decoding */
     if (rc == RA_OK && last && (rc = decode(o, ctx, &kv, tok, logits, r, bounds[world - 1], NULL)) == RA_OK)
@@ -1088,12 +1085,8 @@ static int run(int argc, char **argv)
         goto out;
 
     r.passes.ttft = r.ttft;
-    if ((rc = ra_prefill_repeat(&ctx, &x, &kv, r.prompt, logits, o.repeat, &r.passes)) != RA_OK) {
-        /* Peers may be blocked on this rank's KV rows: nothing else ends them. */
-        print_error();
-        ra_outfile_cleanup_all(); /* MPI_Abort ends the process without exit handlers */
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    if ((rc = ra_prefill_repeat(&ctx, &x, &kv, r.prompt, logits, o.repeat, &r.passes)) != RA_OK)
+        ra_mpi_abort("runahead", rank); /* peers may be blocked on this rank's KV rows: nothing else ends them */
     /* The others now wait for the last rank's decoding, however long it takes. */
     ra_watchdog_stop();
     if (last && (rc = decode(&o, &ctx, &kv, tok, logits, &r, bounds[world - 1], off)) == RA_OK)
