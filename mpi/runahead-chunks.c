@@ -449,8 +449,10 @@ static int read_prefix(const struct options *o, const struct ra_vocab *v, struct
         !(cs->prefix = malloc(sizeof(int32_t) * (size_t)(n_pre + n_sys))))
         rc = ra_error_set(RA_ENOMEM, "out of memory");
     if (rc == RA_OK) {
-        memcpy(cs->prefix, pre, sizeof(int32_t) * (size_t)n_pre);
-        memcpy(cs->prefix + n_pre, sys, sizeof(int32_t) * (size_t)n_sys);
+        if (n_pre) /* a vocabulary without BOS renders no prefix (memcpy of NULL is undefined, even of 0 bytes) */
+            memcpy(cs->prefix, pre, sizeof(int32_t) * (size_t)n_pre);
+        if (n_sys)
+            memcpy(cs->prefix + n_pre, sys, sizeof(int32_t) * (size_t)n_sys);
         cs->n_prefix = n_pre + n_sys;
     }
     free(pre);
