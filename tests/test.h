@@ -3,6 +3,8 @@
 #ifndef RA_TEST_H
 #define RA_TEST_H
 
+#include "half.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -131,6 +133,22 @@ static inline double test_max_rel_diff(const float *a, const float *b, size_t n)
     double worst = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]) / (1.0 + fabs((double)b[i]));
+        if (d > worst || d != d)
+            worst = d != d ? INFINITY : d;
+    }
+    return worst;
+}
+
+/* The same over n cache elements: floats, or bf16 values widened (BF16 set). */
+static inline double test_max_rel_diff_rows(const void *a, const void *b, size_t n, int bf16)
+{
+    if (!bf16)
+        return test_max_rel_diff(a, b, n);
+    const uint16_t *x = a, *y = b;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double u = ra_bf16_to_f32(x[i]), v = ra_bf16_to_f32(y[i]);
+        const double d = fabs(u - v) / (1.0 + fabs(v));
         if (d > worst || d != d)
             worst = d != d ? INFINITY : d;
     }

@@ -60,17 +60,7 @@ static int cache_init(struct ra_kvcache *kv, struct ra_backend *be, const struct
 /* Largest relative difference of n cache elements (fp32 or bf16, widened). */
 static double rows_diff(const void *a, const void *b, size_t n)
 {
-    if (kv_dtype == RA_DTYPE_F32)
-        return test_max_rel_diff(a, b, n);
-    const uint16_t *x = a, *y = b;
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double u = ra_bf16_to_f32(x[i]), v = ra_bf16_to_f32(y[i]);
-        const double d = fabs(u - v) / (1.0 + fabs(v));
-        if (d > worst || d != d)
-            worst = d != d ? INFINITY : d;
-    }
-    return worst;
+    return test_max_rel_diff_rows(a, b, n, kv_dtype == RA_DTYPE_BF16);
 }
 
 struct reference {

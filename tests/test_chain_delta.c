@@ -44,21 +44,6 @@ static int bf16_products(void)
     return ra_cpu_isa_active(&isa) == RA_OK && isa == RA_CPU_ISA_AVX512BF16;
 }
 
-static double rows_diff(enum ra_dtype dt, const void *a, const void *b, size_t n)
-{
-    if (dt == RA_DTYPE_F32)
-        return test_max_rel_diff(a, b, n);
-    const uint16_t *x = a, *y = b;
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double u = ra_bf16_to_f32(x[i]), v = ra_bf16_to_f32(y[i]);
-        const double d = fabs(u - v) / (1.0 + fabs(v));
-        if (d > worst || d != d)
-            worst = d != d ? INFINITY : d;
-    }
-    return worst;
-}
-
 /* The store's stand-in: at each layer's start, the reference's rows [0, upto)
  * that this rank neither computes nor receives. */
 struct install {
@@ -164,8 +149,8 @@ static void check_result(const struct setup *su, const char *label, const struct
     double dk = 0;
     for (int l = 0; l < kv->n_layers; l++) {
         const size_t elems = (size_t)upto * (size_t)kv->kv_dim;
-        dk = fmax(dk, rows_diff(su->dt, kv->k[l], ra_kvcache_k(su->ref, l, 0), elems));
-        dk = fmax(dk, rows_diff(su->dt, kv->v[l], ra_kvcache_v(su->ref, l, 0), elems));
+        dk = fmax(dk, test_max_rel_diff_rows(kv->k[l], ra_kvcache_k(su->ref, l, 0), elems, su->dt == RA_DTYPE_BF16));
+        dk = fmax(dk, test_max_rel_diff_rows(kv->v[l], ra_kvcache_v(su->ref, l, 0), elems, su->dt == RA_DTYPE_BF16));
     }
     const double dl =
         rank == world - 1 ? test_max_rel_diff(logits, su->ref_logits, (size_t)su->cx->model->config.vocab_size) : 0;

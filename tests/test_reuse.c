@@ -446,15 +446,8 @@ static int run_slices(struct ra_context *ctx, struct prompt *p, enum ra_dtype dt
 
 static double kv_diff(const struct result *a, const struct result *b, enum ra_dtype dt)
 {
-    if (dt == RA_DTYPE_F32)
-        return test_max_rel_diff((const float *)a->kv, (const float *)b->kv, a->kv_bytes / sizeof(float));
-    double w = 0;
-    const uint16_t *x = (const uint16_t *)a->kv, *y = (const uint16_t *)b->kv;
-    for (size_t i = 0; i < a->kv_bytes / 2; i++) {
-        const double u = ra_bf16_to_f32(x[i]), v = ra_bf16_to_f32(y[i]);
-        w = fmax(w, fabs(u - v) / (1.0 + fabs(v)));
-    }
-    return w;
+    const size_t n = a->kv_bytes / (dt == RA_DTYPE_BF16 ? 2 : sizeof(float));
+    return test_max_rel_diff_rows(a->kv, b->kv, n, dt == RA_DTYPE_BF16);
 }
 
 /* The engine's phases over slices equal one rank: global selection its
