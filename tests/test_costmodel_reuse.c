@@ -185,10 +185,15 @@ static void test_scope_and_tsp(void)
     struct ra_cost_reuse ru = { .loaded = loads, .n_loaded = 2, .pass_a = 1, .ratio = 0.15, .check = 1 };
     const int b[] = { 0, 2100, 4200 };
     double local, global, full, delta;
-    CHECK_OK(ra_cost_reuse_replay(&c, &PF, RA_COST_KVR, &ru, b, 2, &local, NULL, NULL));
+    struct ra_cost_layer *ll = calloc(2 * (size_t)c.n_layers, sizeof *ll), *gl = calloc(2 * (size_t)c.n_layers, sizeof *gl);
+    CHECK_OK(ra_cost_reuse_replay(&c, &PF, RA_COST_KVR, &ru, b, 2, &local, NULL, ll));
     ru.global = 1;
-    CHECK_OK(ra_cost_reuse_replay(&c, &PF, RA_COST_KVR, &ru, b, 2, &global, NULL, NULL));
-    CHECK(global > local); /* local: rank 0 begins pass B after its own pass A, no all-gather */
+    CHECK_OK(ra_cost_reuse_replay(&c, &PF, RA_COST_KVR, &ru, b, 2, &global, NULL, gl));
+    CHECK(global > local);
+    /* local: rank 0 begins pass B once its own pass A ends, before rank 1's pass A (which waits on
+     * rank 0's rows) ends; global waits for rank 1's too, longer than its all-gather takes */
+    CHECK(ll[0].start + 1e-3 < gl[0].start);
+    free(ll), free(gl);
     CHECK_OK(ra_cost_reuse_replay(&c, &PF, RA_COST_TSP, &ru, b, 2, &full, NULL, NULL));
     ru.delta = 1;
     CHECK_OK(ra_cost_reuse_replay(&c, &PF, RA_COST_TSP, &ru, b, 2, &delta, NULL, NULL));
