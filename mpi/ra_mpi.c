@@ -94,12 +94,17 @@ int ra_mpi_threads_per_rank(void)
     return n > 0 ? n : 1;
 }
 
-void ra_mpi_abort(const char *prog, int rank)
+void ra_mpi_print_error(const char *prog, int rank)
 {
     const char *msg = ra_error_message();
     char own[32];
     snprintf(own, sizeof own, "rank %d: ", rank);
     fprintf(stderr, "%s: %s%s\n", prog, strncmp(msg, own, strlen(own)) ? own : "", msg);
+}
+
+void ra_mpi_abort(const char *prog, int rank)
+{
+    ra_mpi_print_error(prog, rank);
     ra_outfile_cleanup_all();
     MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1); /* MPI_Abort does not return; if an MPI ever did, the job must still end */

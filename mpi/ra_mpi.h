@@ -37,9 +37,13 @@ int ra_mpi_local_rank(void);
 
 int ra_mpi_agree(int status, MPI_Comm comm, int *failed_rank);
 
+/* The last error as one line on stderr, "PROG: rank R: the error" (the rank
+ * named once, whether or not the message already names it). */
+void ra_mpi_print_error(const char *prog, int rank);
+
 /* Ends the job from this rank after a failure inside a pass, where its peers
- * may be blocked on its KV rows and nothing else would end them: one line
- * "PROG: rank R: the error" on stderr, the output files' temporaries
+ * may be blocked on its KV rows and nothing else would end them: the error
+ * line (ra_mpi_print_error), the output files' temporaries
  * removed (MPI_Abort runs no exit handlers), then MPI_Abort. */
 void ra_mpi_abort(const char *prog, int rank) __attribute__((noreturn));
 

@@ -711,14 +711,6 @@ static int agree(int rc)
     return ra_mpi_agree(rc, MPI_COMM_WORLD, &failed_rank);
 }
 
-static void print_error(void)
-{
-    const char *msg = ra_error_message();
-    char own[32];
-    snprintf(own, sizeof own, "rank %d: ", rank);
-    fprintf(stderr, PROG ": %s%s\n", strncmp(msg, own, strlen(own)) ? own : "", msg);
-}
-
 static int run(int argc, char **argv)
 {
     struct options o;
@@ -760,7 +752,7 @@ int main(int argc, char **argv)
     if (rc == RA_OK)
         rc = run(argc, argv);
     if (rc != RA_OK && (failed_rank == rank || failed_rank < 0))
-        print_error();
+        ra_mpi_print_error(PROG, rank);
     MPI_Finalize();
     return rc == RA_OK ? 0 : usage_error ? 2 : 1;
 }

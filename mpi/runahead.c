@@ -597,15 +597,6 @@ static int on_token(void *ctx, int token)
     return stop;
 }
 
-/* "runahead: rank R: message", naming the rank once where the message already does (mpi/ errors). */
-static void print_error(void)
-{
-    const char *msg = ra_error_message();
-    char own[32];
-    snprintf(own, sizeof own, "rank %d: ", rank);
-    fprintf(stderr, "runahead: %s%s\n", strncmp(msg, own, strlen(own)) ? own : "", msg);
-}
-
 /* Every rank's status becomes the first failing rank's; only that rank prints. */
 static int failed_rank = -1;
 
@@ -1119,7 +1110,7 @@ int main(int argc, char **argv)
     if (rc == RA_OK)
         rc = run(argc, argv);
     if (rc != RA_OK && (failed_rank == rank || failed_rank < 0))
-        print_error();
+        ra_mpi_print_error("runahead", rank);
     MPI_Finalize();
     return rc == RA_OK ? 0 : 1;
 }
