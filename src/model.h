@@ -17,7 +17,14 @@
 
 #include "mapped_file.h"
 
-enum ra_dtype { RA_DTYPE_F32 = 0, RA_DTYPE_F16, RA_DTYPE_BF16 };
+/* Element types, then ggml's block formats (src/quant/quant.h), which only
+ * weight matrices and embeddings have: a row of them is whole blocks of
+ * ra_dtype_block elements in ra_dtype_block_bytes bytes. */
+enum ra_dtype {
+    RA_DTYPE_F32 = 0, RA_DTYPE_F16, RA_DTYPE_BF16,
+    RA_DTYPE_Q8_0, RA_DTYPE_Q4_0, RA_DTYPE_Q4_1, RA_DTYPE_Q4_K, RA_DTYPE_Q6_K,
+    RA_DTYPE_COUNT
+};
 
 /* Which dimensions of a head RoPE rotates together (both use the angle
  * pos * theta^(-2i/head_dim) for pair i). */
@@ -47,7 +54,39 @@ struct ra_rope {
 };
 
 /* Inline, so that the CUDA module (which links no core object) has them too. */
-static inline size_t ra_dtype_size(enum ra_dtype t) { return t == RA_DTYPE_F32 ? 4 : 2; }
+static inline int ra_dtype_is_quant(enum ra_dtype t) { return t >= RA_DTYPE_Q8_0 && t < RA_DTYPE_COUNT; }
+
+/* Bytes of one element: element types only (0 for a block format: use ra_dtype_row_bytes). */
+static inline size_t ra_dtype_size(enum ra_dtype t)
+{
+    return t == RA_DTYPE_F32 ? 4 : t == RA_DTYPE_F16 || t == RA_DTYPE_BF16 ? 2 : 0;
+}
+
+/* Elements per block (1 for element types) and the bytes of one block. */
+static inline int64_t ra_dtype_block(enum ra_dtype t)
+{
+    return t == RA_DTYPE_Q4_K || t == RA_DTYPE_Q6_K ? 256 : ra_dtype_is_quant(t) ? 32 : 1;
+}
+
+static inline size_t ra_dtype_block_bytes(enum ra_dtype t)
+{
+    switch (t) {
+    case RA_DTYPE_F32: return 4;
+    case RA_DTYPE_F16: case RA_DTYPE_BF16: return 2;
+    case RA_DTYPE_Q8_0: return 34;
+    case RA_DTYPE_Q4_0: return 18;
+    case RA_DTYPE_Q4_1: return 20;
+    case RA_DTYPE_Q4_K: return 144;
+    case RA_DTYPE_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+/* Bytes of `count` elements (whole blocks) of t: a row of a weight matrix. */
+static inline size_t ra_dtype_row_bytes(enum ra_dtype t, int64_t count)
+{
+    return (size_t)(count / ra_dtype_block(t)) * ra_dtype_block_bytes(t);
+}
 
 static inline const char *ra_dtype_name(enum ra_dtype t)
 {
@@ -55,6 +94,12 @@ static inline const char *ra_dtype_name(enum ra_dtype t)
     case RA_DTYPE_F32: return "f32";
     case RA_DTYPE_F16: return "f16";
     case RA_DTYPE_BF16: return "bf16";
+    case RA_DTYPE_Q8_0: return "q8_0";
+    case RA_DTYPE_Q4_0: return "q4_0";
+    case RA_DTYPE_Q4_1: return "q4_1";
+    case RA_DTYPE_Q4_K: return "q4_k";
+    case RA_DTYPE_Q6_K: return "q6_k";
+    default: break;
     }
     return "?";
 }

@@ -1,0 +1,87 @@
+/* The quantized-weight kernels, compiled once per instruction set (quant.h).
+ *
+ * Not an ordinary header: kernels_<isa>.c defines its marker (RA_QK_AVX2,
+ * RA_QK_AVXVNNI, RA_QK_AVX512VNNI, or none for portable) and includes this
+ * file, and the build compiles each with that set's flags (AVX2_CFLAGS,
+ * AVXVNNI_CFLAGS, AVX512VNNI_CFLAGS). The formats' kernels are in two files:
+ * kernels_q32.h (Q8_0, Q4_0, Q4_1 against ra_block_q8x activations) and
+ * kernels_qk.h (Q4_K, Q6_K against ra_block_q8k); each defines, per type T,
+ * gemv_T (quant.h's gemv for one type), dequantize_T, and its activation
+ * quantizer act_q8x / act_q8k. */
+#include "quant.h"
+#include "half.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(RA_QK_AVX512VNNI)
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__)
+#error "the AVX512-VNNI quant kernels need -mavx512f -mavx512bw -mavx512vnni (AVX512VNNI_CFLAGS)"
+#endif
+#define QK_ISA RA_QUANT_ISA_AVX512VNNI
+#define QK_TABLE ra_quant_kernels_avx512vnni
+#elif defined(RA_QK_AVXVNNI)
+#if !defined(__AVX2__) || !defined(__AVXVNNI__)
+#error "the AVX-VNNI quant kernels need -mavx2 -mfma -mavxvnni (AVXVNNI_CFLAGS)"
+#endif
+#define QK_ISA RA_QUANT_ISA_AVXVNNI
+#define QK_TABLE ra_quant_kernels_avxvnni
+#elif defined(RA_QK_AVX2)
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "the AVX2 quant kernels need -mavx2 -mfma (AVX2_CFLAGS)"
+#endif
+#define QK_ISA RA_QUANT_ISA_AVX2
+#define QK_TABLE ra_quant_kernels_avx2
+#else
+#define QK_ISA RA_QUANT_ISA_PORTABLE
+#define QK_TABLE ra_quant_kernels_portable
+#endif
+
+#if defined(RA_QK_AVX2) || defined(RA_QK_AVXVNNI) || defined(RA_QK_AVX512VNNI)
+#include <immintrin.h>
+#endif
+
+#include "kernels_q32.h"
+#include "kernels_qk.h"
+
+static int is_k_format(enum ra_dtype t) { return t == RA_DTYPE_Q4_K || t == RA_DTYPE_Q6_K; }
+
+static void quantize_act(void *xq, const float *x, int64_t k, enum ra_dtype wtype)
+{
+    if (is_k_format(wtype))
+        act_q8k(xq, x, k);
+    else
+        act_q8x(xq, x, k);
+}
+
+static void gemv(float *y, int ldy, const void *xq, int n, const void *w, enum ra_dtype wtype, int64_t rows,
+                 int64_t k)
+{
+    switch (wtype) {
+    case RA_DTYPE_Q8_0: gemv_q8_0(y, ldy, xq, n, w, rows, k); break;
+    case RA_DTYPE_Q4_0: gemv_q4_0(y, ldy, xq, n, w, rows, k); break;
+    case RA_DTYPE_Q4_1: gemv_q4_1(y, ldy, xq, n, w, rows, k); break;
+    case RA_DTYPE_Q4_K: gemv_q4_k(y, ldy, xq, n, w, rows, k); break;
+    case RA_DTYPE_Q6_K: gemv_q6_k(y, ldy, xq, n, w, rows, k); break;
+    default: break;
+    }
+}
+
+static void dequantize(float *dst, const void *w, enum ra_dtype wtype, int64_t count)
+{
+    switch (wtype) {
+    case RA_DTYPE_Q8_0: dequantize_q8_0(dst, w, count); break;
+    case RA_DTYPE_Q4_0: dequantize_q4_0(dst, w, count); break;
+    case RA_DTYPE_Q4_1: dequantize_q4_1(dst, w, count); break;
+    case RA_DTYPE_Q4_K: dequantize_q4_k(dst, w, count); break;
+    case RA_DTYPE_Q6_K: dequantize_q6_k(dst, w, count); break;
+    default: break;
+    }
+}
+
+const struct ra_quant_kernels QK_TABLE = {
+    .isa = QK_ISA,
+    .quantize_act = quantize_act,
+    .gemv = gemv,
+    .dequantize = dequantize,
+};
