@@ -50,7 +50,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: bench-decode-speed [--model DIR] [--bf16-model DIR] [--contexts N,N,...] [--threads T,T,...]\n"
             "                          [--lanes f32,bf16] [--steps N] [--repeat N] [--membw-mib N]\n"
-            "                          [--backend cpu|cuda]\n"
+            "                          [--backend cpu|cuda] [--membw-only]\n"
             "\n"
             "Single-process decode on the CPU backend: tokens/s per step after a context of N\n"
             "positions, the bytes a step reads (weights + K/V rows), the read-only bandwidth (one\n"
@@ -73,6 +73,8 @@ static void usage(FILE *f)
             "                    streams three\n"
             "  --backend B       cpu (default) or cuda: on cuda the lanes are the weights' dtype on the\n"
             "                    device (f32, bf16), and no host bandwidth or bound is measured\n"
+            "  --membw-only      only the read bandwidth: one line 'read_gbs THREADS GB/s' per thread\n"
+            "                    count, the median of --repeat samples (no model is loaded)\n"
             "  --help\n"
             "\n"
             "RA_CPU_ISA forces the kernels; RA_GEMV=0 sends decode steps through the GEMM path;\n"
@@ -239,6 +241,7 @@ struct options {
     int threads[MAX_LIST], n_threads;
     int want[N_LANES];
     int steps, repeat, membw_mib;
+    int membw_only; /* --membw-only: the read bandwidth per thread count, nothing else */
     const char *model_dir, *bf16_model, *backend;
     char model_default[4096], bf16_default[4200];
 };
@@ -270,8 +273,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "contexts", required_argument, 0, 'c' }, { "threads", required_argument, 0, 't' },
         { "lanes", required_argument, 0, 'l' },   { "steps", required_argument, 0, 's' },
         { "repeat", required_argument, 0, 'r' },  { "membw-mib", required_argument, 0, 'T' },
-        { "backend", required_argument, 0, 'B' }, { "help", no_argument, 0, 'h' },
-        { 0, 0, 0, 0 },
+        { "backend", required_argument, 0, 'B' }, { "membw-only", no_argument, 0, 'M' },
+        { "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 },
     };
     *o = (struct options){ .contexts = { 512, 2048, 8192 }, .n_ctx = 3, .threads = { 1, 2 }, .n_threads = 2,
                            .want = { 1, 1, 1 }, .steps = 16, .repeat = 5, .membw_mib = 256, .backend = "cpu" };
@@ -300,6 +303,7 @@ static int parse_options(int argc, char **argv, struct options *o)
             if (!*optarg || ra_backend_name_check(optarg, "--backend") != RA_OK)
                 rc = ra_arg_usage_error(bench_name, "--backend: '%s' is not cpu or cuda", optarg);
             break;
+        case 'M': o->membw_only = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -534,12 +538,38 @@ static void print_ratios(const struct options *o, struct cell (*cells)[MAX_LIST]
     }
 }
 
+/* --membw-only: "read_gbs THREADS GBS" per thread count, the median of
+ * --repeat best-of-3 samples (what jobs/compare-llama-cpp divides by a token's bytes). */
+static int membw_only(const struct options *o)
+{
+    for (int ti = 0; ti < o->n_threads; ti++) {
+        double v[BENCH_MAX_REPEAT];
+        for (int r = 0; r < o->repeat; r++) {
+            struct ra_membw rd;
+            int rc = ra_membw_read((size_t)o->membw_mib << 20, o->threads[ti], 3, &rd);
+            if (rc != RA_OK)
+                bench_die("read bandwidth", rc);
+            v[r] = rd.best_gbs;
+        }
+        for (int i = 1; i < o->repeat; i++) /* insertion sort: a handful of samples */
+            for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+                double t = v[j];
+                v[j] = v[j - 1];
+                v[j - 1] = t;
+            }
+        printf("read_gbs %d %.2f\n", o->threads[ti], v[o->repeat / 2]);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
     int rc = parse_options(argc, argv, &o);
     if (rc >= 0)
         return rc;
+    if (o.membw_only)
+        return membw_only(&o);
     /* Without a bf16 file the bf16 lane makes a bf16 copy of the f32 weights:
      * plain, not oneDNN's blocked layout, which only its GEMM reads. */
     if (!o.bf16_model)

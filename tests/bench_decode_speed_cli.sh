@@ -20,6 +20,10 @@ grep -Eq "^1 +[0-9]+ +[0-9.]+x +[0-9.]+x$" "$TMP/out" || fail "no bf16/f32 and b
 grep -Eq "^# read / triad bandwidth, medians: T=1 [0-9.]+x T=2 [0-9.]+x$" "$TMP/out" || fail "no read/triad ratios"
 grep -q "^# lane bf16: f32 weights, bf16 compute" "$TMP/out" ||
     grep -q "^# lane bf16: f32 weights, f32 compute (bf16 unit: none" "$TMP/out" || fail "the bf16 lane does not say what it runs"
+# --membw-only: one line per thread count, the read bandwidth alone (jobs/compare-llama-cpp's bound)
+"$B" --membw-only --threads 1,2 --repeat 1 --membw-mib 8 >"$TMP/bw" 2>&1 || fail "--membw-only failed: $(cat "$TMP/bw")"
+awk '$1 != "read_gbs" || $3 <= 0 { exit 1 } END { exit NR != 2 }' "$TMP/bw" ||
+    fail "--membw-only: not one 'read_gbs T GB/s' line per thread count: $(cat "$TMP/bw")"
 expect_error "^bench-decode-speed: .*--threads" "$B" --threads 0
 expect_error "^bench-decode-speed: .*--lanes" "$B" --lanes f64
 expect_error "^bench-decode-speed: .*--membw-mib" "$B" --membw-mib 0

@@ -10,9 +10,9 @@
 #   q/k permutation and tensor mapping are checked against runahead's own;
 # - with llama-bench and llama-quantize built: a tiny end-to-end run prints both tables with
 #   a figure in every cell it ran, and runahead's bf16 lane ran on the bf16 copy of the model
-#   (MODEL-bf16, written for it), its f32 lane on the model itself; then --gguf on the Q8_0
-#   copy: one llama.cpp lane named q8_0, both runahead lanes on that same file, and the
-#   summary says that runahead converted it to f32.
+#   (MODEL-bf16, written for it), its f32 lane on the model itself, its q8_0 lane on llama.cpp's
+#   Q8_0 file, with that lane's share of the read-bandwidth bound in the decode table; then
+#   --gguf on the Q8_0 copy: one lane of each engine, both named q8_0, on that same file.
 . "$(dirname "$0")/lib.sh"
 JOB=$SRC/jobs/compare-llama-cpp
 export RA_BUILD_DIR="$BUILD"
@@ -25,8 +25,10 @@ mkdir -p "$TMP/fake/build/bin" "$TMP/fake/gguf-py/gguf"
 expect_error 'llama-bench not found: build llama.cpp first' "$JOB" --llama-cpp "$TMP/fake"
 for p in llama-bench llama-quantize; do printf '#!/bin/sh\nexit 1\n' >"$TMP/fake/build/bin/$p"; chmod +x "$TMP/fake/build/bin/$p"; done
 expect_error "--tokens: '0' is not a positive integer" "$JOB" --llama-cpp "$TMP/fake" --tokens 512,0
-expect_error "--ll-types: 'f16' is not f32, bf16 or q8_0" "$JOB" --llama-cpp "$TMP/fake" --ll-types f32,f16
-expect_error "--ra-types: 'q8_0' is not f32 or bf16" "$JOB" --llama-cpp "$TMP/fake" --ra-types q8_0
+expect_error "--ll-types: 'f16' is not f32, bf16, q8_0, q4_0, q4_1 or q4_k_m" "$JOB" --llama-cpp "$TMP/fake" --ll-types f32,f16
+expect_error "--ra-types: 'q5_0' is not f32, bf16, q8_0, q4_0, q4_1 or q4_k_m" "$JOB" --llama-cpp "$TMP/fake" --ra-types q5_0
+expect_error "--ra-types: 'q4_0' runs llama.cpp's q4_0 file: add q4_0 to --ll-types" "$JOB" --llama-cpp "$TMP/fake" --ra-types q4_0
+expect_error "--quantizer: 'gptq' is not llama.cpp or runahead" "$JOB" --llama-cpp "$TMP/fake" --quantizer gptq
 expect_error "--fa: '2' is not 0 or 1" "$JOB" --llama-cpp "$TMP/fake" --fa 2
 expect_error "unknown option '--bogus'" "$JOB" --llama-cpp "$TMP/fake" --bogus
 "$JOB" --help >"$TMP/help" 2>&1 && grep -q -- '--llama-cpp DIR' "$TMP/help" || fail "--help does not list --llama-cpp"
@@ -100,21 +102,26 @@ if [ ! -x "$lcpp/build/bin/llama-bench" ] || [ ! -x "$lcpp/build/bin/llama-quant
     finish
 fi
 "$JOB" --llama-cpp "$lcpp" --model "$TMP/m" --tokens 16 --threads 1 --rounds 1 --repeat 1 \
-    --decode 4 --out "$TMP/res" >"$TMP/run" 2>"$TMP/err" || { fail "compare-llama-cpp failed: $(tail -n 3 "$TMP/err")"; finish; }
+    --ra-types f32,bf16,q8_0 --decode 4 --out "$TMP/res" >"$TMP/run" 2>"$TMP/err" ||
+    { fail "compare-llama-cpp failed: $(tail -n 3 "$TMP/err")"; finish; }
 for g in f32 bf16 q8_0; do [ -s "$TMP/m-gguf/m-$g.gguf" ] || fail "no $g GGUF written"; done
 # Each table: a header naming every lane, then one row of numbers (no '-': every lane ran).
 for title in 'prefill, prompt tokens/s' 'decode, tokens/s after a one-token prompt'; do
     row=$(grep -A2 "^$title" "$TMP/run" | tail -n 1)
-    grep -A1 "^$title" "$TMP/run" | tail -n 1 | grep -q 'll f32  *ll bf16  *ll q8_0  *ra f32  *ra bf16' ||
+    grep -A1 "^$title" "$TMP/run" | tail -n 1 | grep -q 'll f32  *ll bf16  *ll q8_0  *ra f32  *ra bf16  *ra q8_0  *f32 ra/ll  *bf16 ra/ll  *q8_0 ra/ll' ||
         fail "$title: header lacks a lane: $(cat "$TMP/run")"
-    echo "$row" | awk 'NF != 11 { exit 1 } { for (i = 1; i <= NF; i++) if ($i !~ /^[0-9.]+\*?$/) exit 1 }' ||
-        fail "$title: row is not 11 figures: '$row'"
+    n=14; case $title in decode*) n=15 ;; esac # decode: the q8_0 lane's share of its bound too
+    echo "$row" | awk -v n=$n 'NF != n { exit 1 } { for (i = 1; i <= NF; i++) if ($i !~ /^[0-9.]+\*?$/) exit 1 }' ||
+        fail "$title: row is not $n figures: '$row'"
 done
-[ "$(wc -l <"$TMP/res/raw.tsv")" -eq $((1 + 2 * (6 + 2))) ] || fail "raw.tsv should hold 16 results: $(cat "$TMP/res/raw.tsv")"
+grep -q '^bound: read GB/s of the round (median) over the lane.s bytes per token: q8_0 ' "$TMP/run" ||
+    fail "the decode table does not say what its bound is: $(cat "$TMP/run")"
+# 6 llama.cpp and 3 runahead runs per phase, and one bandwidth sample before the decode round
+[ "$(wc -l <"$TMP/res/raw.tsv")" -eq $((1 + 2 * (6 + 3) + 1)) ] || fail "raw.tsv should hold 19 results: $(cat "$TMP/res/raw.tsv")"
 grep -q '"torch_dtype": "bfloat16"' "$TMP/m-bf16/config.json" 2>/dev/null || fail "no bf16 copy written to $TMP/m-bf16"
 # Each runahead run's report names the model it loaded: the lane's own.
 for j in "$TMP"/res/ra-*.json; do
-    case $j in *-bf16-*) want=$TMP/m-bf16 ;; *) want=$TMP/m ;; esac
+    case $j in *-bf16-*) want=$TMP/m-bf16 ;; *-q8_0-*) want=$TMP/m-gguf/m-q8_0.gguf ;; *) want=$TMP/m ;; esac
     python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["model"] != sys.argv[2])' "$j" "$want" ||
         fail "$j: runahead did not run on $want"
 done
@@ -124,16 +131,18 @@ done
 q8=$TMP/m-gguf/m-q8_0.gguf
 "$JOB" --llama-cpp "$lcpp" --gguf "$q8" --tokens 16 --threads 1 --rounds 1 --repeat 1 --decode 4 \
     --out "$TMP/res-gguf" >"$TMP/run" 2>"$TMP/err" || { fail "compare-llama-cpp --gguf failed: $(tail -n 3 "$TMP/err")"; finish; }
-grep -q "^--gguf $q8: llama.cpp runs its q8_0 weights natively; runahead converts them to f32 at load" "$TMP/run" ||
+grep -q "^--gguf $q8: both engines compute on its q8_0 blocks" "$TMP/run" ||
     fail "--gguf: the summary does not say how each engine ran the file: $(cat "$TMP/run")"
 for title in 'prefill, prompt tokens/s' 'decode, tokens/s after a one-token prompt'; do
     row=$(grep -A2 "^$title" "$TMP/run" | tail -n 1)
-    grep -A1 "^$title" "$TMP/run" | tail -n 1 | grep -q '^ *thr  *tokens  *ll q8_0  *ra f32  *ra bf16  *ra f32/best  *ra bf16/best$' ||
-        fail "--gguf: $title: header is not one q8_0 lane and two runahead lanes: $(cat "$TMP/run")"
-    echo "$row" | awk 'NF != 7 { exit 1 } { for (i = 1; i <= NF; i++) if ($i !~ /^[0-9.]+\*?$/) exit 1 }' ||
-        fail "--gguf: $title: row is not 7 figures: '$row'"
+    head='^ *thr  *tokens  *ll q8_0  *ra q8_0  *q8_0 ra/ll  *ra q8_0/best$' n=6
+    case $title in decode*) head='^ *thr  *tokens  *ll q8_0  *ra q8_0  *q8_0 ra/ll  *ra q8_0/best  *ra q8_0/bound$' n=7 ;; esac
+    grep -A1 "^$title" "$TMP/run" | tail -n 1 | grep -q "$head" ||
+        fail "--gguf: $title: header is not one q8_0 lane of each engine: $(cat "$TMP/run")"
+    echo "$row" | awk -v n=$n 'NF != n { exit 1 } { for (i = 1; i <= NF; i++) if ($i !~ /^[0-9.]+\*?$/) exit 1 }' ||
+        fail "--gguf: $title: row is not $n figures: '$row'"
 done
-[ "$(wc -l <"$TMP/res-gguf/raw.tsv")" -eq $((1 + 2 * (2 + 2))) ] || fail "--gguf: raw.tsv should hold 8 results: $(cat "$TMP/res-gguf/raw.tsv")"
+[ "$(wc -l <"$TMP/res-gguf/raw.tsv")" -eq $((1 + 2 * (2 + 1) + 1)) ] || fail "--gguf: raw.tsv should hold 7 results: $(cat "$TMP/res-gguf/raw.tsv")"
 for j in "$TMP"/res-gguf/ra-*.json; do
     python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["model"] != sys.argv[2])' "$j" "$q8" ||
         fail "$j: runahead did not run on $q8"
