@@ -41,6 +41,9 @@ static uint16_t rnd_scale(int is_signed)
     return ra_f32_to_f16(v);
 }
 
+/* Non-zero: the K formats' weights and activations at their extremes (rnd_weights, rnd_acts). */
+static int k_extremes;
+
 static void rnd_bytes(uint8_t *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -78,6 +81,12 @@ static void rnd_weights(enum ra_dtype t, void *w, int64_t count)
             x->dmin = rnd_scale(0);
             rnd_bytes(x->scales, sizeof x->scales);
             rnd_bytes(x->qs, sizeof x->qs);
+            if (k_extremes) { /* every scale and min 63, quants 15 or 0 by halves, dmin far above d */
+                x->d = ra_f32_to_f16(1e-4f);
+                x->dmin = ra_f32_to_f16(0.5f);
+                memset(x->scales, 0xff, sizeof x->scales);
+                memset(x->qs, b & 1 ? 0x0f : 0xff, sizeof x->qs);
+            }
             break;
         }
         case RA_DTYPE_Q6_K: {
@@ -86,6 +95,12 @@ static void rnd_weights(enum ra_dtype t, void *w, int64_t count)
             rnd_bytes(x->qh, sizeof x->qh);
             rnd_bytes((uint8_t *)x->scales, sizeof x->scales);
             x->d = rnd_scale(1);
+            if (k_extremes) { /* scales -128 and 127, quants 63 or 0 (-32) by blocks */
+                for (int i = 0; i < RA_QK_K / 16; i++)
+                    x->scales[i] = (int8_t)(i & 1 ? -128 : 127);
+                memset(x->ql, b & 1 ? 0 : 0xff, sizeof x->ql);
+                memset(x->qh, b & 1 ? 0 : 0xff, sizeof x->qh);
+            }
             break;
         }
         default: break;
@@ -97,6 +112,11 @@ static void rnd_weights(enum ra_dtype t, void *w, int64_t count)
  * outliers, every seventh block zero. */
 static void rnd_acts(float *x, int64_t k)
 {
+    if (k_extremes) { /* every quant +-127, one sign per 32 */
+        for (int64_t j = 0; j < k; j++)
+            x[j] = j / RA_QK % 3 ? 1e3f : -1e3f;
+        return;
+    }
     for (int64_t b = 0; b < k / RA_QK; b++) {
         const double scale = (b % 7 == 3) ? 0 : exp(log(1e-3) + rnd_unit() * log(1e6));
         for (int j = 0; j < RA_QK; j++) {
@@ -338,6 +358,12 @@ static void test_gemv(const struct ra_quant_kernels *qk, const char *isa)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
             if (shapes[si].k % ra_dtype_block(types[ti]) == 0)
                 check_shape(qk, isa, types[ti], shapes[si], &worst_tight, &worst_q);
+        if (k_format(types[ti])) { /* the integer sums at their largest */
+            k_extremes = 1;
+            check_shape(qk, isa, types[ti], (struct shape){ 4096, 5 }, &worst_tight, &worst_q);
+            check_shape(qk, isa, types[ti], (struct shape){ 256, 37 }, &worst_tight, &worst_q);
+            k_extremes = 0;
+        }
         printf("%s %s: gemv within %.2g of sum|w||x| of the dequantized product, %.2f of the int8 bound "
                "of the fp32 one\n",
                isa, ra_dtype_name(types[ti]), worst_tight, worst_q);

@@ -4,8 +4,26 @@
  *         - dmin * dx * sum_s mn_s * (bsums[2s] + bsums[2s + 1])
  *   Q6_K: d * dx * sum_i scales[i] * sum((q6 - 32) * qx over elements 16i..16i+15)
  * with the integer sums exact; the portable code below is the reference form
- * of every instruction set's version. */
+ * of every instruction set's version.
+ *
+ * The SIMD versions multiply the u8 weights by the s8 activations with
+ * vpmaddubsw (pairs of products into int16: at most 2 * 63 * 128 = 16128 for
+ * 6-bit weights, so never saturating) and the 16-bit pair sums by the
+ * sub-blocks' scales into int32 with QKK_DP: vpdpwssd on AVX-VNNI and
+ * AVX512-VNNI, vpmaddwd + vpaddd on AVX2. That is the only difference
+ * between those builds of the 256-bit code; this machine runs neither
+ * AVX-VNNI nor (under qemu-user) its emulation, so the AVX2 tests are what
+ * cover that code. Q6_K's -32 goes through the bsums (sum of (q - 32) * qx =
+ * sum q * qx - 32 * bsum), so q stays unsigned. gemv takes up to 4 tokens per
+ * pass over a row's super-blocks: each weight load and unpacking serves all
+ * of them. */
 
+
+#if defined(RA_QK_AVX2) || defined(RA_QK_AVXVNNI) || defined(RA_QK_AVX512VNNI)
+#define QKK_SIMD 1
+#endif
+
+#if !defined(QKK_SIMD)
 static void act_q8k(void *xq, const float *x, int64_t k) { ra_quant_act_ref(RA_DTYPE_Q4_K, x, xq, k); }
 
 /* Sub-block j's 6-bit scale and min (ggml's get_scale_min_k4). */
@@ -92,3 +110,275 @@ static void dequantize_q6_k(float *dst, const void *w, int64_t count)
 {
     ra_quant_dequantize(RA_DTYPE_Q6_K, w, dst, count);
 }
+#else
+#if defined(RA_QK_AVX2)
+#define QKK_DP(acc, a, b) _mm256_add_epi32((acc), _mm256_madd_epi16((a), (b)))
+#elif defined(RA_QK_AVXVNNI)
+#define QKK_DP(acc, a, b) _mm256_dpwssd_avx_epi32((acc), (a), (b))
+#else
+#define QKK_DP(acc, a, b) _mm256_dpwssd_epi32((acc), (a), (b))
+#endif
+#define QKK_INLINE static inline __attribute__((always_inline))
+/* the token and chunk loops unrolled, so the accumulators live in registers */
+#define QKK_UNROLL _Pragma("GCC unroll 8")
+
+static inline float qkk_hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float qkk_hmax_ps(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* roundf on 8 lanes: ties away from zero (the rounding instructions' modes
+ * have ties to even only). v - trunc(v) is exact. */
+static inline __m256 qkk_round_away(__m256 v)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    return _mm256_add_ps(t, _mm256_and_ps(up, one));
+}
+
+/* ra_quant_act_ref for the K formats, 8 lanes at a time: the same bytes. */
+static void act_q8k(void *xq, const float *x, int64_t k)
+{
+    struct ra_block_q8k *b = xq;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t i = 0; i < k / RA_QK_K; i++, x += RA_QK_K) {
+        __m256 mx = _mm256_setzero_ps();
+        for (int j = 0; j < RA_QK_K; j += 8) /* the new value first: a NaN is skipped, as by fmaxf */
+            mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), mx);
+        const float amax = qkk_hmax_ps(mx);
+        b[i].d = amax / 127.0f;
+        const __m256 id = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+        for (int j = 0; j < RA_QK_K; j += 32) {
+            __m256i v[4];
+            for (int u = 0; u < 4; u++)
+                v[u] = _mm256_cvtps_epi32(qkk_round_away(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * u), id)));
+            const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+            const __m256i q = _mm256_permutevar8x32_epi32(p, order);
+            _mm256_storeu_si256((__m256i *)(b[i].qs + j), q);
+            /* bsums: sums of q + 128 over each 8 bytes, then of each 16 */
+            __m256i s = _mm256_sad_epu8(_mm256_xor_si256(q, flip), _mm256_setzero_si256());
+            s = _mm256_add_epi64(s, _mm256_srli_si256(s, 8));
+            b[i].bsums[j / 16] = (int16_t)(_mm256_extract_epi16(s, 0) - 16 * 128);
+            b[i].bsums[j / 16 + 1] = (int16_t)(_mm256_extract_epi16(s, 8) - 16 * 128);
+        }
+    }
+}
+
+/* A Q4_K super-block's eight 6-bit scales and mins from its 12 bytes: bytes
+ * 0-3 and 4-7 hold sub-blocks 0-3's in their low 6 bits; bytes 8-11 hold
+ * sub-blocks 4-7's low 4 bits (scale low nibble, min high), the top 2 bits in
+ * the spare bits of bytes 0-3 (scales) and 4-7 (mins). */
+static inline void qkk_q4k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8])
+{
+    uint32_t a, b, c;
+    memcpy(&a, s, 4);
+    memcpy(&b, s + 4, 4);
+    memcpy(&c, s + 8, 4);
+    const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, top2 = 0x03030303u;
+    const uint32_t v[4] = { a & low6, (c & low4) | (a >> 6 & top2) << 4, b & low6, (c >> 4 & low4) | (b >> 6 & top2) << 4 };
+    memcpy(sc, v, 8);
+    memcpy(mn, v + 2, 8);
+}
+
+/* y[t * ldy] = row w . token t for t < nt (a constant after inlining). */
+QKK_INLINE void qkk_q4k_row(float *y, int ldy, const struct ra_block_q8k *x, int64_t nb,
+                            const struct ra_block_q4_k *w, const int nt)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 f[4];
+    QKK_UNROLL
+    for (int t = 0; t < nt; t++)
+        f[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const struct ra_block_q4_k *wb = w + b;
+        uint8_t sc[8], mn[8];
+        qkk_q4k_scales(wb->scales, sc, mn);
+        __m256i acc[4];
+        QKK_UNROLL
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_setzero_si256();
+        QKK_UNROLL
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * c));
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i slo = _mm256_set1_epi16(sc[2 * c]), shi = _mm256_set1_epi16(sc[2 * c + 1]);
+            QKK_UNROLL
+            for (int t = 0; t < nt; t++) {
+                const int8_t *xs = x[t * nb + b].qs + 64 * c;
+                acc[t] = QKK_DP(acc[t], _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xs)), slo);
+                acc[t] = QKK_DP(acc[t], _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xs + 32))), shi);
+            }
+        }
+        __m256i mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn));
+        mins = _mm256_or_si256(mins, _mm256_slli_epi32(mins, 16)); /* (mn_s, mn_s) against bsums 2s, 2s + 1 */
+        const float d = ra_f16_to_f32(wb->d), dmin = ra_f16_to_f32(wb->dmin);
+        QKK_UNROLL
+        for (int t = 0; t < nt; t++) {
+            const struct ra_block_q8k *xb = x + t * nb + b;
+            const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
+            f[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(acc[t]), f[t]);
+            f[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * xb->d), _mm256_cvtepi32_ps(ms), f[t]);
+        }
+    }
+    QKK_UNROLL
+    for (int t = 0; t < nt; t++)
+        y[(size_t)t * ldy] = qkk_hsum_ps(f[t]);
+}
+
+/* Q6_K's quarter g of a half: 32 quants in [0, 64) from the low nibbles ql
+ * (ql0: bytes 0-31, ql1: 32-63, low nibble for quarters 0-1, high for 2-3)
+ * and bits 2g, 2g + 1 of qh. */
+QKK_INLINE __m256i qkk_q6k_quarter(__m256i ql0, __m256i ql1, __m256i qh, const int g)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i lo = _mm256_and_si256(g >= 2 ? _mm256_srli_epi16(g & 1 ? ql1 : ql0, 4) : g & 1 ? ql1 : ql0, m4);
+    const __m256i h = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2) : g == 2 ? qh
+                                                                                          : _mm256_srli_epi16(qh, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(h, m30));
+}
+
+QKK_INLINE void qkk_q6k_row(float *y, int ldy, const struct ra_block_q8k *x, int64_t nb,
+                            const struct ra_block_q6_k *w, const int nt)
+{
+    __m256 f[4];
+    QKK_UNROLL
+    for (int t = 0; t < nt; t++)
+        f[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const struct ra_block_q6_k *wb = w + b;
+        const __m128i s8 = _mm_loadu_si128((const __m128i *)wb->scales);
+        /* -32 * scales[i] against bsums[i]: the offset of every quant */
+        const __m256i off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5));
+        __m256i acc[4];
+        QKK_UNROLL
+        for (int t = 0; t < nt; t++)
+            acc[t] = QKK_DP(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)x[t * nb + b].bsums), off);
+        QKK_UNROLL
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * h));
+            /* the half's 8 scales as int16 in both 128-bit lanes */
+            const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(wb->scales + 8 * h))));
+            QKK_UNROLL
+            for (int g = 0; g < 4; g++) {
+                /* quarter g's first 16 quants take scale 2g (low lane), the next 16 scale 2g + 1 */
+                const __m256i pick = _mm256_add_epi8(_mm256_setr_epi64x(0x0100010001000100, 0x0100010001000100,
+                                                                        0x0302030203020302, 0x0302030203020302),
+                                                     _mm256_set1_epi8((char)(4 * g)));
+                const __m256i sg = _mm256_shuffle_epi8(s16, pick);
+                const __m256i q = qkk_q6k_quarter(ql0, ql1, qh, g);
+                QKK_UNROLL
+                for (int t = 0; t < nt; t++) {
+                    const int8_t *xs = x[t * nb + b].qs + 128 * h + 32 * g;
+                    acc[t] = QKK_DP(acc[t], _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)xs)), sg);
+                }
+            }
+        }
+        const float d = ra_f16_to_f32(wb->d);
+        QKK_UNROLL
+        for (int t = 0; t < nt; t++)
+            f[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t * nb + b].d), _mm256_cvtepi32_ps(acc[t]), f[t]);
+    }
+    QKK_UNROLL
+    for (int t = 0; t < nt; t++)
+        y[(size_t)t * ldy] = qkk_hsum_ps(f[t]);
+}
+
+/* Every row against the tokens in groups of 4 (a row of super-blocks stays in
+ * L1 for the next group). */
+#define QKK_GEMV(name, row, wtype)                                                                                 \
+    static void name(float *y, int ldy, const void *xq, int n, const void *w, int64_t rows, int64_t k)             \
+    {                                                                                                              \
+        const int64_t nb = k / RA_QK_K;                                                                            \
+        const struct ra_block_q8k *x = xq;                                                                         \
+        for (int64_t r = 0; r < rows; r++) {                                                                       \
+            const wtype *wr = (const wtype *)w + r * nb;                                                           \
+            for (int t = 0; t < n; t += 4) {                                                                       \
+                float *yt = y + (size_t)t * ldy + r;                                                               \
+                const struct ra_block_q8k *xt = x + t * nb;                                                        \
+                switch (n - t) {                                                                                   \
+                case 1: row(yt, ldy, xt, nb, wr, 1); break;                                                        \
+                case 2: row(yt, ldy, xt, nb, wr, 2); break;                                                        \
+                case 3: row(yt, ldy, xt, nb, wr, 3); break;                                                        \
+                default: row(yt, ldy, xt, nb, wr, 4); break;                                                       \
+                }                                                                                                  \
+            }                                                                                                      \
+        }                                                                                                          \
+    }
+QKK_GEMV(gemv_q4_k, qkk_q4k_row, struct ra_block_q4_k)
+QKK_GEMV(gemv_q6_k, qkk_q6k_row, struct ra_block_q6_k)
+
+/* ra_quant_dequantize's Q4_K floats: d * sc * q is exact (17 + 4 bits), so
+ * one fused multiply-subtract rounds as its product then difference. */
+static void dequantize_q4_k(float *dst, const void *w, int64_t count)
+{
+    const struct ra_block_q4_k *wb = w;
+    const __m256i m4 = _mm256_set1_epi32(0x0f);
+    for (int64_t i = 0; i < count / RA_QK_K; i++, wb++, dst += RA_QK_K) {
+        uint8_t sc[8], mn[8];
+        qkk_q4k_scales(wb->scales, sc, mn);
+        const float d = ra_f16_to_f32(wb->d), dmin = ra_f16_to_f32(wb->dmin);
+        QKK_UNROLL
+        for (int c = 0; c < 4; c++) {
+            const __m256 d1 = _mm256_set1_ps(d * (float)sc[2 * c]), m1 = _mm256_set1_ps(dmin * (float)mn[2 * c]);
+            const __m256 d2 = _mm256_set1_ps(d * (float)sc[2 * c + 1]);
+            const __m256 m2 = _mm256_set1_ps(dmin * (float)mn[2 * c + 1]);
+            for (int l = 0; l < 32; l += 8) {
+                const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wb->qs + 32 * c + l)));
+                const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(q, m4));
+                const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4));
+                _mm256_storeu_ps(dst + 64 * c + l, _mm256_fmsub_ps(d1, lo, m1));
+                _mm256_storeu_ps(dst + 64 * c + 32 + l, _mm256_fmsub_ps(d2, hi, m2));
+            }
+        }
+    }
+}
+
+/* ra_quant_dequantize's Q6_K floats: (d * scale) * (q - 32), the same two
+ * roundings. */
+static void dequantize_q6_k(float *dst, const void *w, int64_t count)
+{
+    const struct ra_block_q6_k *wb = w;
+    const __m256i m4 = _mm256_set1_epi32(0x0f), m30 = _mm256_set1_epi32(0x30), m3 = _mm256_set1_epi32(3);
+    const __m256i k32 = _mm256_set1_epi32(32);
+    for (int64_t i = 0; i < count / RA_QK_K; i++, wb++) {
+        const float d = ra_f16_to_f32(wb->d);
+        for (int h = 0; h < 2; h++, dst += 128) {
+            const uint8_t *ql = wb->ql + 64 * h, *qh = wb->qh + 32 * h;
+            const int8_t *s = wb->scales + 8 * h;
+            for (int l = 0; l < 32; l += 8) {
+                const __m256i l0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
+                const __m256i l1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + 32 + l)));
+                const __m256i hb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
+                const __m256i q[4] = {
+                    _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi32(_mm256_and_si256(hb, m3), 4)),
+                    _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi32(hb, 2), m30)),
+                    _mm256_or_si256(_mm256_srli_epi32(l0, 4), _mm256_and_si256(hb, m30)),
+                    _mm256_or_si256(_mm256_srli_epi32(l1, 4), _mm256_and_si256(_mm256_srli_epi32(hb, 2), m30)),
+                };
+                QKK_UNROLL
+                for (int g = 0; g < 4; g++) {
+                    const __m256 ds = _mm256_set1_ps(d * (float)s[l / 16 + 2 * g]);
+                    _mm256_storeu_ps(dst + 32 * g + l,
+                                     _mm256_mul_ps(ds, _mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], k32))));
+                }
+            }
+        }
+    }
+}
+#endif
