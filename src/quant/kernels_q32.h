@@ -4,7 +4,14 @@
  *   Q4_0: dw * (dx * sum(q4 * qx) - 8 * sx)
  *   Q4_1: dw * dx * sum(q4 * qx) + m * sx
  * with the integer sums exact; the portable code below is the reference form
- * of every instruction set's version. */
+ * of every instruction set's version, the SIMD code after it (AVX2, AVX-VNNI,
+ * AVX512-VNNI) computes the same sums in another float order. */
+
+#if defined(RA_QK_AVX2) || defined(RA_QK_AVXVNNI) || defined(RA_QK_AVX512VNNI)
+#define Q32_SIMD 1
+#endif
+
+#ifndef Q32_SIMD
 
 static void act_q8x(void *xq, const float *x, int64_t k) { ra_quant_act_ref(RA_DTYPE_Q8_0, x, xq, k); }
 
@@ -81,3 +88,244 @@ static void dequantize_q4_1(float *dst, const void *w, int64_t count)
 {
     ra_quant_dequantize(RA_DTYPE_Q4_1, w, dst, count);
 }
+
+#else /* Q32_SIMD */
+
+#define Q32_UNROLL _Pragma("GCC unroll 4")
+#define Q32_INLINE static inline __attribute__((always_inline))
+
+/* ------------------------------------------------ activations, dequantize
+ * 256-bit in every SIMD build: bit-exact with the references, which the
+ * build's -ffp-contract=off keeps (no multiply fused into a later add). */
+
+/* roundf (ties away from zero) of v to int32: trunc(v + copysign(0.49999997,
+ * v)). Plain v + 0.5 would take 0.49999997 to 1; this form equals roundf for
+ * every |v| <= 128 (checked over all those floats), which covers the
+ * activations' |x| * 127 / max|x| <= 127. */
+Q32_INLINE __m256i q32_round(__m256 v)
+{
+    const __m256 half = _mm256_or_ps(_mm256_set1_ps(0x1.fffffep-2f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f)));
+    return _mm256_cvttps_epi32(_mm256_add_ps(v, half));
+}
+
+Q32_INLINE int q32_hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* ra_quant_act_ref's blocks of 32: the same max, the same divisions, the same
+ * products x * (127 / max|x|) rounded as roundf. */
+static void act_q8x(void *xq, const float *x, int64_t k)
+{
+    struct ra_block_q8x *b = xq;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t i = 0; i < k / RA_QK; i++, x += RA_QK) {
+        const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+        const __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, absmask), _mm256_and_ps(v1, absmask)),
+                                       _mm256_max_ps(_mm256_and_ps(v2, absmask), _mm256_and_ps(v3, absmask)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const __m256 id = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+        const __m256i q0 = q32_round(_mm256_mul_ps(v0, id)), q1 = q32_round(_mm256_mul_ps(v1, id));
+        const __m256i q2 = q32_round(_mm256_mul_ps(v2, id)), q3 = q32_round(_mm256_mul_ps(v3, id));
+        /* packs interleave 128-bit lanes: 4-quant groups come out as 0,2,4,6,1,3,5,7 */
+        const __m256i q = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+        _mm256_storeu_si256((__m256i *)b[i].qs, _mm256_permutevar8x32_epi32(q, order));
+        b[i].d = amax / 127.0f;
+        b[i].s = b[i].d * (float)q32_hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q0, q1), _mm256_add_epi32(q2, q3)));
+    }
+}
+
+/* The f16 at h, widened and broadcast. */
+Q32_INLINE __m256 q32_f16x8(const uint16_t *h) { return _mm256_cvtph_ps(_mm_set1_epi16((short)*h)); }
+
+/* 16 bytes of 4-bit quants as 32 bytes in element order: low nibbles, then high. */
+Q32_INLINE __m256i q32_nibbles(const uint8_t *qs)
+{
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+}
+
+/* dst[0..32) = (float)q[j] * d (+ m if ADD_M), as the references compute them. */
+Q32_INLINE void q32_store_block(float *dst, __m256i q, __m256 d, __m256 m, int add_m)
+{
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    const __m128i part[4] = { lo, _mm_unpackhi_epi64(lo, lo), hi, _mm_unpackhi_epi64(hi, hi) };
+    Q32_UNROLL
+    for (int i = 0; i < 4; i++) {
+        __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i])), d);
+        _mm256_storeu_ps(dst + 8 * i, add_m ? _mm256_add_ps(v, m) : v);
+    }
+}
+
+static void dequantize_q8_0(float *dst, const void *w, int64_t count)
+{
+    const struct ra_block_q8_0 *b = w;
+    for (int64_t i = 0; i < count / RA_QK; i++, dst += RA_QK)
+        q32_store_block(dst, _mm256_loadu_si256((const __m256i *)b[i].qs), q32_f16x8(&b[i].d), _mm256_setzero_ps(), 0);
+}
+
+static void dequantize_q4_0(float *dst, const void *w, int64_t count)
+{
+    const struct ra_block_q4_0 *b = w;
+    for (int64_t i = 0; i < count / RA_QK; i++, dst += RA_QK)
+        q32_store_block(dst, _mm256_sub_epi8(q32_nibbles(b[i].qs), _mm256_set1_epi8(8)), q32_f16x8(&b[i].d),
+                        _mm256_setzero_ps(), 0);
+}
+
+static void dequantize_q4_1(float *dst, const void *w, int64_t count)
+{
+    const struct ra_block_q4_1 *b = w;
+    for (int64_t i = 0; i < count / RA_QK; i++, dst += RA_QK)
+        q32_store_block(dst, q32_nibbles(b[i].qs), q32_f16x8(&b[i].d), q32_f16x8(&b[i].m), 1);
+}
+
+/* ------------------------------------------------ gemv
+ * A tile of R rows x T tokens walks the row's blocks once: each weight block
+ * is loaded once for T tokens and each activation block once for R rows, and
+ * every (row, token) pair keeps its sum in a register. Per block, the integer
+ * dot product (exact) is scaled in float:
+ *   Q8_0: lanes of dx * dot, times dw;
+ *   Q4_0: lanes of dx * dot - sx, times dw: the 8 lanes add up to
+ *         dw * (dx * dot - 8 sx);
+ *   Q4_1: lanes of dx * dot times dw, plus m / 8 * sx (8 lanes: m * sx). */
+
+Q32_INLINE float q32_hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#if defined(RA_QK_AVX512VNNI)
+Q32_INLINE float q32_hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+#endif
+
+#if defined(RA_QK_AVXVNNI)
+/* vpdpbusd: four u8 x s8 products added to each int32 lane. */
+#define Q32_DOT(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), (u), (s))
+#else
+/* The same on AVX2 (and on 256-bit vectors of the AVX512-VNNI build):
+ * vpmaddubsw's u8 x s8 pair sums saturate at int16, which no pair here
+ * reaches: u is |Q8_0 quant| <= 128 or a nibble <= 15, s an activation quant
+ * (|q| <= 127, sign-moved for Q8_0), so |pair| <= 2 * 128 * 127 = 32512.
+ * This machine's CPUs and qemu-user lack AVX-VNNI: the AVX2 build's tests
+ * run this code path with this one macro swapped. */
+#define Q32_DOT(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1))
+#endif
+
+/* y[t * ldy + r] for r < R, t < T: R rows of type TYPE at w (row_bytes
+ * apart) against T tokens' activation blocks at x (nb apart). */
+Q32_INLINE void q32_tile(float *y, int64_t ldy, const struct ra_block_q8x *x, const unsigned char *w,
+                         size_t row_bytes, int64_t nb, enum ra_dtype type, const int R, const int T)
+{
+    __m256 acc[4][4];
+    Q32_UNROLL
+    for (int r = 0; r < R; r++)
+        Q32_UNROLL
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i u[4], sgn[4];
+        __m256 dw[4], m8[4];
+        Q32_UNROLL
+        for (int r = 0; r < R; r++) {
+            const unsigned char *wr = w + (size_t)r * row_bytes;
+            if (type == RA_DTYPE_Q8_0) {
+                const struct ra_block_q8_0 *wb = (const struct ra_block_q8_0 *)wr + b;
+                sgn[r] = _mm256_loadu_si256((const __m256i *)wb->qs);
+                u[r] = _mm256_abs_epi8(sgn[r]);
+                dw[r] = q32_f16x8(&wb->d);
+            } else if (type == RA_DTYPE_Q4_0) {
+                const struct ra_block_q4_0 *wb = (const struct ra_block_q4_0 *)wr + b;
+                u[r] = q32_nibbles(wb->qs);
+                dw[r] = q32_f16x8(&wb->d);
+            } else {
+                const struct ra_block_q4_1 *wb = (const struct ra_block_q4_1 *)wr + b;
+                u[r] = q32_nibbles(wb->qs);
+                dw[r] = q32_f16x8(&wb->d);
+                m8[r] = _mm256_mul_ps(q32_f16x8(&wb->m), _mm256_set1_ps(0.125f));
+            }
+        }
+        Q32_UNROLL
+        for (int t = 0; t < T; t++) {
+            const struct ra_block_q8x *xb = x + t * nb + b;
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
+            const __m256 dx = _mm256_set1_ps(xb->d);
+            Q32_UNROLL
+            for (int r = 0; r < R; r++) {
+                const __m256i s = type == RA_DTYPE_Q8_0 ? _mm256_sign_epi8(xq, sgn[r]) : xq;
+                const __m256 p = _mm256_cvtepi32_ps(Q32_DOT(u[r], s));
+                if (type == RA_DTYPE_Q4_0) {
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_fmsub_ps(p, dx, _mm256_set1_ps(xb->s)), dw[r], acc[r][t]);
+                } else {
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(p, dx), dw[r], acc[r][t]);
+                    if (type == RA_DTYPE_Q4_1)
+                        acc[r][t] = _mm256_fmadd_ps(m8[r], _mm256_set1_ps(xb->s), acc[r][t]);
+                }
+            }
+        }
+    }
+    Q32_UNROLL
+    for (int r = 0; r < R; r++)
+        Q32_UNROLL
+        for (int t = 0; t < T; t++)
+            y[t * ldy + r] = q32_hsum_ps(acc[r][t]);
+}
+
+/* Rows in tiles of R (then one by one) for T tokens. */
+Q32_INLINE void q32_rows(float *y, int64_t ldy, const struct ra_block_q8x *x, const void *w, int64_t rows,
+                         int64_t k, enum ra_dtype type, const int R, const int T)
+{
+    const int64_t nb = k / RA_QK;
+    const size_t rb = ra_dtype_row_bytes(type, k);
+    const unsigned char *wr = w;
+    int64_t r = 0;
+    for (; r + R <= rows; r += R)
+        q32_tile(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, R, T);
+    for (; r < rows; r++)
+        q32_tile(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, 1, T);
+}
+
+/* Tokens in groups of 4, then the 1-3 left; 4 rows at a time for one token,
+ * 2 for more (the accumulators and the rows' blocks fill the 16 registers). */
+Q32_INLINE void q32_gemv(float *y, int ldy, const void *xq, int n, const void *w, int64_t rows, int64_t k,
+                         enum ra_dtype type)
+{
+    const int64_t nb = k / RA_QK;
+    const struct ra_block_q8x *x = xq;
+    int t = 0;
+    for (; t + 4 <= n; t += 4)
+        q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 2, 4);
+    switch (n - t) {
+    case 3: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 2, 3); break;
+    case 2: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 2, 2); break;
+    case 1: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 4, 1); break;
+    default: break;
+    }
+}
+
+static void gemv_q8_0(float *y, int ldy, const void *xq, int n, const void *w, int64_t rows, int64_t k)
+{
+    q32_gemv(y, ldy, xq, n, w, rows, k, RA_DTYPE_Q8_0);
+}
+
+static void gemv_q4_0(float *y, int ldy, const void *xq, int n, const void *w, int64_t rows, int64_t k)
+{
+    q32_gemv(y, ldy, xq, n, w, rows, k, RA_DTYPE_Q4_0);
+}
+
+static void gemv_q4_1(float *y, int ldy, const void *xq, int n, const void *w, int64_t rows, int64_t k)
+{
+    q32_gemv(y, ldy, xq, n, w, rows, k, RA_DTYPE_Q4_1);
+}
+
+#endif /* Q32_SIMD */
