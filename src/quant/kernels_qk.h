@@ -194,6 +194,18 @@ static inline void qkk_q4k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]
     memcpy(mn, v + 2, 8);
 }
 
+/* qkk_q4k_scales in a vector: bytes 0-7 the scales, 8-15 the mins. Reads 16
+ * bytes at s (the block's scales and the first 4 of its quants). */
+static inline __m128i qkk_q4k_scales_v(const uint8_t *s)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)s);                  /* words a, b, c */
+    const __m128i acbc = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), aabb = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));
+    const __m128i low = _mm_and_si128(_mm_srlv_epi32(acbc, _mm_setr_epi32(0, 0, 0, 4)),
+                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i top = _mm_and_si128(_mm_srli_epi32(aabb, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(low, top);
+}
+
 /* y[t * ldy] = row w . token t for t < nt (a constant after inlining). */
 QKK_INLINE void qkk_q4k_row(float *y, int ldy, const struct ra_block_q8k *x, int64_t nb,
                             const struct ra_block_q4_k *w, const int nt)
@@ -205,8 +217,9 @@ QKK_INLINE void qkk_q4k_row(float *y, int ldy, const struct ra_block_q8k *x, int
         f[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const struct ra_block_q4_k *wb = w + b;
-        uint8_t sc[8], mn[8];
-        qkk_q4k_scales(wb->scales, sc, mn);
+        const __m128i sm8 = qkk_q4k_scales_v(wb->scales);
+        /* the 8 scales as int16 in both 128-bit lanes, for vpshufb to broadcast one */
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm8));
         __m256i acc[4];
         QKK_UNROLL
         for (int t = 0; t < nt; t++)
@@ -215,7 +228,8 @@ QKK_INLINE void qkk_q4k_row(float *y, int ldy, const struct ra_block_q8k *x, int
         for (int c = 0; c < 4; c++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * c));
             const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i slo = _mm256_set1_epi16(sc[2 * c]), shi = _mm256_set1_epi16(sc[2 * c + 1]);
+            const __m256i slo = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
+            const __m256i shi = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
             QKK_UNROLL
             for (int t = 0; t < nt; t++) {
                 const int8_t *xs = x[t * nb + b].qs + 64 * c;
@@ -223,8 +237,8 @@ QKK_INLINE void qkk_q4k_row(float *y, int ldy, const struct ra_block_q8k *x, int
                 acc[t] = QKK_DP(acc[t], _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xs + 32))), shi);
             }
         }
-        __m256i mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn));
-        mins = _mm256_or_si256(mins, _mm256_slli_epi32(mins, 16)); /* (mn_s, mn_s) against bsums 2s, 2s + 1 */
+        /* (mn_s, mn_s) against bsums 2s, 2s + 1 */
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm8, sm8));
         const float d = ra_f16_to_f32(wb->d), dmin = ra_f16_to_f32(wb->dmin);
         QKK_UNROLL
         for (int t = 0; t < nt; t++) {
@@ -299,6 +313,123 @@ QKK_INLINE void qkk_q6k_row(float *y, int ldy, const struct ra_block_q8k *x, int
         y[(size_t)t * ldy] = qkk_hsum_ps(f[t]);
 }
 
+#if defined(RA_QK_AVX512VNNI)
+/* The AVX512-VNNI rows: 64 quants a vector, so every token's products take
+ * half the instructions of the 256-bit rows. Q4_K: a 32-byte chunk of nibbles
+ * in both halves of a register, the low nibbles shifted by 0 in the lower
+ * half and by 4 in the upper, is sub-blocks 2c, 2c + 1: the token's 64
+ * contiguous quants. Q6_K: a half's 64 bytes of ql against its 32 bytes of
+ * qh in both halves, shifted per half, are quarters 0-1 and 2-3. */
+#define QKK_DP512(acc, a, b) _mm512_dpwssd_epi32((acc), (a), (b))
+
+QKK_INLINE void qkk_q4k_row512(float *y, int ldy, const struct ra_block_q8k *x, int64_t nb,
+                               const struct ra_block_q4_k *w, const int nt)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    /* int16 lanes of sub-block 2c (lower half) and 2c + 1 (upper): bytes 4c, 4c + 1 and 4c + 2, 4c + 3 */
+    const __m512i pick = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(0x0100)),
+                                            _mm256_set1_epi16(0x0302), 1);
+    __m512 f[4];
+    __m256 fm[4];
+    QKK_UNROLL
+    for (int t = 0; t < nt; t++) {
+        f[t] = _mm512_setzero_ps();
+        fm[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const struct ra_block_q4_k *wb = w + b;
+        const __m128i sm8 = qkk_q4k_scales_v(wb->scales);
+        const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm8));
+        __m512i acc[4];
+        QKK_UNROLL
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm512_setzero_si512();
+        QKK_UNROLL
+        for (int c = 0; c < 4; c++) {
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qs + 32 * c)));
+            const __m512i v = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
+            const __m512i s = _mm512_shuffle_epi8(sc16, _mm512_add_epi8(pick, _mm512_set1_epi8((char)(4 * c))));
+            QKK_UNROLL
+            for (int t = 0; t < nt; t++) {
+                const __m512i xv = _mm512_loadu_si512((const void *)(x[t * nb + b].qs + 64 * c));
+                acc[t] = QKK_DP512(acc[t], _mm512_maddubs_epi16(v, xv), s);
+            }
+        }
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm8, sm8));
+        const float d = ra_f16_to_f32(wb->d), dmin = ra_f16_to_f32(wb->dmin);
+        QKK_UNROLL
+        for (int t = 0; t < nt; t++) {
+            const struct ra_block_q8k *xb = x + t * nb + b;
+            const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
+            f[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * xb->d), _mm512_cvtepi32_ps(acc[t]), f[t]);
+            fm[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * xb->d), _mm256_cvtepi32_ps(ms), fm[t]);
+        }
+    }
+    QKK_UNROLL
+    for (int t = 0; t < nt; t++)
+        y[(size_t)t * ldy] = _mm512_reduce_add_ps(f[t]) - qkk_hsum_ps(fm[t]);
+}
+
+QKK_INLINE void qkk_q6k_row512(float *y, int ldy, const struct ra_block_q8k *x, int64_t nb,
+                               const struct ra_block_q6_k *w, const int nt)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    /* qh's bits 2g, 2g + 1 to bits 4, 5: quarters 0, 1 (left 4, 2) and 2, 3 (right 0, 2) */
+    const __m512i left01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i right23 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    /* 128-bit lane j of quarters 0-1 takes the half's scale j, of quarters 2-3 scale 4 + j */
+    const __m512i pick01 = _mm512_set_epi32(0x07060706, 0x07060706, 0x07060706, 0x07060706, 0x05040504, 0x05040504,
+                                            0x05040504, 0x05040504, 0x03020302, 0x03020302, 0x03020302, 0x03020302,
+                                            0x01000100, 0x01000100, 0x01000100, 0x01000100);
+    const __m512i pick23 = _mm512_add_epi8(pick01, _mm512_set1_epi8(8));
+    __m512 f[4];
+    QKK_UNROLL
+    for (int t = 0; t < nt; t++)
+        f[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const struct ra_block_q6_k *wb = w + b;
+        const __m128i s8 = _mm_loadu_si128((const __m128i *)wb->scales);
+        const __m256i off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5));
+        __m512i acc[4];
+        QKK_UNROLL
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm512_zextsi256_si512(
+                QKK_DP(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)x[t * nb + b].bsums), off));
+        QKK_UNROLL
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = _mm512_loadu_si512((const void *)(wb->ql + 64 * h));
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qh + 32 * h)));
+            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(ql, m4),
+                                                _mm512_and_si512(_mm512_sllv_epi16(qh, left01), m30));
+            const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                                _mm512_and_si512(_mm512_srlv_epi16(qh, right23), m30));
+            const __m512i s16 =
+                _mm512_broadcast_i32x4(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(wb->scales + 8 * h))));
+            const __m512i s01 = _mm512_shuffle_epi8(s16, pick01), s23 = _mm512_shuffle_epi8(s16, pick23);
+            QKK_UNROLL
+            for (int t = 0; t < nt; t++) {
+                const int8_t *xs = x[t * nb + b].qs + 128 * h;
+                acc[t] = QKK_DP512(acc[t], _mm512_maddubs_epi16(q01, _mm512_loadu_si512((const void *)xs)), s01);
+                acc[t] = QKK_DP512(acc[t], _mm512_maddubs_epi16(q23, _mm512_loadu_si512((const void *)(xs + 64))), s23);
+            }
+        }
+        const float d = ra_f16_to_f32(wb->d);
+        QKK_UNROLL
+        for (int t = 0; t < nt; t++)
+            f[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * x[t * nb + b].d), _mm512_cvtepi32_ps(acc[t]), f[t]);
+    }
+    QKK_UNROLL
+    for (int t = 0; t < nt; t++)
+        y[(size_t)t * ldy] = _mm512_reduce_add_ps(f[t]);
+}
+#define QKK_Q4K_ROW qkk_q4k_row512
+#define QKK_Q6K_ROW qkk_q6k_row512
+#else
+#define QKK_Q4K_ROW qkk_q4k_row
+#define QKK_Q6K_ROW qkk_q6k_row
+#endif
+
 /* Every row against the tokens in groups of 4 (a row of super-blocks stays in
  * L1 for the next group). */
 #define QKK_GEMV(name, row, wtype)                                                                                 \
@@ -320,8 +451,8 @@ QKK_INLINE void qkk_q6k_row(float *y, int ldy, const struct ra_block_q8k *x, int
             }                                                                                                      \
         }                                                                                                          \
     }
-QKK_GEMV(gemv_q4_k, qkk_q4k_row, struct ra_block_q4_k)
-QKK_GEMV(gemv_q6_k, qkk_q6k_row, struct ra_block_q6_k)
+QKK_GEMV(gemv_q4_k, QKK_Q4K_ROW, struct ra_block_q4_k)
+QKK_GEMV(gemv_q6_k, QKK_Q6K_ROW, struct ra_block_q6_k)
 
 /* ra_quant_dequantize's Q4_K floats: d * sc * q is exact (17 + 4 bits), so
  * one fused multiply-subtract rounds as its product then difference. */
