@@ -1,6 +1,7 @@
 #include "args.h"
 #include "cpu_isa.h"
 #include "gemm_bf16.h"
+#include "quant/quant.h"
 #include "status.h"
 
 #include "config.h"
@@ -125,5 +126,8 @@ void ra_print_version(const char *prog)
     ra_cpu_isa_describe(kernels, sizeof kernels);
     char units[256];
     ra_gemm_bf16_units(units, sizeof units);
-    printf("%s %s\ncpu kernels: %s\nbf16 GEMM: %s\n", prog, PACKAGE_VERSION, kernels, units);
+    char quant[256];
+    ra_quant_isa_describe(quant, sizeof quant);
+    printf("%s %s\ncpu kernels: %s\nquant kernels: %s\nbf16 GEMM: %s\n", prog, PACKAGE_VERSION, kernels, quant,
+           units);
 }

@@ -173,8 +173,13 @@ int ra_backend_cpu_init(struct ra_backend **out, int n_threads);
 /* One line on what runs a CPU backend's linear layers in bf16: "oneDNN
  * brg:avx512_core_amx" (the unit of its last bf16 GEMM), or "none (why)". */
 void ra_backend_cpu_describe_linear(const struct ra_backend *be, char *buf, size_t size);
+/* One line on how a CPU backend multiplies block-quantized weights (ra_quant_matmul_describe):
+ * "prefill: dequantized to bf16 (oneDNN ...), ...; decode: int8 avx512vnni". */
+void ra_backend_cpu_describe_quant(const struct ra_backend *be, char *buf, size_t size);
 /* The dtype a CPU backend's linear layers compute in for weights stored as `weights`, after
- * its compute setting and its bf16 unit: RA_DTYPE_BF16 for bf16 GEMMs, else RA_DTYPE_F32. */
+ * its compute setting and its bf16 unit: RA_DTYPE_BF16 for bf16 GEMMs, else RA_DTYPE_F32; for
+ * block-quantized weights that prefill multiplies as int8 products on the blocks, the weights'
+ * own type. */
 enum ra_dtype ra_backend_cpu_linear_dtype(const struct ra_backend *be, enum ra_dtype weights);
 void ra_backend_free(struct ra_backend *be);
 

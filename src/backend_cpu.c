@@ -36,6 +36,7 @@
 #include "gemm_bf16.h"
 #include "hugepage.h"
 #include "model.h"
+#include "quant/quant.h"
 #include "status.h"
 #include "sysinfo.h"
 
@@ -55,6 +56,7 @@ struct cpu_backend {
     struct ra_backend base;
     const struct ra_cpu_kernels *k;
     struct ra_gemm_bf16 *bf16; /* NULL: no bf16 unit */
+    struct ra_quant_matmul *qm; /* block-quantized weights' matmul (quant/quant.h) */
     float **scratch;    /* [n_threads], each WIDEN_ROWS x max cols */
     size_t scratch_floats;
     /* RoPE's cos/sin of the last span or position list, [n][head_dim/2]
@@ -90,6 +92,7 @@ static void cpu_destroy(struct ra_backend *be)
     for (int i = 0; cb->scratch && i < cb->base.n_threads; i++)
         free(cb->scratch[i]);
     free(cb->scratch);
+    ra_quant_matmul_free(cb->qm);
     ra_gemm_bf16_free(cb->bf16);
     free(cb->rope_cos);
     free(cb->rope_sin);
@@ -165,6 +168,20 @@ static void widen(const struct ra_cpu_kernels *k, float *dst, const struct ra_te
 static int cpu_embed(struct ra_backend *be, float *x, const struct ra_tensor *table, const int32_t *tokens, int n)
 {
     const struct ra_cpu_kernels *k = ((struct cpu_backend *)be)->k;
+    if (ra_dtype_is_quant(table->dtype)) { /* a quantized table: its rows dequantized */
+        const struct ra_quant_kernels *qk;
+        int rc = ra_quant_kernels_active(&qk);
+        if (rc != RA_OK)
+            return rc;
+        if (table->cols % ra_dtype_block(table->dtype) != 0)
+            return ra_error_set(RA_EINVAL, "cpu backend: a %s embedding of %lld columns (not whole blocks)",
+                                ra_dtype_name(table->dtype), (long long)table->cols);
+        const size_t row_bytes = ra_dtype_row_bytes(table->dtype, table->cols);
+        for (int i = 0; i < n; i++)
+            qk->dequantize(x + (size_t)i * table->cols, (const char *)table->data + (size_t)tokens[i] * row_bytes,
+                           table->dtype, table->cols);
+        return RA_OK;
+    }
     for (int i = 0; i < n; i++)
         widen(k, x + (size_t)i * table->cols, table, (int64_t)tokens[i] * table->cols, table->cols);
     return RA_OK;
@@ -296,6 +313,10 @@ static int cpu_matmul(struct ra_backend *be, float *y, int ldy, const float *x, 
                       const struct ra_tensor *w, int n)
 {
     struct cpu_backend *cb = (struct cpu_backend *)be;
+    if (ra_dtype_is_quant(w->dtype)) { /* in place, in their blocks */
+        ra_quant_matmul_allow_bf16(cb->qm, be->compute != RA_COMPUTE_F32);
+        return ra_quant_matmul(cb->qm, y, ldy, x, ldx, w, n, be->n_threads);
+    }
     const uint16_t *wb = bf16_weights(cb, w);
     const struct ra_bf16_packed *pw = w->device && cb->bf16 && be->compute != RA_COMPUTE_F32
                                           ? ((const struct bf16_copy *)w->device)->packed
@@ -577,7 +598,8 @@ static int cpu_add(struct ra_backend *be, float *x, const float *y, size_t count
 static int cpu_weight_prepare(struct ra_backend *be, struct ra_tensor *w, int matmul)
 {
     struct cpu_backend *cb = (struct cpu_backend *)be;
-    if (!matmul || !cb->bf16 || w->device || w->dtype == RA_DTYPE_BF16 || be->compute == RA_COMPUTE_F32 ||
+    if (!matmul || !cb->bf16 || w->device || w->dtype == RA_DTYPE_BF16 || ra_dtype_is_quant(w->dtype) ||
+        be->compute == RA_COMPUTE_F32 ||
         (w->dtype == RA_DTYPE_F32 && be->compute != RA_COMPUTE_BF16))
         return RA_OK;
     const size_t count = (size_t)w->rows * (size_t)w->cols;
@@ -644,9 +666,21 @@ void ra_backend_cpu_describe_linear(const struct ra_backend *be, char *buf, size
         ra_gemm_bf16_units(buf, size);
 }
 
+void ra_backend_cpu_describe_quant(const struct ra_backend *be, char *buf, size_t size)
+{
+    const struct cpu_backend *cb = (const struct cpu_backend *)be;
+    ra_quant_matmul_allow_bf16(cb->qm, be->compute != RA_COMPUTE_F32);
+    ra_quant_matmul_describe(cb->qm, buf, size);
+}
+
 enum ra_dtype ra_backend_cpu_linear_dtype(const struct ra_backend *be, enum ra_dtype weights)
 {
     const struct cpu_backend *cb = (const struct cpu_backend *)be;
+    if (ra_dtype_is_quant(weights)) { /* prefill's path: the bf16 unit, sgemm, or int8 products on the blocks */
+        ra_quant_matmul_allow_bf16(cb->qm, be->compute != RA_COMPUTE_F32);
+        const enum ra_quant_gemm path = ra_quant_matmul_prefill_path(cb->qm);
+        return path == RA_QUANT_GEMM_BF16 ? RA_DTYPE_BF16 : path == RA_QUANT_GEMM_F32 ? RA_DTYPE_F32 : weights;
+    }
     int bf16 = cb->bf16 && be->compute != RA_COMPUTE_F32 && (be->compute == RA_COMPUTE_BF16 || weights != RA_DTYPE_F32);
     return bf16 ? RA_DTYPE_BF16 : RA_DTYPE_F32;
 }
@@ -677,17 +711,18 @@ static int cpu_narrow(struct ra_backend *be, void *dst, enum ra_dtype dtype, con
     return RA_OK;
 }
 
-/* Weights in any of the three dtypes (widened or read by a bf16 unit);
- * activations f32; the KV cache f32 or bf16; bf16 compute where the CPU has
- * a bf16 unit (elsewhere bf16 would quietly run in f32). */
+/* Weights in any of the three dtypes (widened or read by a bf16 unit) and
+ * in the block formats (matrices and embeddings: ra_quant_matmul, rows
+ * dequantized); activations f32; the KV cache f32 or bf16; bf16 compute
+ * where the CPU has a bf16 unit (elsewhere bf16 would quietly run in f32). */
 static int cpu_supports(struct ra_backend *be, enum ra_op op, enum ra_dtype dtype)
 {
     switch (op) {
     case RA_OP_EMBED:
     case RA_OP_MATMUL:
-    case RA_OP_RMSNORM:
     case RA_OP_WEIGHT_PREPARE:
     case RA_OP_WEIGHTS: return 1;
+    case RA_OP_RMSNORM: return !ra_dtype_is_quant(dtype);
     case RA_OP_ATTENTION:
     case RA_OP_NARROW:
     case RA_OP_GET_ROWS:
@@ -753,7 +788,9 @@ int ra_backend_cpu_init(struct ra_backend **out, int n_threads)
         free(cb);
         return ra_error_set(RA_ENOMEM, "cpu backend: out of memory for %d threads", n_threads);
     }
-    if ((rc = ra_gemm_bf16_create(&cb->bf16, n_threads)) != RA_OK) {
+    if ((rc = ra_gemm_bf16_create(&cb->bf16, n_threads)) != RA_OK ||
+        (rc = ra_quant_matmul_create(&cb->qm, n_threads, cb->bf16)) != RA_OK) {
+        ra_gemm_bf16_free(cb->bf16);
         free(cb->scratch);
         free(cb);
         return rc;

@@ -36,7 +36,7 @@ x86_64) ;;
 *) echo "not x86-64: only the portable kernels exist here"; check_tokens portable "$RA"; finish ;;
 esac
 
-supported=$("$RA" --version | sed -n 's/.*(this CPU and build: \(.*\))$/\1/p' | tr -d ,)
+supported=$("$RA" --version | sed -n 's/^cpu kernels: .*(this CPU and build: \(.*\))$/\1/p' | tr -d ,)
 [ -n "$supported" ] || fail "--version does not list the supported kernels: $("$RA" --version)"
 best=$(kernels_of "$RA")
 [ "$best" = "$(echo "$supported" | cut -d' ' -f1)" ] || fail "default kernels '$best' are not the best supported ($supported)"

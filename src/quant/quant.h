@@ -145,9 +145,41 @@ void ra_quant_isa_describe(char *buf, size_t size);
 struct ra_gemm_bf16;
 struct ra_quant_matmul; /* per backend: scratch for quantized activations and dequantized panels */
 
-/* bf16: the backend's bf16 unit, or NULL (prefill may dequantize to bf16 for it). */
+/* Up to this many tokens a matmul is a decode step: the int8 GEMV, which
+ * reads the weights once. */
+#define RA_QMM_GEMV_MAX_N 4
+/* Up to this many tokens the automatic choice keeps the int8 GEMV (the
+ * weights are read a few times only: dequantizing them costs more than the
+ * products). */
+#define RA_QMM_INT8_MAX_N 16
+
+/* How prefill (more than RA_QMM_GEMV_MAX_N tokens) multiplies: the int8
+ * products on quantized activations (llama.cpp's scheme), or panels of
+ * weights dequantized for sgemm (f32) or for the bf16 unit (bf16), where
+ * the activations are not quantized. auto: the fastest here (matmul.c). */
+enum ra_quant_gemm { RA_QUANT_GEMM_AUTO = 0, RA_QUANT_GEMM_INT8, RA_QUANT_GEMM_F32, RA_QUANT_GEMM_BF16 };
+/* "auto", "int8", "f32", "bf16"; the parse sets RA_EINVAL naming RA_QUANT_GEMM. */
+const char *ra_quant_gemm_name(enum ra_quant_gemm g);
+int ra_quant_gemm_parse(const char *s, enum ra_quant_gemm *out);
+
+/* bf16: the backend's bf16 unit, or NULL (prefill may dequantize to bf16 for
+ * it). The kernels are those in use (ra_quant_kernels_active); the prefill
+ * path is RA_QUANT_GEMM's (int8|f32|bf16|auto; bf16 without a unit is
+ * RA_EUNSUPPORTED). */
 int ra_quant_matmul_create(struct ra_quant_matmul **out, int n_threads, struct ra_gemm_bf16 *bf16);
 void ra_quant_matmul_free(struct ra_quant_matmul *qm);
+/* Forces the prefill path (tests, benchmarks); RA_EUNSUPPORTED for bf16
+ * without a bf16 unit. */
+int ra_quant_matmul_set_gemm(struct ra_quant_matmul *qm, enum ra_quant_gemm g);
+/* Whether prefill may use the bf16 unit (the backend's --compute-dtype f32
+ * says no; default yes): without it a forced or chosen bf16 path runs f32. */
+void ra_quant_matmul_allow_bf16(struct ra_quant_matmul *qm, int allow);
+/* The path prefill takes here for more than RA_QMM_INT8_MAX_N tokens: the
+ * forced one, else the fastest (never AUTO). */
+enum ra_quant_gemm ra_quant_matmul_prefill_path(const struct ra_quant_matmul *qm);
+/* Runs on another supported instruction set's kernels (tests, benchmarks);
+ * RA_EUNSUPPORTED where ra_quant_isa_supported says no. */
+int ra_quant_matmul_set_isa(struct ra_quant_matmul *qm, enum ra_quant_isa isa);
 
 /* y[n][w->rows] (row stride ldy) = x[n][w->cols] (row stride ldx) . wᵀ for
  * a block-quantized w, on up to n_threads OpenMP threads. The CPU backend's
