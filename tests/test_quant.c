@@ -41,7 +41,8 @@ static uint16_t rnd_scale(int is_signed)
     return ra_f32_to_f16(v);
 }
 
-/* Non-zero: the K formats' weights and activations at their extremes (rnd_weights, rnd_acts). */
+/* Non-zero: the weights and activations at their extremes (rnd_weights, rnd_acts): the integer sums at
+ * their largest, where a 16-bit intermediate would saturate. */
 static int k_extremes;
 
 static void rnd_bytes(uint8_t *p, size_t n)
@@ -60,12 +61,16 @@ static void rnd_weights(enum ra_dtype t, void *w, int64_t count)
             struct ra_block_q8_0 *x = (struct ra_block_q8_0 *)w + b;
             x->d = rnd_scale(0);
             rnd_bytes((uint8_t *)x->qs, sizeof x->qs); /* -128 included: ggml never writes it, a file may */
+            if (k_extremes) /* every quant -128 or 127 by blocks */
+                memset(x->qs, b % 3 ? 0x80 : 0x7f, sizeof x->qs);
             break;
         }
         case RA_DTYPE_Q4_0: {
             struct ra_block_q4_0 *x = (struct ra_block_q4_0 *)w + b;
             x->d = rnd_scale(1);
             rnd_bytes(x->qs, sizeof x->qs);
+            if (k_extremes) /* every quant 15 or 0 by blocks */
+                memset(x->qs, b % 3 ? 0xff : 0, sizeof x->qs);
             break;
         }
         case RA_DTYPE_Q4_1: {
@@ -73,6 +78,8 @@ static void rnd_weights(enum ra_dtype t, void *w, int64_t count)
             x->d = rnd_scale(0);
             x->m = rnd_scale(1);
             rnd_bytes(x->qs, sizeof x->qs);
+            if (k_extremes)
+                memset(x->qs, b % 3 ? 0xff : 0, sizeof x->qs);
             break;
         }
         case RA_DTYPE_Q4_K: {
@@ -358,12 +365,10 @@ static void test_gemv(const struct ra_quant_kernels *qk, const char *isa)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
             if (shapes[si].k % ra_dtype_block(types[ti]) == 0)
                 check_shape(qk, isa, types[ti], shapes[si], &worst_tight, &worst_q);
-        if (k_format(types[ti])) { /* the integer sums at their largest */
-            k_extremes = 1;
-            check_shape(qk, isa, types[ti], (struct shape){ 4096, 5 }, &worst_tight, &worst_q);
-            check_shape(qk, isa, types[ti], (struct shape){ 256, 37 }, &worst_tight, &worst_q);
-            k_extremes = 0;
-        }
+        k_extremes = 1; /* the integer sums at their largest */
+        check_shape(qk, isa, types[ti], (struct shape){ 4096, 5 }, &worst_tight, &worst_q);
+        check_shape(qk, isa, types[ti], (struct shape){ 256, 37 }, &worst_tight, &worst_q);
+        k_extremes = 0;
         printf("%s %s: gemv within %.2g of sum|w||x| of the dequantized product, %.2f of the int8 bound "
                "of the fp32 one\n",
                isa, ra_dtype_name(types[ti]), worst_tight, worst_q);

@@ -205,17 +205,27 @@ Q32_INLINE float q32_hsum_ps(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+#if defined(RA_QK_AVXVNNI) || defined(RA_QK_AVX512VNNI)
+/* vpdpbusd (VEX on AVX-VNNI, EVEX on 256-bit vectors of AVX512-VNNI): four
+ * u8 x s8 products added to each int32 lane; DOT2 two such dot products. */
 #if defined(RA_QK_AVXVNNI)
-/* vpdpbusd: four u8 x s8 products added to each int32 lane. */
-#define Q32_DOT(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), (u), (s))
+#define Q32_DPBUSD _mm256_dpbusd_avx_epi32
 #else
-/* The same on AVX2 (and on 256-bit vectors of the AVX512-VNNI build):
- * vpmaddubsw's u8 x s8 pair sums saturate at int16, which no pair here
- * reaches: u is |Q8_0 quant| <= 128 or a nibble <= 15, s an activation quant
- * (|q| <= 127, sign-moved for Q8_0), so |pair| <= 2 * 128 * 127 = 32512.
+#define Q32_DPBUSD _mm256_dpbusd_epi32
+#endif
+#define Q32_DOT(u, s) Q32_DPBUSD(_mm256_setzero_si256(), (u), (s))
+#define Q32_DOT2(u1, s1, u2, s2) Q32_DPBUSD(Q32_DPBUSD(_mm256_setzero_si256(), (u1), (s1)), (u2), (s2))
+#else
+/* The same on AVX2: vpmaddubsw's u8 x s8 pair sums saturate at int16, which
+ * none reaches here: u is |Q8_0 quant| <= 128 or a nibble <= 15, s an
+ * activation quant (|q| <= 127, sign-moved for Q8_0), so |pair| <= 2 * 128 *
+ * 127 = 32512, and DOT2's two nibble pair sums add to at most 4 * 15 * 127.
  * This machine's CPUs and qemu-user lack AVX-VNNI: the AVX2 build's tests
- * run this code path with this one macro swapped. */
+ * run its code with these macros swapped. */
 #define Q32_DOT(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1))
+#define Q32_DOT2(u1, s1, u2, s2)                                                                     \
+    _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((u1), (s1)), _mm256_maddubs_epi16((u2), (s2))), \
+                      _mm256_set1_epi16(1))
 #endif
 
 /* y[t * ldy + r] for r < R, t < T: R rows of type TYPE at w (row_bytes
@@ -277,53 +287,8 @@ Q32_INLINE void q32_tile(float *y, int64_t ldy, const struct ra_block_q8x *x, co
             y[t * ldy + r] = q32_hsum_ps(acc[r][t]);
 }
 
-#if defined(RA_QK_AVX512VNNI)
-/* ------------------------------------------------ gemv on AVX512-VNNI
- * Two blocks per zmm (blocks 2j and 2j + 1 of a row: A and B), vpdpbusd on
- * 64 bytes at once: int32 lanes 0-7 are A's, 8-15 B's (the 4-bit formats'
- * nibbles are spread to x's element order: A's low nibbles, A's high, B's
- * low, B's high). A pair's f16 scales come out of one load by vpermw, 8
- * copies each. vpdpbusd multiplies u8 by s8:
- *   Q8_0: u = x + 128 (flipped once per token and pair), s = w, the lanes
- *         starting at -128 * sum(w) (once per row and pair): sum(x * w);
- *   Q4_0, Q4_1: u = the nibbles, s = x.
- * An odd last block goes through the 256-bit code. */
-
-/* [f[a] x 8, f[b] x 8]: a pair's activation scales (d or s) for its lanes. */
-Q32_INLINE __m512 q32_pair_ps(const float *a, const float *b)
-{
-    const __m128 v = _mm_insert_ps(_mm_load_ss(a), _mm_load_ss(b), 0x10);
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                 _mm512_castps128_ps512(v));
-}
-
-/* A's 32 bytes at a, B's at b, as one zmm. */
-Q32_INLINE __m512i q32_pair_bytes(const int8_t *a, const int8_t *b)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
-                              _mm256_loadu_si256((const __m256i *)b), 1);
-}
-
-/* A's 16 bytes of nibbles at qa, B's at qb, in x's element order. */
-Q32_INLINE __m512i q32_pair_nibbles(const uint8_t *qa, const uint8_t *qb)
-{
-    const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qa)),
-                                               _mm_loadu_si128((const __m128i *)qb), 1);
-    const __m512i aabb =
-        _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(ab));
-    /* the high nibbles go to 128-bit lanes 1 and 3: words 8-15 and 24-31 */
-    return _mm512_and_si512(_mm512_mask_srli_epi16(aabb, (__mmask32)0xff00ff00u, aabb, 4), _mm512_set1_epi8(0x0f));
-}
-
-/* [h[wa] x 8, h[wb] x 8] widened, h the halves of v (wa, wb < 16). */
-Q32_INLINE __m512 q32_pair_f16(__m256i v, int wa, int wb)
-{
-    const __m256i idx = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)wa)),
-                                                _mm_set1_epi16((short)wb), 1);
-    return _mm512_cvtph_ps(_mm256_permutexvar_epi16(idx, v));
-}
-
-/* One block's 8 lanes (they add up to its contribution), 256-bit: an odd last block. */
+/* One block's 8 lanes (they add up to its contribution): the odd last block
+ * of the tiles that take blocks in pairs. */
 Q32_INLINE __m256 q32_block256(enum ra_dtype type, const unsigned char *wb, const struct ra_block_q8x *xb)
 {
     const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
@@ -345,12 +310,121 @@ Q32_INLINE __m256 q32_block256(enum ra_dtype type, const unsigned char *wb, cons
     return _mm256_fmadd_ps(m8, _mm256_set1_ps(xb->s), _mm256_mul_ps(_mm256_mul_ps(p, dx), q32_f16x8(&b->d)));
 }
 
-/* q32_tile's contract, on pairs of blocks. */
+/* The halves at bytes ia, ia + 2 of p and ib, ib + 2 of p + 16 (ia, ib <= 12),
+ * 4 copies each: 64-bit groups [A's h(ia), A's h(ia + 2) | B's h(ib), B's h(ib + 2)]. */
+Q32_INLINE __m256i q32_pair_halves(const unsigned char *p, const int ia, const int ib)
+{
+    const __m256i ctl = _mm256_setr_epi8(
+        (char)ia, (char)(ia + 1), (char)ia, (char)(ia + 1), (char)ia, (char)(ia + 1), (char)ia, (char)(ia + 1),
+        (char)(ia + 2), (char)(ia + 3), (char)(ia + 2), (char)(ia + 3), (char)(ia + 2), (char)(ia + 3), (char)(ia + 2),
+        (char)(ia + 3), (char)ib, (char)(ib + 1), (char)ib, (char)(ib + 1), (char)ib, (char)(ib + 1), (char)ib,
+        (char)(ib + 1), (char)(ib + 2), (char)(ib + 3), (char)(ib + 2), (char)(ib + 3), (char)(ib + 2), (char)(ib + 3),
+        (char)(ib + 2), (char)(ib + 3));
+    return _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)p), ctl);
+}
+
+/* 64-bit groups G0 and G1 of h (halves) widened to 8 floats. */
+#define Q32_HALVES_PS(h, g0, g1) _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64((h), (g0) | (g1) << 2)))
+
+/* q32_tile's contract for Q4_0 and Q4_1, on pairs of blocks (A, B) in 256
+ * bits: the nibbles of both as one vector of low nibbles [A's | B's] and one
+ * of high ones, against x's halves rearranged to match ([A's x0-15 | B's
+ * x0-15], [A's x16-31 | B's x16-31]) once per token and pair. Lanes 0-3 are
+ * A's, 4-7 B's, so half the float work of one block at a time: per lane,
+ *   Q4_0: dw * (dx * dot - 2 sx), 4 lanes: dw * (dx * dot - 8 sx);
+ *   Q4_1: dw * dx * dot + m * sx / 4. */
+Q32_INLINE void q32_tile4(float *y, int64_t ldy, const struct ra_block_q8x *x, const unsigned char *w,
+                          size_t row_bytes, int64_t nb, enum ra_dtype type, const int R, const int T)
+{
+    const size_t bb = ra_dtype_block_bytes(type), qs = type == RA_DTYPE_Q4_0 ? 2 : 4;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[4][4];
+    Q32_UNROLL
+    for (int r = 0; r < R; r++)
+        Q32_UNROLL
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    for (int64_t j = 0; j + 1 < nb; j += 2) {
+        __m256i xlo[4], xhi[4];
+        __m256 dx[4], sx[4];
+        Q32_UNROLL
+        for (int t = 0; t < T; t++) {
+            const struct ra_block_q8x *xa = x + t * nb + j, *xb = xa + 1;
+            const __m256i qa = _mm256_loadu_si256((const __m256i *)xa->qs);
+            const __m256i qb = _mm256_loadu_si256((const __m256i *)xb->qs);
+            xlo[t] = _mm256_permute2x128_si256(qa, qb, 0x20);
+            xhi[t] = _mm256_permute2x128_si256(qa, qb, 0x31);
+            dx[t] = _mm256_setr_m128(_mm_set1_ps(xa->d), _mm_set1_ps(xb->d));
+            const float f = type == RA_DTYPE_Q4_0 ? 2.0f : 0.25f;
+            sx[t] = _mm256_setr_m128(_mm_set1_ps(xa->s * f), _mm_set1_ps(xb->s * f));
+        }
+        Q32_UNROLL
+        for (int r = 0; r < R; r++) {
+            const unsigned char *a = w + (size_t)r * row_bytes + (size_t)j * bb;
+            const __m256i q = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + qs))),
+                _mm_loadu_si128((const __m128i *)(a + bb + qs)), 1);
+            const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            /* B's d at byte 18 (Q4_0) or 20 (Q4_1, its m at 22) of the pair */
+            const __m256i h = q32_pair_halves(a, 0, (int)bb - 16);
+            const __m256 dw = Q32_HALVES_PS(h, 0, 2);
+            Q32_UNROLL
+            for (int t = 0; t < T; t++) {
+                const __m256 p = _mm256_cvtepi32_ps(Q32_DOT2(lo, xlo[t], hi, xhi[t]));
+                if (type == RA_DTYPE_Q4_0) {
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_fmsub_ps(p, dx[t], sx[t]), dw, acc[r][t]);
+                } else {
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(p, dx[t]), dw, acc[r][t]);
+                    acc[r][t] = _mm256_fmadd_ps(Q32_HALVES_PS(h, 1, 3), sx[t], acc[r][t]);
+                }
+            }
+        }
+    }
+    Q32_UNROLL
+    for (int r = 0; r < R; r++)
+        Q32_UNROLL
+        for (int t = 0; t < T; t++) {
+            float sum = q32_hsum_ps(acc[r][t]);
+            if (nb % 2)
+                sum += q32_hsum_ps(
+                    q32_block256(type, w + (size_t)r * row_bytes + (size_t)(nb - 1) * bb, x + t * nb + nb - 1));
+            y[t * ldy + r] = sum;
+        }
+}
+
+#if defined(RA_QK_AVX512VNNI)
+/* ------------------------------------------------ Q8_0 gemv on AVX512-VNNI
+ * Two blocks per zmm (blocks 2j and 2j + 1 of a row: A and B), vpdpbusd on
+ * 64 bytes at once, int32 lanes 0-7 A's and 8-15 B's; the pair's two f16
+ * scales picked out of one load by vpermw, 8 copies each. vpdpbusd takes u8
+ * times s8: u = x + 128 (flipped once per token and pair), s = w, the lanes
+ * starting at -128 * sum(w) (once per row and pair), so they end at
+ * sum(x * w). An odd last block goes through the 256-bit code. (The 4-bit
+ * formats stay in 256 bits, q32_tile4: on zmm their nibbles need spreading
+ * across 128-bit lanes, which costs more than it saves on Zen 4.) */
+
+/* [f[a] x 8, f[b] x 8]: a pair's activation scales for its lanes. */
+Q32_INLINE __m512 q32_pair_ps(const float *a, const float *b)
+{
+    const __m128 v = _mm_insert_ps(_mm_load_ss(a), _mm_load_ss(b), 0x10);
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                 _mm512_castps128_ps512(v));
+}
+
+/* A's 32 bytes at a, B's at b, as one zmm. */
+Q32_INLINE __m512i q32_pair_bytes(const int8_t *a, const int8_t *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* q32_tile's contract for Q8_0, on pairs of blocks. */
 Q32_INLINE void q32_tile512(float *y, int64_t ldy, const struct ra_block_q8x *x, const unsigned char *w,
                             size_t row_bytes, int64_t nb, enum ra_dtype type, const int R, const int T)
 {
-    const size_t bb = ra_dtype_block_bytes(type);
+    const size_t bb = sizeof(struct ra_block_q8_0);
     const __m512i zero = _mm512_setzero_si512();
+    const __m256i d_idx = _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9);
     __m512 acc[4][4];
     Q32_UNROLL
     for (int r = 0; r < R; r++)
@@ -359,50 +433,27 @@ Q32_INLINE void q32_tile512(float *y, int64_t ldy, const struct ra_block_q8x *x,
             acc[r][t] = _mm512_setzero_ps();
     for (int64_t j = 0; j + 1 < nb; j += 2) {
         __m512i wq[4], start[4];
-        __m512 dw[4], m8[4];
+        __m512 dw[4];
         Q32_UNROLL
         for (int r = 0; r < R; r++) {
-            const unsigned char *a = w + (size_t)r * row_bytes + (size_t)j * bb, *b = a + bb;
-            if (type == RA_DTYPE_Q8_0) { /* d at bytes 0 and 34 of the pair */
-                const __m256i d = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
-                                                          _mm_loadu_si128((const __m128i *)(a + 32)), 1);
-                dw[r] = q32_pair_f16(d, 0, 9); /* word 17 is word 1 of the second 16 bytes: 8 + 1 */
-                wq[r] = q32_pair_bytes(((const struct ra_block_q8_0 *)a)->qs, ((const struct ra_block_q8_0 *)b)->qs);
-                start[r] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)0x80), wq[r]));
-            } else if (type == RA_DTYPE_Q4_0) { /* d at words 0 and 9 */
-                dw[r] = q32_pair_f16(_mm256_loadu_si256((const __m256i *)a), 0, 9);
-                wq[r] = q32_pair_nibbles(((const struct ra_block_q4_0 *)a)->qs, ((const struct ra_block_q4_0 *)b)->qs);
-            } else { /* d at words 0 and 10, m at 1 and 11 */
-                const __m256i v = _mm256_loadu_si256((const __m256i *)a);
-                dw[r] = q32_pair_f16(v, 0, 10);
-                m8[r] = _mm512_mul_ps(q32_pair_f16(v, 1, 11), _mm512_set1_ps(0.125f));
-                wq[r] = q32_pair_nibbles(((const struct ra_block_q4_1 *)a)->qs, ((const struct ra_block_q4_1 *)b)->qs);
-            }
+            const struct ra_block_q8_0 *a = (const struct ra_block_q8_0 *)(w + (size_t)r * row_bytes) + j;
+            /* d at bytes 0 and 34 of the pair: words 0 and 8 + 1 of [bytes 0-15 | bytes 32-47] */
+            const __m256i d = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                _mm_loadu_si128((const __m128i *)((const unsigned char *)a + 32)), 1);
+            dw[r] = _mm512_cvtph_ps(_mm256_permutexvar_epi16(d_idx, d));
+            wq[r] = q32_pair_bytes(a[0].qs, a[1].qs);
+            start[r] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)0x80), wq[r]));
         }
         Q32_UNROLL
         for (int t = 0; t < T; t++) {
             const struct ra_block_q8x *xa = x + t * nb + j, *xb = xa + 1;
-            __m512i xq = q32_pair_bytes(xa->qs, xb->qs);
+            const __m512i xq = _mm512_xor_si512(q32_pair_bytes(xa->qs, xb->qs), _mm512_set1_epi8((char)0x80));
             const __m512 dx = q32_pair_ps(&xa->d, &xb->d);
-            if (type == RA_DTYPE_Q8_0) {
-                xq = _mm512_xor_si512(xq, _mm512_set1_epi8((char)0x80));
-                Q32_UNROLL
-                for (int r = 0; r < R; r++) {
-                    const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start[r], xq, wq[r]));
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(p, dx), dw[r], acc[r][t]);
-                }
-            } else {
-                const __m512 sx = q32_pair_ps(&xa->s, &xb->s);
-                Q32_UNROLL
-                for (int r = 0; r < R; r++) {
-                    const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, wq[r], xq));
-                    if (type == RA_DTYPE_Q4_0) {
-                        acc[r][t] = _mm512_fmadd_ps(_mm512_fmsub_ps(p, dx, sx), dw[r], acc[r][t]);
-                    } else {
-                        acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(p, dx), dw[r], acc[r][t]);
-                        acc[r][t] = _mm512_fmadd_ps(m8[r], sx, acc[r][t]);
-                    }
-                }
+            Q32_UNROLL
+            for (int r = 0; r < R; r++) {
+                const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start[r], xq, wq[r]));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(p, dx), dw[r], acc[r][t]);
             }
         }
     }
@@ -430,10 +481,17 @@ Q32_INLINE void q32_rows(float *y, int64_t ldy, const struct ra_block_q8x *x, co
     const size_t rb = ra_dtype_row_bytes(type, k);
     const unsigned char *wr = w;
     int64_t r = 0;
-    for (; r + R <= rows; r += R)
-        Q32_TILE(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, R, T);
-    for (; r < rows; r++)
-        Q32_TILE(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, 1, T);
+    if (type == RA_DTYPE_Q8_0) {
+        for (; r + R <= rows; r += R)
+            Q32_TILE(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, R, T);
+        for (; r < rows; r++)
+            Q32_TILE(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, 1, T);
+    } else {
+        for (; r + R <= rows; r += R)
+            q32_tile4(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, R, T);
+        for (; r < rows; r++)
+            q32_tile4(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, 1, T);
+    }
 }
 
 /* Tokens in groups of 4, then the 1-3 left; 4 rows at a time for one token,
