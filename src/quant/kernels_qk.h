@@ -9,15 +9,15 @@
  * The SIMD versions multiply the u8 weights by the s8 activations with
  * vpmaddubsw (pairs of products into int16: at most 2 * 63 * 128 = 16128 for
  * 6-bit weights, so never saturating) and the 16-bit pair sums by the
- * sub-blocks' scales into int32 with QKK_DP: vpdpwssd on AVX-VNNI and
- * AVX512-VNNI, vpmaddwd + vpaddd on AVX2. That is the only difference
- * between those builds of the 256-bit code; this machine runs neither
- * AVX-VNNI nor (under qemu-user) its emulation, so the AVX2 tests are what
- * cover that code. Q6_K's -32 goes through the bsums (sum of (q - 32) * qx =
- * sum q * qx - 32 * bsum), so q stays unsigned. gemv takes up to 4 tokens per
+ * sub-blocks' scales into int32 with QKK_DP: vpdpwssd on AVX-VNNI, vpmaddwd +
+ * vpaddd on AVX2, equal for these operands. That is the only difference
+ * between the two builds of the 256-bit rows; qemu-user does not emulate
+ * AVX-VNNI, so on a CPU without it the AVX2 tests are what cover that code.
+ * AVX512-VNNI has 512-bit rows of its own and shares the rest (act_q8k,
+ * dequantize). Q6_K's -32 goes through the bsums (sum of (q - 32) * qx = sum
+ * q * qx - 32 * bsum), so q stays unsigned. gemv takes up to 4 tokens per
  * pass over a row's super-blocks: each weight load and unpacking serves all
  * of them. */
-
 
 #if defined(RA_QK_AVX2) || defined(RA_QK_AVXVNNI) || defined(RA_QK_AVX512VNNI)
 #define QKK_SIMD 1
@@ -189,7 +189,8 @@ static inline void qkk_q4k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]
     memcpy(&b, s + 4, 4);
     memcpy(&c, s + 8, 4);
     const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, top2 = 0x03030303u;
-    const uint32_t v[4] = { a & low6, (c & low4) | (a >> 6 & top2) << 4, b & low6, (c >> 4 & low4) | (b >> 6 & top2) << 4 };
+    const uint32_t v[4] = { a & low6, (c & low4) | (a >> 6 & top2) << 4, b & low6,
+                            (c >> 4 & low4) | (b >> 6 & top2) << 4 };
     memcpy(sc, v, 8);
     memcpy(mn, v + 2, 8);
 }
@@ -198,8 +199,9 @@ static inline void qkk_q4k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]
  * bytes at s (the block's scales and the first 4 of its quants). */
 static inline __m128i qkk_q4k_scales_v(const uint8_t *s)
 {
-    const __m128i v = _mm_loadu_si128((const __m128i *)s);                  /* words a, b, c */
-    const __m128i acbc = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), aabb = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));
+    const __m128i v = _mm_loadu_si128((const __m128i *)s); /* words a, b, c */
+    const __m128i acbc = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));
+    const __m128i aabb = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));
     const __m128i low = _mm_and_si128(_mm_srlv_epi32(acbc, _mm_setr_epi32(0, 0, 0, 4)),
                                       _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
     const __m128i top = _mm_and_si128(_mm_srli_epi32(aabb, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
@@ -287,7 +289,8 @@ QKK_INLINE void qkk_q6k_row(float *y, int ldy, const struct ra_block_q8k *x, int
             const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * h + 32));
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * h));
             /* the half's 8 scales as int16 in both 128-bit lanes */
-            const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(wb->scales + 8 * h))));
+            const __m128i s8h = _mm_loadl_epi64((const __m128i *)(wb->scales + 8 * h));
+            const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(s8h));
             QKK_UNROLL
             for (int g = 0; g < 4; g++) {
                 /* quarter g's first 16 quants take scale 2g (low lane), the next 16 scale 2g + 1 */
