@@ -322,7 +322,10 @@ QKK_INLINE void qkk_q6k_row(float *y, int ldy, const struct ra_block_q8k *x, int
  * in both halves of a register, the low nibbles shifted by 0 in the lower
  * half and by 4 in the upper, is sub-blocks 2c, 2c + 1: the token's 64
  * contiguous quants. Q6_K: a half's 64 bytes of ql against its 32 bytes of
- * qh in both halves, shifted per half, are quarters 0-1 and 2-3. */
+ * qh in both halves, shifted per half, are quarters 0-1 and 2-3. Q4_K for
+ * a lone token takes the 256-bit row: with no other token to share them, the
+ * 512-bit row's broadcast and variable shift of every chunk cost more than
+ * the halved products save. */
 #define QKK_DP512(acc, a, b) _mm512_dpwssd_epi32((acc), (a), (b))
 
 QKK_INLINE void qkk_q4k_row512(float *y, int ldy, const struct ra_block_q8k *x, int64_t nb,
@@ -426,16 +429,18 @@ QKK_INLINE void qkk_q6k_row512(float *y, int ldy, const struct ra_block_q8k *x, 
     for (int t = 0; t < nt; t++)
         y[(size_t)t * ldy] = _mm512_reduce_add_ps(f[t]);
 }
+#define QKK_Q4K_ROW1 qkk_q4k_row
 #define QKK_Q4K_ROW qkk_q4k_row512
 #define QKK_Q6K_ROW qkk_q6k_row512
 #else
+#define QKK_Q4K_ROW1 qkk_q4k_row
 #define QKK_Q4K_ROW qkk_q4k_row
 #define QKK_Q6K_ROW qkk_q6k_row
 #endif
 
 /* Every row against the tokens in groups of 4 (a row of super-blocks stays in
  * L1 for the next group). */
-#define QKK_GEMV(name, row, wtype)                                                                                 \
+#define QKK_GEMV(name, row1, row, wtype)                                                                               \
     static void name(float *y, int ldy, const void *xq, int n, const void *w, int64_t rows, int64_t k)             \
     {                                                                                                              \
         const int64_t nb = k / RA_QK_K;                                                                            \
@@ -446,7 +451,7 @@ QKK_INLINE void qkk_q6k_row512(float *y, int ldy, const struct ra_block_q8k *x, 
                 float *yt = y + (size_t)t * ldy + r;                                                               \
                 const struct ra_block_q8k *xt = x + t * nb;                                                        \
                 switch (n - t) {                                                                                   \
-                case 1: row(yt, ldy, xt, nb, wr, 1); break;                                                        \
+                case 1: row1(yt, ldy, xt, nb, wr, 1); break;                                                       \
                 case 2: row(yt, ldy, xt, nb, wr, 2); break;                                                        \
                 case 3: row(yt, ldy, xt, nb, wr, 3); break;                                                        \
                 default: row(yt, ldy, xt, nb, wr, 4); break;                                                       \
@@ -454,8 +459,8 @@ QKK_INLINE void qkk_q6k_row512(float *y, int ldy, const struct ra_block_q8k *x, 
             }                                                                                                      \
         }                                                                                                          \
     }
-QKK_GEMV(gemv_q4_k, QKK_Q4K_ROW, struct ra_block_q4_k)
-QKK_GEMV(gemv_q6_k, QKK_Q6K_ROW, struct ra_block_q6_k)
+QKK_GEMV(gemv_q4_k, QKK_Q4K_ROW1, QKK_Q4K_ROW, struct ra_block_q4_k)
+QKK_GEMV(gemv_q6_k, QKK_Q6K_ROW, QKK_Q6K_ROW, struct ra_block_q6_k)
 
 /* ra_quant_dequantize's Q4_K floats: d * sc * q is exact (17 + 4 bits), so
  * one fused multiply-subtract rounds as its product then difference. */
