@@ -327,6 +327,7 @@ static int vocab_from_spm(struct ra_gguf_writer *w, const char *path, int vocab_
         if (t.byte_tokens[b] >= 0)
             types[t.byte_tokens[b]] = RA_TOKEN_BYTE;
     if ((rc = ra_gguf_writer_str(w, "tokenizer.ggml.model", "llama")) != RA_OK ||
+        (rc = ra_gguf_writer_str(w, "tokenizer.ggml.pre", "default")) != RA_OK ||
         (rc = ra_gguf_writer_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)texts, NULL,
                                      (uint64_t)vocab_size)) != RA_OK ||
         (rc = ra_gguf_writer_arr(w, "tokenizer.ggml.scores", RA_GGUF_F32, t.scores, (uint64_t)vocab_size)) != RA_OK ||
