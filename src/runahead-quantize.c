@@ -1,7 +1,8 @@
 /* runahead-quantize: any model runahead loads (a Hugging Face directory, a
  * llama2.c checkpoint, a GGUF file) to a block-quantized GGUF file that
  * llama.cpp loads too: llama.cpp's tensor names and llama.* metadata, its
- * vocabulary arrays, q/k rows in Meta's adjacent-pair layout, and weights
+ * vocabulary arrays (copied from a GGUF, or built from a tokenizer.json or a
+ * llama2.c tokenizer.bin), q/k rows in Meta's adjacent-pair layout, and weights
  * quantized as llama-quantize's reference quantizers do (ra_quant_quantize).
  *
  * Types: q8_0 and q4_0 quantize every matrix (the embedding too); q4_k_m is
@@ -28,6 +29,7 @@
 #include "vocab.h"
 
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,8 +94,10 @@ static void usage(FILE *fp)
             "  --f16-fallback   write a matrix whose rows are not multiples of 32 as f16, as\n"
             "                   llama-quantize does (stories260K's FFN of 172), instead of refusing\n"
             "  --tokenizer FILE the vocabulary to write: a GGUF file (its tokenizer.* keys are\n"
-            "                   copied) or a llama2.c tokenizer.bin (SentencePiece). Default:\n"
-            "                   IN's own (a GGUF's tokenizer.* keys, or tokenizer.bin beside IN)\n"
+            "                   copied), a Hugging Face tokenizer.json (byte-level BPE, with the\n"
+            "                   tokenizer_config.json beside it: BOS, EOS, chat template) or a\n"
+            "                   llama2.c tokenizer.bin (SentencePiece). Default: IN's own (a\n"
+            "                   GGUF's tokenizer.* keys, tokenizer.json or tokenizer.bin beside IN)\n"
             "  --no-vocab       write no vocabulary (runahead runs the file on token ids;\n"
             "                   llama.cpp needs a vocabulary to load it)\n"
             "  --quiet          no summary line and no progress\n"
@@ -347,6 +351,142 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------------ tokenizer.json */
+
+/* GGUF's byte-level BPE arrays from a Hugging Face tokenizer.json, as
+ * llama.cpp's converter writes them: tokens by id ([PADn], unused, where the
+ * model has ids the tokenizer lacks), added tokens CONTROL when special and
+ * USER_DEFINED otherwise, merges as "left right". */
+struct bpe_arrays {
+    const char **tokens;
+    int32_t *types;
+    char **merges;
+    uint64_t n_merges;
+    char **pads;
+};
+
+static int bpe_tokens(struct bpe_arrays *A, json_t *root, const char *path, int vocab_size)
+{
+    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab"), *added = json_object_get(root, "added_tokens");
+    const char *key;
+    json_t *val;
+    if (!json_is_object(vocab))
+        return ra_error_set(RA_EFORMAT, "%s: model.vocab is not an object", path);
+    json_object_foreach(vocab, key, val) {
+        const json_int_t id = json_integer_value(val);
+        if (!json_is_integer(val) || id < 0 || id >= vocab_size)
+            return ra_error_set(RA_EFORMAT, "%s: token %s has id %lld, outside the model's %d", path, ra_esc(key),
+                                (long long)id, vocab_size);
+        A->tokens[id] = key, A->types[id] = RA_TOKEN_NORMAL;
+    }
+    for (size_t i = 0; json_is_array(added) && i < json_array_size(added); i++) {
+        json_t *t = json_array_get(added, i), *id = json_object_get(t, "id");
+        const char *content = json_string_value(json_object_get(t, "content"));
+        if (!json_is_integer(id) || !content || json_integer_value(id) < 0 || json_integer_value(id) >= vocab_size)
+            return ra_error_set(RA_EFORMAT, "%s: added_tokens[%zu] has no id inside the model's %d or no content", path,
+                                i, vocab_size);
+        A->tokens[json_integer_value(id)] = content;
+        A->types[json_integer_value(id)] = json_is_true(json_object_get(t, "special")) ? RA_TOKEN_CONTROL
+                                                                                      : RA_TOKEN_USER_DEFINED;
+    }
+    for (int i = 0; i < vocab_size; i++) {
+        if (A->tokens[i])
+            continue;
+        if (!(A->pads[i] = malloc(24)))
+            return ra_error_set(RA_ENOMEM, "%s: out of memory", path);
+        snprintf(A->pads[i], 24, "[PAD%d]", i);
+        A->tokens[i] = A->pads[i], A->types[i] = RA_TOKEN_UNUSED;
+    }
+    return RA_OK;
+}
+
+static int bpe_merges(struct bpe_arrays *A, json_t *root, const char *path)
+{
+    json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
+    if (!json_is_array(merges))
+        return ra_error_set(RA_EFORMAT, "%s: model.merges is not an array", path);
+    A->n_merges = json_array_size(merges);
+    if (!(A->merges = calloc(A->n_merges ? A->n_merges : 1, sizeof *A->merges)))
+        return ra_error_set(RA_ENOMEM, "%s: out of memory", path);
+    for (size_t i = 0; i < A->n_merges; i++) {
+        json_t *m = json_array_get(merges, i);
+        const char *one = json_string_value(m), *l = json_string_value(json_array_get(m, 0)),
+                   *r = json_string_value(json_array_get(m, 1));
+        if (!one && (!l || !r))
+            return ra_error_set(RA_EFORMAT, "%s: model.merges[%zu] is neither \"a b\" nor [a, b]", path, i);
+        const size_t len = one ? strlen(one) + 1 : strlen(l) + strlen(r) + 2;
+        if (!(A->merges[i] = malloc(len)))
+            return ra_error_set(RA_ENOMEM, "%s: out of memory", path);
+        if (one)
+            memcpy(A->merges[i], one, len);
+        else
+            snprintf(A->merges[i], len, "%s %s", l, r);
+    }
+    return RA_OK;
+}
+
+static int bpe_keys(struct ra_gguf_writer *w, const struct ra_vocab *v, const struct bpe_arrays *A, int n)
+{
+    int rc;
+    if ((rc = ra_gguf_writer_str(w, "tokenizer.ggml.model", "gpt2")) != RA_OK ||
+        (rc = ra_gguf_writer_str(w, "tokenizer.ggml.pre", v->bpe.pre)) != RA_OK ||
+        (rc = ra_gguf_writer_arr_str(w, "tokenizer.ggml.tokens", A->tokens, NULL, (uint64_t)n)) != RA_OK ||
+        (rc = ra_gguf_writer_arr(w, "tokenizer.ggml.token_type", RA_GGUF_I32, A->types, (uint64_t)n)) != RA_OK ||
+        (rc = ra_gguf_writer_arr_str(w, "tokenizer.ggml.merges", (const char *const *)A->merges, NULL,
+                                     A->n_merges)) != RA_OK)
+        return rc;
+    if (v->bos_id >= 0 && (rc = ra_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos_id)) != RA_OK)
+        return rc;
+    if (v->eos_id >= 0 && (rc = ra_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos_id)) != RA_OK)
+        return rc;
+    if ((rc = ra_gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos)) != RA_OK ||
+        (rc = ra_gguf_writer_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos)) != RA_OK)
+        return rc;
+    return v->chat_template ? ra_gguf_writer_str(w, "tokenizer.chat_template", v->chat_template) : RA_OK;
+}
+
+/* The vocabulary of a tokenizer.json (and the tokenizer_config.json beside
+ * it), checked first by loading it as runahead does: what it cannot encode
+ * is refused here too. */
+static int vocab_from_json(struct ra_gguf_writer *w, const char *path, int vocab_size)
+{
+    struct ra_vocab v;
+    struct bpe_arrays A = { 0 };
+    json_error_t jerr;
+    json_t *root = NULL;
+    int rc = ra_vocab_load(&v, path);
+    if (rc != RA_OK)
+        return rc;
+    if (v.kind != RA_VOCAB_BPE) {
+        rc = ra_error_set(RA_EUNSUPPORTED, "%s: not a byte-level BPE vocabulary", path);
+        goto out;
+    }
+    if (!(root = json_load_file(path, 0, &jerr))) {
+        rc = ra_error_set(RA_EFORMAT, "%s: %s", path, jerr.text);
+        goto out;
+    }
+    A.tokens = calloc((size_t)vocab_size, sizeof *A.tokens);
+    A.types = calloc((size_t)vocab_size, sizeof *A.types);
+    A.pads = calloc((size_t)vocab_size, sizeof *A.pads);
+    if (!A.tokens || !A.types || !A.pads)
+        rc = ra_error_set(RA_ENOMEM, "%s: out of memory", path);
+    if (rc == RA_OK && (rc = bpe_tokens(&A, root, path, vocab_size)) == RA_OK &&
+        (rc = bpe_merges(&A, root, path)) == RA_OK)
+        rc = bpe_keys(w, &v, &A, vocab_size);
+out:
+    for (uint64_t i = 0; A.merges && i < A.n_merges; i++)
+        free(A.merges[i]);
+    for (int i = 0; A.pads && i < vocab_size; i++)
+        free(A.pads[i]);
+    free(A.merges);
+    free(A.pads);
+    free(A.tokens);
+    free(A.types);
+    json_decref(root);
+    ra_vocab_free(&v);
+    return rc;
+}
+
 static int is_gguf(const char *path)
 {
     char magic[4] = { 0 };
@@ -373,8 +513,7 @@ static int write_vocab(struct ra_gguf_writer *w, const struct job *J)
     if (is_gguf(path))
         return vocab_from_gguf(w, path, J->m.config.vocab_size);
     if (len >= 5 && !strcmp(path + len - 5, ".json"))
-        return ra_error_set(RA_EUNSUPPORTED, "%s: writing a tokenizer.json vocabulary (byte-level BPE) is not "
-                            "supported: give --tokenizer with a GGUF file holding it, or --no-vocab", path);
+        return vocab_from_json(w, path, J->m.config.vocab_size);
     return vocab_from_spm(w, path, J->m.config.vocab_size);
 }
 

@@ -14,6 +14,8 @@
   quantize_check.py same A.gguf B.gguf [NAMES]
       the two files hold the same tensors (names, ggml types, shapes) with the same bytes;
       NAMES (comma-separated) limits the comparison to those tensors of A
+  quantize_check.py tokenizer DIR N_VOCAB
+      writes a small byte-level BPE tokenizer.json and tokenizer_config.json into DIR
 Several commands, separated by "+", run in one process.
 Exit 77 when gguf or numpy cannot be imported, 1 on a failed check.
 """
@@ -171,8 +173,57 @@ def same(a, b, names=None):
     print(f"{len(pick)} tensors byte-equal")
 
 
+def bytes_to_unicode():
+    """GPT-2's alphabet: printable Latin-1 as itself, the other bytes from U+0100 up."""
+    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    extra = [b for b in range(256) if b not in keep]
+    return {b: chr(b) if b in keep else chr(256 + extra.index(b)) for b in range(256)}
+
+
+def tokenizer(out_dir, n_vocab):
+    """A byte-level BPE tokenizer.json (merges in the [a, b] form, two special
+    tokens and one plain added token) and its tokenizer_config.json, for a model
+    of N_VOCAB ids: the ids past the tokenizer's own are left out."""
+    import json
+    import os
+    alphabet = bytes_to_unicode()
+    vocab = {alphabet[b]: b for b in range(256)}
+    merges = []
+    text = ("the quick brown fox jumps over the lazy dog while the tokenizer of runahead "
+            "quantizes every matrix into blocks and llama reads them back")
+    for word in text.split():
+        pieces = [alphabet[b] for b in (" " + word).encode()]
+        cur = pieces[0]
+        for c in pieces[1:]:
+            if cur + c not in vocab:
+                merges.append([cur, c])
+                vocab[cur + c] = len(vocab)
+            cur = cur + c
+    n = len(vocab)
+    added = [{"id": n, "content": "<|im_start|>", "special": True}, {"id": n + 1, "content": "<|im_end|>", "special": True},
+             {"id": n + 2, "content": "<extra>", "special": False}]
+    if n + 3 > int(n_vocab):
+        fail(f"the tokenizer needs {n + 3} ids, the model has {n_vocab}")
+    for a in added:
+        a.update({"single_word": False, "lstrip": False, "rstrip": False, "normalized": False})
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                     "vocab": vocab, "merges": merges}}
+    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"add_bos_token": False, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
+                   "chat_template": "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                                    "<|im_end|>\n{% endfor %}"}, f)
+    print(f"{out_dir}: tokenizer.json with {n + 3} tokens, {len(merges)} merges")
+
+
 if __name__ == "__main__":
-    commands = {"logits": logits, "read": read, "vocab": vocab, "same": same}
+    commands = {"logits": logits, "read": read, "vocab": vocab, "same": same, "tokenizer": tokenizer}
     words = sys.argv[1:]
     while words:  # commands separated by "+", run in one process
         n = words.index("+") if "+" in words else len(words)

@@ -12,6 +12,8 @@
 #     directory and its f32 GGUF conversion (jobs/gguf-from-hf.py) gives the
 #     same bytes, and each tensor is within its type's error of that
 #     conversion's (gguf-py reads and dequantizes it).
+#     With a tokenizer.json beside it (written by tests/quantize_check.py),
+#     text encodes to the same ids from the GGUF as from the directory.
 #  3. SmolLM2-135M's GGUF (Q4_1) requantized to q8_0: every tokenizer.* key
 #     copied byte for byte, and it still answers its chat question (vocabulary
 #     and template from the copy).
@@ -74,6 +76,16 @@ done
 quantize "$hf" "$TMP/hf-mix.gguf" --type q4_k_m --no-vocab || true
 grep -q "wrote .*hf-mix.gguf: 39 tensors (5 q6_k, 25 q4_k, 9 f32)" "$TMP/q.err" \
     || fail "q4_k_m's summary: $(cat "$TMP/q.err")"
+
+# ... with a tokenizer.json (byte-level BPE, [a, b] merges, added tokens) beside it: text
+# encodes to the same ids from the GGUF as from the directory
+mkdir -p "$TMP/hftok" && cp "$hf"/* "$TMP/hftok/" && check tokenizer "$TMP/hftok" 512 >/dev/null
+if quantize "$TMP/hftok" "$TMP/hftok.gguf" --type q8_0 --quiet; then
+    text="the lazy fox<|im_start|>user quantizes <extra> blocks  é!"
+    want=$("$BUILD/runahead" --model "$TMP/hftok" --tokenize-only --prompt "$text" 2>"$TMP/err")
+    got=$("$BUILD/runahead" --model "$TMP/hftok.gguf" --tokenize-only --prompt "$text" 2>"$TMP/err")
+    [ -n "$want" ] && [ "$got" = "$want" ] || fail "the tokenizer.json vocabulary gave '$got', the directory '$want'"
+fi
 
 # 3. SmolLM2's GGUF, requantized: its vocabulary and chat template came along
 smol=${RA_SMOLLM2:-$(smollm2_gguf)}

