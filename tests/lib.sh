@@ -85,3 +85,19 @@ chain_models() {
         || { cat "$TMP/synth.err" >&2; fail "runahead-synth --preset tiny failed"; finish; }
     models="$models $TMP/tiny"
 }
+
+# netns_cluster NAME N [UP-OPTIONS]: brings up jobs/netns-cluster's cluster NAME (N hosts, each a
+# network namespace) for this test, sets $NC to its command (`$NC run -np 2 PROGRAM`) and takes it
+# down when the test exits. Exits 77, strict or not (as for missing hardware), where this is not
+# root or the kernel refuses network namespaces; a failing `up` fails the test.
+netns_cluster() {
+    nc_name=$1; shift
+    [ "$(id -u)" -eq 0 ] || skip_no_device "network namespaces need root"
+    need_command ip iproute2
+    need_command tc iproute2
+    ip netns add "$nc_name-probe" 2>/dev/null || skip_no_device "ip netns add fails here (no CAP_SYS_ADMIN?)"
+    ip netns del "$nc_name-probe"
+    NC="$SRC/jobs/netns-cluster --name $nc_name"
+    trap '$NC down >/dev/null 2>&1' EXIT
+    $NC up "$@" >"$TMP/up.out" 2>&1 || { cat "$TMP/up.out" >&2; fail "netns-cluster up $*"; finish; }
+}
