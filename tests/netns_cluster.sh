@@ -65,4 +65,10 @@ $NC down || fail "down"
 ! ip netns list | grep -q '^tnc-' || fail "namespaces left after down: $(ip netns list | grep '^tnc-')"
 [ ! -e /etc/netns/tnc-h0 ] || fail "/etc/netns/tnc-h0 left after down"
 $NC down || fail "a second down failed"
+# Refusals: one line each.
+expect_error "^netns-cluster: cluster tnc is not up" $NC run -np 1 true
+expect_error "^netns-cluster: up: '0' is not a number of hosts in 1..64$" $NC up 0
+expect_error "^netns-cluster: unknown command 'start'" $NC start
+expect_error "^netns-cluster: --gbps: 'fast' is not a non-negative number$" $NC up 2 --gbps fast
+$NC --help | grep -q "jobs/netns-cluster up N" || fail "--help"
 finish
