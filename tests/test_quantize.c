@@ -170,6 +170,15 @@ static void test_refusals(void)
         x[200] = 0;
     }
     CHECK(ra_quant_quantize(RA_DTYPE_F32, x, q, 32) == RA_EINVAL);
+    /* extremes quantize without undefined conversions (jobs/sanitize's UBSan checks that) */
+    for (int i = 0; i < 256; i++)
+        x[i] = i % 3 == 0 ? 3e38f : i % 3 == 1 ? -1e-44f : 1e-45f;
+    for (enum ra_dtype t = RA_DTYPE_Q8_0; t < RA_DTYPE_COUNT; t++)
+        CHECK_OK(ra_quant_quantize(t, x, q, 256));
+    for (int i = 0; i < 256; i++)
+        x[i] = i % 2 ? 1e-45f : -1e-45f;
+    for (enum ra_dtype t = RA_DTYPE_Q8_0; t < RA_DTYPE_COUNT; t++)
+        CHECK_OK(ra_quant_quantize(t, x, q, 256));
 }
 
 /* ------------------------------------------------------------------ the writer */

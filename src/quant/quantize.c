@@ -19,11 +19,29 @@
 
 #define NEAR_ZERO 1e-15f /* a sub-block whose largest |x| is below this quantizes to zeros */
 
-/* Round to nearest, ties to even (the default rounding mode), as ggml's nearest_int. */
-static inline int round_even(float f) { return (int)nearbyintf(f); }
+/* Round to nearest, ties to even (the default rounding mode), as ggml's
+ * nearest_int. Values past +-2^30 and NaN (which only values near FLT_MAX or
+ * subnormal scales produce) are clamped first: every caller clamps the
+ * result to a few bits anyway, and converting them to int would be undefined. */
+static inline int round_even(float f)
+{
+    if (!(f > -1073741824.0f && f < 1073741824.0f))
+        return f > 0 ? 1073741824 : -1073741824;
+    return (int)nearbyintf(f);
+}
+
+/* v truncated toward zero into [0, 15] (NaN: 0): ggml's MIN(15, (int8_t)v) for v >= 0, without its
+ * undefined conversions of out-of-range values. */
+static inline int trunc_q4(float v) { return v >= 15.0f ? 15 : v > 0.0f ? (int)v : 0; }
+
+/* roundf(v) into [-128, 127] (NaN: 0). */
+static inline int8_t round_q8(float v)
+{
+    v = roundf(v);
+    return v >= 127.0f ? 127 : v <= -128.0f ? -128 : v == v ? (int8_t)v : 0;
+}
 
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-static inline int min15(int v) { return v < 15 ? v : 15; }
 
 /* ------------------------------------------------------------------ 32-element blocks */
 
@@ -36,7 +54,7 @@ static void q8_0_block(const float *x, struct ra_block_q8_0 *b)
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b->d = ra_f32_to_f16(d);
     for (int j = 0; j < RA_QK; j++)
-        b->qs[j] = (int8_t)roundf(x[j] * id);
+        b->qs[j] = round_q8(x[j] * id);
 }
 
 /* Q4_0: the element of largest magnitude maps to -8 exactly (d carries its sign). */
@@ -52,9 +70,9 @@ static void q4_0_block(const float *x, struct ra_block_q4_0 *b)
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b->d = ra_f32_to_f16(d);
     for (int j = 0; j < RA_QK / 2; j++) {
-        /* truncation of a value >= 0.5 after the +8.5 shift: rounding half up */
-        const int lo = min15((int8_t)(x[j] * id + 8.5f));
-        const int hi = min15((int8_t)(x[j + RA_QK / 2] * id + 8.5f));
+        /* the +8.5 shift and truncation: rounding half up */
+        const int lo = trunc_q4(x[j] * id + 8.5f);
+        const int hi = trunc_q4(x[j + RA_QK / 2] * id + 8.5f);
         b->qs[j] = (uint8_t)(lo | hi << 4);
     }
 }
@@ -72,8 +90,8 @@ static void q4_1_block(const float *x, struct ra_block_q4_1 *b)
     b->d = ra_f32_to_f16(d);
     b->m = ra_f32_to_f16(min);
     for (int j = 0; j < RA_QK / 2; j++) {
-        const int lo = min15((int8_t)((x[j] - min) * id + 0.5f));
-        const int hi = min15((int8_t)((x[j + RA_QK / 2] - min) * id + 0.5f));
+        const int lo = trunc_q4((x[j] - min) * id + 0.5f);
+        const int hi = trunc_q4((x[j + RA_QK / 2] - min) * id + 0.5f);
         b->qs[j] = (uint8_t)(lo | hi << 4);
     }
 }
