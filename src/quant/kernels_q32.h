@@ -494,8 +494,15 @@ Q32_INLINE void q32_rows(float *y, int64_t ldy, const struct ra_block_q8x *x, co
     }
 }
 
+/* Rows per tile for several tokens: AVX-512's 32 registers hold 4 x 4 sums and 4 rows' blocks. */
+#if defined(RA_QK_AVX512VNNI)
+#define Q32_ROWS_N 4
+#else
+#define Q32_ROWS_N 2
+#endif
+
 /* Tokens in groups of 4, then the 1-3 left; 4 rows at a time for one token,
- * 2 for more (the accumulators and the rows' blocks fill the 16 registers). */
+ * Q32_ROWS_N for more. */
 Q32_INLINE void q32_gemv(float *y, int ldy, const void *xq, int n, const void *w, int64_t rows, int64_t k,
                          enum ra_dtype type)
 {
@@ -503,10 +510,10 @@ Q32_INLINE void q32_gemv(float *y, int ldy, const void *xq, int n, const void *w
     const struct ra_block_q8x *x = xq;
     int t = 0;
     for (; t + 4 <= n; t += 4)
-        q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 2, 4);
+        q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, Q32_ROWS_N, 4);
     switch (n - t) {
-    case 3: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 2, 3); break;
-    case 2: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 2, 2); break;
+    case 3: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, Q32_ROWS_N, 3); break;
+    case 2: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, Q32_ROWS_N, 2); break;
     case 1: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 4, 1); break;
     default: break;
     }
