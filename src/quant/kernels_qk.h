@@ -317,25 +317,35 @@ QKK_INLINE void qkk_q6k_row(float *y, int ldy, const struct ra_block_q8k *x, int
 }
 
 #if defined(RA_QK_AVX512VNNI)
-/* The AVX512-VNNI rows: 64 quants a vector, so every token's products take
- * half the instructions of the 256-bit rows. Q4_K: a 32-byte chunk of nibbles
- * in both halves of a register, the low nibbles shifted by 0 in the lower
- * half and by 4 in the upper, is sub-blocks 2c, 2c + 1: the token's 64
- * contiguous quants. Q6_K: a half's 64 bytes of ql against its 32 bytes of
- * qh in both halves, shifted per half, are quarters 0-1 and 2-3. Q4_K for
- * a lone token takes the 256-bit row: with no other token to share them, the
- * 512-bit row's broadcast and variable shift of every chunk cost more than
- * the halved products save. */
-#define QKK_DP512(acc, a, b) _mm512_dpwssd_epi32((acc), (a), (b))
+/* The AVX512-VNNI rows: 64 quants a vector, multiplied by vpdpbusd into 16
+ * int32 lanes, each the sum of 4 products (at most 4 * 63 * 128 = 32256: an
+ * int16). Two such vectors are interleaved as the int16 halves of one
+ * (qkk_pair) and vpdpwssd multiplies both by their scales and accumulates:
+ * three multiplying instructions for 128 quants against four for
+ * vpmaddubsw + vpdpwssd. Q4_K: a 32-byte chunk of nibbles in both halves of a
+ * register, shifted by 0 in the lower and 4 in the upper, is sub-blocks 2c,
+ * 2c + 1: 64 contiguous activation quants. Q6_K: a half's 64 bytes of ql
+ * against its 32 bytes of qh in both halves, shifted per half, are quarters
+ * 0-1 and 2-3. Q4_K for a lone token takes the 256-bit row: with no other
+ * token to share them, the 512-bit row's broadcast and variable shift of every
+ * chunk cost more than the fewer products save. */
+
+/* int16 lanes 2m, 2m + 1 = lane m of a, of b (each fits an int16). */
+static inline __m512i qkk_pair(__m512i a, __m512i b)
+{
+    return _mm512_mask_blend_epi16(0xaaaaaaaau, a, _mm512_slli_epi32(b, 16));
+}
 
 QKK_INLINE void qkk_q4k_row512(float *y, int ldy, const struct ra_block_q8k *x, int64_t nb,
                                const struct ra_block_q4_k *w, const int nt)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    /* int16 lanes of sub-block 2c (lower half) and 2c + 1 (upper): bytes 4c, 4c + 1 and 4c + 2, 4c + 3 */
-    const __m512i pick = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(0x0100)),
-                                            _mm256_set1_epi16(0x0302), 1);
+    /* lane m of chunk c's products is sub-block 2c + (m >= 8): the scales of
+     * qkk_pair(chunk 0, chunk 1) and of (chunk 2, chunk 3) */
+    const __m512i order01 = _mm512_set_epi16(3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1,
+                                             2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0);
+    const __m512i order23 = _mm512_add_epi16(order01, _mm512_set1_epi16(4));
     __m512 f[4];
     __m256 fm[4];
     QKK_UNROLL
@@ -346,29 +356,28 @@ QKK_INLINE void qkk_q4k_row512(float *y, int ldy, const struct ra_block_q8k *x, 
     for (int64_t b = 0; b < nb; b++) {
         const struct ra_block_q4_k *wb = w + b;
         const __m128i sm8 = qkk_q4k_scales_v(wb->scales);
-        const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm8));
-        __m512i acc[4];
-        QKK_UNROLL
-        for (int t = 0; t < nt; t++)
-            acc[t] = _mm512_setzero_si512();
+        const __m512i sm16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm8));
+        const __m512i s01 = _mm512_permutexvar_epi16(order01, sm16), s23 = _mm512_permutexvar_epi16(order23, sm16);
+        __m512i v[4];
         QKK_UNROLL
         for (int c = 0; c < 4; c++) {
             const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qs + 32 * c)));
-            const __m512i v = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
-            const __m512i s = _mm512_shuffle_epi8(sc16, _mm512_add_epi8(pick, _mm512_set1_epi8((char)(4 * c))));
-            QKK_UNROLL
-            for (int t = 0; t < nt; t++) {
-                const __m512i xv = _mm512_loadu_si512((const void *)(x[t * nb + b].qs + 64 * c));
-                acc[t] = QKK_DP512(acc[t], _mm512_maddubs_epi16(v, xv), s);
-            }
+            v[c] = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
         }
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm8, sm8));
         const float d = ra_f16_to_f32(wb->d), dmin = ra_f16_to_f32(wb->dmin);
         QKK_UNROLL
         for (int t = 0; t < nt; t++) {
             const struct ra_block_q8k *xb = x + t * nb + b;
+            __m512i p[4];
+            QKK_UNROLL
+            for (int c = 0; c < 4; c++)
+                p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[c],
+                                           _mm512_loadu_si512((const void *)(xb->qs + 64 * c)));
+            const __m512i acc = _mm512_dpwssd_epi32(_mm512_madd_epi16(qkk_pair(p[0], p[1]), s01),
+                                                    qkk_pair(p[2], p[3]), s23);
             const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
-            f[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * xb->d), _mm512_cvtepi32_ps(acc[t]), f[t]);
+            f[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * xb->d), _mm512_cvtepi32_ps(acc), f[t]);
             fm[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * xb->d), _mm256_cvtepi32_ps(ms), fm[t]);
         }
     }
@@ -384,46 +393,45 @@ QKK_INLINE void qkk_q6k_row512(float *y, int ldy, const struct ra_block_q8k *x, 
     /* qh's bits 2g, 2g + 1 to bits 4, 5: quarters 0, 1 (left 4, 2) and 2, 3 (right 0, 2) */
     const __m512i left01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
     const __m512i right23 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    /* 128-bit lane j of quarters 0-1 takes the half's scale j, of quarters 2-3 scale 4 + j */
-    const __m512i pick01 = _mm512_set_epi32(0x07060706, 0x07060706, 0x07060706, 0x07060706, 0x05040504, 0x05040504,
-                                            0x05040504, 0x05040504, 0x03020302, 0x03020302, 0x03020302, 0x03020302,
-                                            0x01000100, 0x01000100, 0x01000100, 0x01000100);
-    const __m512i pick23 = _mm512_add_epi8(pick01, _mm512_set1_epi8(8));
+    /* lane m of group i's products (elements 64i + 4m .. 64i + 4m + 3) takes
+     * scale 4i + m / 4: the scales of qkk_pair(group 0, group 1) and of (2, 3) */
+    const __m512i order01 = _mm512_set_epi16(7, 3, 7, 3, 7, 3, 7, 3, 6, 2, 6, 2, 6, 2, 6, 2,
+                                             5, 1, 5, 1, 5, 1, 5, 1, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i order23 = _mm512_add_epi16(order01, _mm512_set1_epi16(8));
     __m512 f[4];
     QKK_UNROLL
     for (int t = 0; t < nt; t++)
         f[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const struct ra_block_q6_k *wb = w + b;
-        const __m128i s8 = _mm_loadu_si128((const __m128i *)wb->scales);
-        const __m256i off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5));
-        __m512i acc[4];
-        QKK_UNROLL
-        for (int t = 0; t < nt; t++)
-            acc[t] = _mm512_zextsi256_si512(
-                QKK_DP(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)x[t * nb + b].bsums), off));
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
+        const __m512i s01 = _mm512_permutexvar_epi16(order01, _mm512_castsi256_si512(s16));
+        const __m512i s23 = _mm512_permutexvar_epi16(order23, _mm512_castsi256_si512(s16));
+        /* -32 * scales[i] against bsums[i]: the offset of every quant */
+        const __m256i off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s16, 5));
+        __m512i v[4];
         QKK_UNROLL
         for (int h = 0; h < 2; h++) {
             const __m512i ql = _mm512_loadu_si512((const void *)(wb->ql + 64 * h));
             const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qh + 32 * h)));
-            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(ql, m4),
-                                                _mm512_and_si512(_mm512_sllv_epi16(qh, left01), m30));
-            const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                                _mm512_and_si512(_mm512_srlv_epi16(qh, right23), m30));
-            const __m512i s16 =
-                _mm512_broadcast_i32x4(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(wb->scales + 8 * h))));
-            const __m512i s01 = _mm512_shuffle_epi8(s16, pick01), s23 = _mm512_shuffle_epi8(s16, pick23);
-            QKK_UNROLL
-            for (int t = 0; t < nt; t++) {
-                const int8_t *xs = x[t * nb + b].qs + 128 * h;
-                acc[t] = QKK_DP512(acc[t], _mm512_maddubs_epi16(q01, _mm512_loadu_si512((const void *)xs)), s01);
-                acc[t] = QKK_DP512(acc[t], _mm512_maddubs_epi16(q23, _mm512_loadu_si512((const void *)(xs + 64))), s23);
-            }
+            v[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, left01), m30));
+            v[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                           _mm512_and_si512(_mm512_srlv_epi16(qh, right23), m30));
         }
         const float d = ra_f16_to_f32(wb->d);
         QKK_UNROLL
-        for (int t = 0; t < nt; t++)
-            f[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * x[t * nb + b].d), _mm512_cvtepi32_ps(acc[t]), f[t]);
+        for (int t = 0; t < nt; t++) {
+            const struct ra_block_q8k *xb = x + t * nb + b;
+            __m512i p[4];
+            QKK_UNROLL
+            for (int i = 0; i < 4; i++)
+                p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[i],
+                                           _mm512_loadu_si512((const void *)(xb->qs + 64 * i)));
+            const __m256i o = QKK_DP(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)xb->bsums), off);
+            __m512i acc = _mm512_dpwssd_epi32(_mm512_zextsi256_si512(o), qkk_pair(p[0], p[1]), s01);
+            acc = _mm512_dpwssd_epi32(acc, qkk_pair(p[2], p[3]), s23);
+            f[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * xb->d), _mm512_cvtepi32_ps(acc), f[t]);
+        }
     }
     QKK_UNROLL
     for (int t = 0; t < nt; t++)
