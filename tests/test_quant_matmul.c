@@ -233,7 +233,7 @@ static void test_bad_shapes(void)
     CHECK(strstr(ra_error_message(), "RA_QUANT_GEMM='int4'") != NULL);
     setenv("RA_QUANT_GEMM", "f32", 1);
     CHECK_OK(ra_quant_matmul_create(&qm, 1, NULL));
-    CHECK(qm && ra_quant_matmul_prefill_path(qm) == RA_QUANT_GEMM_F32);
+    CHECK(qm && ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q4_K) == RA_QUANT_GEMM_F32);
     ra_quant_matmul_free(qm);
     unsetenv("RA_QUANT_GEMM");
 }
@@ -246,8 +246,11 @@ static void test_backend(void)
     struct ra_backend_params p = RA_BACKEND_PARAMS_INIT;
     p.threads = 2;
     CHECK_OK(ra_backend_open(&be, "cpu", &p));
-    if (!be)
+    const struct ra_quant_kernels *qk = NULL;
+    CHECK_OK(ra_quant_kernels_active(&qk));
+    if (!be || !qk)
         return;
+    const int portable = qk->isa == RA_QUANT_ISA_PORTABLE;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const enum ra_dtype t = types[ti];
         struct fixture f;
@@ -272,9 +275,11 @@ static void test_backend(void)
         const int ns[] = { 1, 4, 16, MAX_N };
         for (size_t i = 0; y && i < sizeof ns / sizeof *ns; i++) {
             CHECK_OK(be->ops->matmul(be, y, (int)f.rows, f.x, (int)f.k, &w, ns[i]));
-            /* up to RA_QMM_INT8_MAX_N tokens the automatic choice is the int8 GEMV */
-            CHECK(within(&f, y, (int)f.rows, ns[i], ns[i] <= RA_QMM_INT8_MAX_N ? RA_QUANT_GEMM_INT8 : path,
-                         "backend"));
+            /* decode steps are the int8 GEMV; prefill up to RA_QMM_INT8_MAX_N tokens too, but for
+             * the portable kernels (their prefill path then) */
+            const enum ra_quant_gemm small = portable ? path : RA_QUANT_GEMM_INT8;
+            CHECK(within(&f, y, (int)f.rows, ns[i], ns[i] <= RA_QMM_GEMV_MAX_N ? RA_QUANT_GEMM_INT8
+                                                    : ns[i] <= RA_QMM_INT8_MAX_N ? small : path, "backend"));
         }
         /* The embedding: rows of the dequantized table, exactly. */
         const int32_t tokens[3] = { 5, 0, (int32_t)f.rows - 1 };
@@ -291,6 +296,49 @@ static void test_backend(void)
     ra_backend_free(be);
 }
 
+/* The automatic choice: bf16 where there is a unit (and compute allows it),
+ * else int8 on VNNI, per format on AVX2, f32 on the portable kernels; the
+ * describe line says so. */
+static void test_choice(struct ra_gemm_bf16 *bf16)
+{
+    struct ra_quant_matmul *qm = NULL;
+    char line[320];
+    CHECK_OK(ra_quant_matmul_create(&qm, 1, bf16));
+    if (!qm)
+        return;
+    if (bf16) {
+        CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q4_0) == RA_QUANT_GEMM_BF16);
+        ra_quant_matmul_describe(qm, line, sizeof line);
+        const struct ra_quant_kernels *qk = NULL;
+        CHECK_OK(ra_quant_kernels_active(&qk)); /* the int8 GEMV up to 16 tokens, but on portable kernels */
+        CHECK(strncmp(line, "prefill: dequantized to bf16 (", 30) == 0 && qk &&
+              (strstr(line, ", int8 ") != NULL) == (qk->isa != RA_QUANT_ISA_PORTABLE));
+        ra_quant_matmul_allow_bf16(qm, 0);
+    }
+    if (ra_quant_matmul_set_isa(qm, RA_QUANT_ISA_AVX2) == RA_OK) {
+        CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q4_0) == RA_QUANT_GEMM_F32);
+        CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q6_K) == RA_QUANT_GEMM_INT8);
+        ra_quant_matmul_describe(qm, line, sizeof line);
+        CHECK(strcmp(line, "prefill: dequantized to f32 (OpenBLAS sgemm) (q8_0, q4_0, q4_1), int8 avx2 (q4_k, "
+                           "q6_k), int8 avx2 up to 16 tokens; decode: int8 avx2") == 0);
+    }
+    if (ra_quant_matmul_set_isa(qm, RA_QUANT_ISA_AVX512VNNI) == RA_OK) {
+        CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q8_0) == RA_QUANT_GEMM_INT8);
+        ra_quant_matmul_describe(qm, line, sizeof line);
+        CHECK(strcmp(line, "prefill: int8 avx512vnni; decode: int8 avx512vnni") == 0);
+    }
+    CHECK_OK(ra_quant_matmul_set_isa(qm, RA_QUANT_ISA_PORTABLE));
+    if (bf16) {
+        ra_quant_matmul_allow_bf16(qm, 1);
+        CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q4_K) == RA_QUANT_GEMM_BF16);
+        ra_quant_matmul_allow_bf16(qm, 0);
+    }
+    CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q4_K) == RA_QUANT_GEMM_F32);
+    ra_quant_matmul_describe(qm, line, sizeof line);
+    CHECK(strcmp(line, "prefill: dequantized to f32 (OpenBLAS sgemm); decode: int8 portable") == 0);
+    ra_quant_matmul_free(qm);
+}
+
 int main(void)
 {
     struct ra_gemm_bf16 *bf16 = NULL;
@@ -299,6 +347,7 @@ int main(void)
         printf("note: no bf16 unit here: the bf16 path is not tested\n");
     test_matmul(bf16);
     test_bad_shapes();
+    test_choice(bf16);
     test_backend();
     ra_gemm_bf16_free(bf16);
     return test_result("test_quant_matmul");

@@ -311,29 +311,44 @@ static int matmul_bf16(struct ra_quant_matmul *qm, float *y, int ldy, const floa
 
 /* The prefill path for n > RA_QMM_GEMV_MAX_N tokens when none is forced.
  *
- * The rule, from jobs/bench-quant (prefill GFLOP/s at n = 512 on the shapes
- * of SmolLM2-135M and bench-small, Zen 4 with AVX512-VNNI and AVX512-BF16,
- * oneDNN as the bf16 unit, 1 and 2 threads): the bf16 unit is fastest on
- * every type and shape where there is one; without one, the int8 products are
- * faster than dequantizing for sgemm wherever the kernels have a VNNI
- * (vpdpbusd) inner loop, and the f32 path wins on the AVX2 and portable
- * kernels. Up to RA_QMM_INT8_MAX_N tokens the int8 GEMV wins everywhere. */
-static enum ra_quant_gemm choose_path(const struct ra_quant_matmul *qm, int n)
+ * The rule follows jobs/bench-quant on a Zen 4 core (AVX512-VNNI, AVX512-BF16,
+ * oneDNN as the bf16 unit), one thread, n = 512, bench-small's and
+ * SmolLM2-135M's FFN shapes (GFLOP/s, int8 / f32 / bf16 path):
+ *   - With a bf16 unit, bf16 is fastest for every type and shape, about twice
+ *     either other path (q4_0 2048x768: 39 / 35 / 78; q6_k 768x2048:
+ *     31 / 25 / 61; q8_0 1536x576: 25 / 25 / 51), and within 0.7-1.1x of bf16
+ *     weights themselves.
+ *   - Without one, the VNNI int8 products match or beat dequantizing for
+ *     sgemm (q4_k 2048x768: 39 / 25; q8_0 1536x576: 24.5 / 24.6).
+ *   - On the AVX2 kernels the two are within 30%: int8 ahead on the K formats
+ *     (q6_k 768x2048: 30 / 27), f32 on the 32-element ones (q4_0 2048x768:
+ *     19 / 32); the portable int8 code is 5-10x behind f32 (3 / 22), so
+ *     without SIMD every prefill dequantizes (to bf16 where there is a unit).
+ *   - The int8 GEMV, which reads the weights once per 4 tokens, stays ahead of
+ *     the bf16 unit up to about 16-32 tokens (n = 16: 20-30 against 17-20;
+ *     n = 64: 19-29 against 31-45): RA_QMM_INT8_MAX_N. */
+static int is_k_format(enum ra_dtype t) { return t == RA_DTYPE_Q4_K || t == RA_DTYPE_Q6_K; }
+
+static enum ra_quant_gemm choose_path(const struct ra_quant_matmul *qm, enum ra_dtype wt, int n)
 {
     const int bf16 = qm->bf16 && qm->bf16_allowed;
+    const enum ra_quant_isa isa = qm->k->isa;
     if (qm->gemm != RA_QUANT_GEMM_AUTO)
         return qm->gemm == RA_QUANT_GEMM_BF16 && !bf16 ? RA_QUANT_GEMM_F32 : qm->gemm;
-    if (n <= RA_QMM_INT8_MAX_N)
+    if (n <= RA_QMM_INT8_MAX_N && isa != RA_QUANT_ISA_PORTABLE)
         return RA_QUANT_GEMM_INT8;
     if (bf16)
         return RA_QUANT_GEMM_BF16;
-    return qm->k->isa == RA_QUANT_ISA_AVX512VNNI || qm->k->isa == RA_QUANT_ISA_AVXVNNI ? RA_QUANT_GEMM_INT8
-                                                                                       : RA_QUANT_GEMM_F32;
+    if (isa == RA_QUANT_ISA_PORTABLE)
+        return RA_QUANT_GEMM_F32;
+    if (isa == RA_QUANT_ISA_AVX512VNNI || isa == RA_QUANT_ISA_AVXVNNI)
+        return RA_QUANT_GEMM_INT8;
+    return is_k_format(wt) ? RA_QUANT_GEMM_INT8 : RA_QUANT_GEMM_F32;
 }
 
-enum ra_quant_gemm ra_quant_matmul_prefill_path(const struct ra_quant_matmul *qm)
+enum ra_quant_gemm ra_quant_matmul_prefill_path(const struct ra_quant_matmul *qm, enum ra_dtype wtype)
 {
-    return choose_path(qm, RA_QMM_INT8_MAX_N + 1);
+    return choose_path(qm, wtype, RA_QMM_INT8_MAX_N + 1);
 }
 
 int ra_quant_matmul(struct ra_quant_matmul *qm, float *y, int ldy, const float *x, int ldx,
@@ -355,7 +370,7 @@ int ra_quant_matmul(struct ra_quant_matmul *qm, float *y, int ldy, const float *
     const int nt = n_threads < 1 ? 1 : n_threads > qm->n_threads ? qm->n_threads : n_threads;
     if (n <= RA_QMM_GEMV_MAX_N)
         return matmul_int8(qm, y, ldy, x, ldx, w, n, nt);
-    enum ra_quant_gemm path = choose_path(qm, n);
+    enum ra_quant_gemm path = choose_path(qm, w->dtype, n);
     if (path == RA_QUANT_GEMM_BF16) {
         int rc = matmul_bf16(qm, y, ldy, x, ldx, w, n, nt);
         if (rc != RA_EUNSUPPORTED)
@@ -368,20 +383,30 @@ int ra_quant_matmul(struct ra_quant_matmul *qm, float *y, int ldy, const float *
     return matmul_f32(qm, y, ldy, x, ldx, w, n, nt);
 }
 
+static void path_words(const struct ra_quant_matmul *qm, enum ra_quant_gemm path, char *buf, size_t size)
+{
+    if (path == RA_QUANT_GEMM_BF16)
+        snprintf(buf, size, "dequantized to bf16 (%s)", ra_gemm_bf16_describe(qm->bf16));
+    else if (path == RA_QUANT_GEMM_F32)
+        snprintf(buf, size, "dequantized to f32 (OpenBLAS sgemm)");
+    else
+        snprintf(buf, size, "int8 %s", ra_quant_isa_name(qm->k->isa));
+}
+
 void ra_quant_matmul_describe(const struct ra_quant_matmul *qm, char *buf, size_t size)
 {
     const char *isa = ra_quant_isa_name(qm->k->isa);
-    char prefill[160];
-    const enum ra_quant_gemm path = choose_path(qm, RA_QMM_INT8_MAX_N + 1);
-    if (path == RA_QUANT_GEMM_BF16)
-        snprintf(prefill, sizeof prefill, "dequantized to bf16 (%s)", ra_gemm_bf16_describe(qm->bf16));
-    else if (path == RA_QUANT_GEMM_F32)
-        snprintf(prefill, sizeof prefill, "dequantized to f32 (OpenBLAS sgemm)");
+    const enum ra_quant_gemm p32 = choose_path(qm, RA_DTYPE_Q4_0, RA_QMM_INT8_MAX_N + 1),
+                             pk = choose_path(qm, RA_DTYPE_Q4_K, RA_QMM_INT8_MAX_N + 1);
+    char w32[128], wk[128], prefill[320], small[64] = "";
+    path_words(qm, p32, w32, sizeof w32);
+    path_words(qm, pk, wk, sizeof wk);
+    if (p32 == pk)
+        snprintf(prefill, sizeof prefill, "%s", w32);
     else
-        snprintf(prefill, sizeof prefill, "int8 %s", isa);
-    if (qm->gemm == RA_QUANT_GEMM_AUTO && path != RA_QUANT_GEMM_INT8)
-        snprintf(buf, size, "prefill: %s, int8 %s up to %d tokens; decode: int8 %s", prefill, isa,
-                 RA_QMM_INT8_MAX_N, isa);
-    else
-        snprintf(buf, size, "prefill: %s; decode: int8 %s", prefill, isa);
+        snprintf(prefill, sizeof prefill, "%s (q8_0, q4_0, q4_1), %s (q4_k, q6_k)", w32, wk);
+    if (qm->gemm == RA_QUANT_GEMM_AUTO && qm->k->isa != RA_QUANT_ISA_PORTABLE &&
+        (p32 != RA_QUANT_GEMM_INT8 || pk != RA_QUANT_GEMM_INT8))
+        snprintf(small, sizeof small, ", int8 %s up to %d tokens", isa, RA_QMM_INT8_MAX_N);
+    snprintf(buf, size, "prefill: %s%s; decode: int8 %s", prefill, small, isa);
 }

@@ -148,9 +148,9 @@ struct ra_quant_matmul; /* per backend: scratch for quantized activations and de
 /* Up to this many tokens a matmul is a decode step: the int8 GEMV, which
  * reads the weights once. */
 #define RA_QMM_GEMV_MAX_N 4
-/* Up to this many tokens the automatic choice keeps the int8 GEMV (the
- * weights are read a few times only: dequantizing them costs more than the
- * products). */
+/* Up to this many tokens the automatic choice keeps the int8 GEMV where
+ * the kernels are SIMD (the weights are read a few times only: dequantizing
+ * them costs more than the products). */
 #define RA_QMM_INT8_MAX_N 16
 
 /* How prefill (more than RA_QMM_GEMV_MAX_N tokens) multiplies: the int8
@@ -174,9 +174,9 @@ int ra_quant_matmul_set_gemm(struct ra_quant_matmul *qm, enum ra_quant_gemm g);
 /* Whether prefill may use the bf16 unit (the backend's --compute-dtype f32
  * says no; default yes): without it a forced or chosen bf16 path runs f32. */
 void ra_quant_matmul_allow_bf16(struct ra_quant_matmul *qm, int allow);
-/* The path prefill takes here for more than RA_QMM_INT8_MAX_N tokens: the
- * forced one, else the fastest (never AUTO). */
-enum ra_quant_gemm ra_quant_matmul_prefill_path(const struct ra_quant_matmul *qm);
+/* The path prefill takes here on wtype's weights for more than
+ * RA_QMM_INT8_MAX_N tokens: the forced one, else the fastest (never AUTO). */
+enum ra_quant_gemm ra_quant_matmul_prefill_path(const struct ra_quant_matmul *qm, enum ra_dtype wtype);
 /* Runs on another supported instruction set's kernels (tests, benchmarks);
  * RA_EUNSUPPORTED where ra_quant_isa_supported says no. */
 int ra_quant_matmul_set_isa(struct ra_quant_matmul *qm, enum ra_quant_isa isa);
