@@ -3,6 +3,7 @@
 #include "gguf_write.h"
 #include "status.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -267,7 +268,7 @@ int ra_gguf_writer_tensor(struct ra_gguf_writer *w, const char *name, int n_dims
 static int put(struct ra_gguf_writer *w, const void *p, size_t n)
 {
     if (n && fwrite(p, 1, n, w->f) != n)
-        return ra_error_set(RA_EIO, "GGUF writer: write failed");
+        return ra_error_set(RA_EIO, "GGUF writer: write failed: %s", strerror(errno));
     return RA_OK;
 }
 

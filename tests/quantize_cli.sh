@@ -14,6 +14,8 @@
 #     conversion's (gguf-py reads and dequantizes it).
 #     With a tokenizer.json beside it (written by tests/quantize_check.py),
 #     text encodes to the same ids from the GGUF as from the directory.
+#     RoPE scaling (linear, Llama 3's factors) carried into the file: a long
+#     prompt's logits stay within q8_0's bound.
 #  3. SmolLM2-135M's GGUF (Q4_1) requantized to q8_0: every tokenizer.* key
 #     copied byte for byte, and it still answers its chat question (vocabulary
 #     and template from the copy).
@@ -86,6 +88,18 @@ if quantize "$TMP/hftok" "$TMP/hftok.gguf" --type q8_0 --quiet; then
     got=$("$BUILD/runahead" --model "$TMP/hftok.gguf" --tokenize-only --prompt "$text" 2>"$TMP/err")
     [ -n "$want" ] && [ "$got" = "$want" ] || fail "the tokenizer.json vocabulary gave '$got', the directory '$want'"
 fi
+
+# ... with RoPE scaling (linear: llama.*.rope.scaling keys; llama3: rope_freqs.weight): a long
+# prompt's logits within q8_0's bound (without the scaling they move by 0.27)
+seq=$(seq 1 90 | tr '\n' ' ')
+echo "1 $seq" >"$TMP/prompts"
+for rs in linear:2 llama3:8,1,4,32; do
+    rm -rf "$TMP/rs"
+    "$BUILD/runahead-synth" --dim 256 --hidden-dim 512 --layers 2 --heads 4 --kv-heads 2 --vocab 512 --seed 6 \
+        --rope-scaling "$rs" --out "$TMP/rs" >/dev/null 2>"$TMP/err" || { fail "runahead-synth --rope-scaling $rs"; continue; }
+    quantize "$TMP/rs" "$TMP/rs.gguf" --type q8_0 --no-vocab --quiet && logits_of "$TMP/rs" "$TMP/rs-want.f32" \
+        && logits_of "$TMP/rs.gguf" "$TMP/rs.f32" && check logits "$TMP/rs.f32" "$TMP/rs-want.f32" 512 0.02
+done
 
 # 3. SmolLM2's GGUF, requantized: its vocabulary and chat template came along
 smol=${RA_SMOLLM2:-$(smollm2_gguf)}
