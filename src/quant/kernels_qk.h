@@ -110,7 +110,9 @@ static void dequantize_q6_k(float *dst, const void *w, int64_t count)
 {
     ra_quant_dequantize(RA_DTYPE_Q6_K, w, dst, count);
 }
-#else
+#else /* the SIMD builds */
+/* acc + a0 * b0 + a1 * b1 per int32 lane, a and b int16 pairs (exact: no
+ * operand here is -32768) */
 #if defined(RA_QK_AVX2)
 #define QKK_DP(acc, a, b) _mm256_add_epi32((acc), _mm256_madd_epi16((a), (b)))
 #elif defined(RA_QK_AVXVNNI)
