@@ -9,6 +9,11 @@ expect_error "^network-real: --hosts: 1: at least 2 hosts$" "$J" --hosts 1
 expect_error "^network-real: unknown option '--bogus'" "$J" --bogus
 netns_cluster tnr 1
 $NC down
+# --delays needs netem: where the kernel lacks it, one line saying so before any run.
+if ! $NC up 1 --delay 1 >/dev/null 2>&1; then
+    RA_BUILD_DIR=$BUILD expect_error "^network-real: --delays: netns-cluster: this kernel has no netem" "$J" --name tnr --delays 1 --out "$TMP/d"
+fi
+$NC down
 out="$TMP/res"
 RA_BUILD_DIR=$BUILD timeout 300 "$J" --name tnr --hosts 2 --gbps 2 --contexts 256 --repeat 1 --out "$out" \
     >"$TMP/stdout" 2>"$TMP/stderr" || { cat "$TMP/stderr" >&2; fail "network-real"; finish; }
