@@ -188,14 +188,11 @@ static void dequantize_q4_1(float *dst, const void *w, int64_t count)
 }
 
 /* ------------------------------------------------ gemv
- * A tile of R rows x T tokens walks the row's blocks once: each weight block
+ * A tile of R rows x T tokens walks the rows' blocks once: each weight block
  * is loaded once for T tokens and each activation block once for R rows, and
- * every (row, token) pair keeps its sum in a register. Per block, the integer
- * dot product (exact) is scaled in float:
- *   Q8_0: lanes of dx * dot, times dw;
- *   Q4_0: lanes of dx * dot - sx, times dw: the 8 lanes add up to
- *         dw * (dx * dot - 8 sx);
- *   Q4_1: lanes of dx * dot times dw, plus m / 8 * sx (8 lanes: m * sx). */
+ * every (row, token) pair keeps its sum in a register. Per block the integer
+ * dot product is exact and scaled in float, the formats' offsets (Q4_0's -8,
+ * Q4_1's m) spread over the lanes that add up to the block. */
 
 Q32_INLINE float q32_hsum_ps(__m256 v)
 {
@@ -220,16 +217,18 @@ Q32_INLINE float q32_hsum_ps(__m256 v)
  * none reaches here: u is |Q8_0 quant| <= 128 or a nibble <= 15, s an
  * activation quant (|q| <= 127, sign-moved for Q8_0), so |pair| <= 2 * 128 *
  * 127 = 32512, and DOT2's two nibble pair sums add to at most 4 * 15 * 127.
- * This machine's CPUs and qemu-user lack AVX-VNNI: the AVX2 build's tests
- * run its code with these macros swapped. */
+ * One code path for both: CPUs without AVX-VNNI (Zen 4) and qemu-user,
+ * which cannot emulate it, test the AVX-VNNI build's logic through the AVX2
+ * build. */
 #define Q32_DOT(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1))
 #define Q32_DOT2(u1, s1, u2, s2)                                                                     \
     _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((u1), (s1)), _mm256_maddubs_epi16((u2), (s2))), \
                       _mm256_set1_epi16(1))
 #endif
 
-/* y[t * ldy + r] for r < R, t < T: R rows of type TYPE at w (row_bytes
- * apart) against T tokens' activation blocks at x (nb apart). */
+/* y[t * ldy + r] for r < R, t < T: R rows of Q8_0 at w (row_bytes apart)
+ * against T tokens' activation blocks at x (nb apart); lanes of dx * dot
+ * times dw, the dot as |w| times x with w's signs. */
 Q32_INLINE void q32_tile(float *y, int64_t ldy, const struct ra_block_q8x *x, const unsigned char *w,
                          size_t row_bytes, int64_t nb, enum ra_dtype type, const int R, const int T)
 {
@@ -241,25 +240,13 @@ Q32_INLINE void q32_tile(float *y, int64_t ldy, const struct ra_block_q8x *x, co
             acc[r][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m256i u[4], sgn[4];
-        __m256 dw[4], m8[4];
+        __m256 dw[4];
         Q32_UNROLL
         for (int r = 0; r < R; r++) {
-            const unsigned char *wr = w + (size_t)r * row_bytes;
-            if (type == RA_DTYPE_Q8_0) {
-                const struct ra_block_q8_0 *wb = (const struct ra_block_q8_0 *)wr + b;
-                sgn[r] = _mm256_loadu_si256((const __m256i *)wb->qs);
-                u[r] = _mm256_abs_epi8(sgn[r]);
-                dw[r] = q32_f16x8(&wb->d);
-            } else if (type == RA_DTYPE_Q4_0) {
-                const struct ra_block_q4_0 *wb = (const struct ra_block_q4_0 *)wr + b;
-                u[r] = q32_nibbles(wb->qs);
-                dw[r] = q32_f16x8(&wb->d);
-            } else {
-                const struct ra_block_q4_1 *wb = (const struct ra_block_q4_1 *)wr + b;
-                u[r] = q32_nibbles(wb->qs);
-                dw[r] = q32_f16x8(&wb->d);
-                m8[r] = _mm256_mul_ps(q32_f16x8(&wb->m), _mm256_set1_ps(0.125f));
-            }
+            const struct ra_block_q8_0 *wb = (const struct ra_block_q8_0 *)(w + (size_t)r * row_bytes) + b;
+            sgn[r] = _mm256_loadu_si256((const __m256i *)wb->qs);
+            u[r] = _mm256_abs_epi8(sgn[r]);
+            dw[r] = q32_f16x8(&wb->d);
         }
         Q32_UNROLL
         for (int t = 0; t < T; t++) {
@@ -268,15 +255,8 @@ Q32_INLINE void q32_tile(float *y, int64_t ldy, const struct ra_block_q8x *x, co
             const __m256 dx = _mm256_set1_ps(xb->d);
             Q32_UNROLL
             for (int r = 0; r < R; r++) {
-                const __m256i s = type == RA_DTYPE_Q8_0 ? _mm256_sign_epi8(xq, sgn[r]) : xq;
-                const __m256 p = _mm256_cvtepi32_ps(Q32_DOT(u[r], s));
-                if (type == RA_DTYPE_Q4_0) {
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_fmsub_ps(p, dx, _mm256_set1_ps(xb->s)), dw[r], acc[r][t]);
-                } else {
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(p, dx), dw[r], acc[r][t]);
-                    if (type == RA_DTYPE_Q4_1)
-                        acc[r][t] = _mm256_fmadd_ps(m8[r], _mm256_set1_ps(xb->s), acc[r][t]);
-                }
+                const __m256 p = _mm256_cvtepi32_ps(Q32_DOT(u[r], _mm256_sign_epi8(xq, sgn[r])));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(p, dx), dw[r], acc[r][t]);
             }
         }
     }
