@@ -6,7 +6,8 @@
 # bytes counted by PMPI against the runtime's counts and the traffic formulas. runahead on 2 and 4
 # hosts prints the tokens and moves, rank by rank, the bytes of the same run on one host, and those
 # bytes really cross the links: the bridge counts at least as many on each receiving host's port.
-# The cluster's hosts are distinct (hostnames, --slots), and it is taken down at the end.
+# The cluster's hosts are distinct (hostnames, --slots); down ends a killed run's processes and
+# removes the namespaces, and may run again.
 # About 60 s on 2 busy cores.
 . "$(dirname "$0")/lib.sh"
 netns_cluster tnc 4 --gbps 10
@@ -61,7 +62,21 @@ done
 
 $NC status >"$TMP/status" 2>&1 || fail "status"
 grep -q "^tnc-h3 .* link UP gbps 10 " "$TMP/status" || { fail "status does not show h3's shaped link"; cat "$TMP/status" >&2; }
+# A killed `run` (SIGKILL: no trap runs) leaves mpirun and its ranks on the hosts; down ends them.
+$NC run -np 2 sleep 300 >/dev/null 2>&1 &
+job=$!
+i=0
+while [ -z "$($NC pids h1)" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+left=$($NC pids h0; $NC pids h1)
+kill -KILL $job
+wait $job 2>/dev/null
+[ -n "$left" ] || fail "the sleeping job never reached h1"
 $NC down || fail "down"
+# (A zombie is gone: its parent, the killed script, cannot reap it, and init may take its time.)
+for pid in $left; do
+    st=$(sed 's/.*) \(.\).*/\1/' "/proc/$pid/stat" 2>/dev/null) || continue
+    [ "$st" = Z ] || fail "process $pid ($(cat /proc/$pid/comm 2>/dev/null), state $st) outlived down"
+done
 ! ip netns list | grep -q '^tnc-' || fail "namespaces left after down: $(ip netns list | grep '^tnc-')"
 [ ! -e /etc/netns/tnc-h0 ] || fail "/etc/netns/tnc-h0 left after down"
 $NC down || fail "a second down failed"
