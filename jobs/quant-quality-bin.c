@@ -425,7 +425,7 @@ static int run(const struct options *o)
     const int n_lanes = o->n_models + 1, first = o->ctx / 2, scored = o->ctx - 1 - first;
     int32_t *tokens = NULL, bos = -1;
     int n_tokens = 0, rc;
-    char vocab_path[4096], unit[160], isa[160], cpu[128], flags[128];
+    char vocab_path[4096], unit[160], isa[160], cpu[128], flags[128], qmm[256];
     FILE *csv = NULL;
     if ((rc = tokenize(o, &tokens, &n_tokens, &bos, vocab_path, sizeof vocab_path)) != RA_OK)
         goto out;
@@ -467,7 +467,8 @@ static int run(const struct options *o)
     ra_quant_isa_describe(isa, sizeof isa);
     bench_cpu_name(cpu, sizeof cpu);
     bench_cpu_flags(flags, sizeof flags);
-    printf("# CPU: %s (%s); quantized-weight kernels: %s\n", cpu, flags, isa);
+    ra_backend_cpu_describe_quant(ln[0].be, qmm, sizeof qmm);
+    printf("# CPU: %s (%s); quantized-weight kernels: %s; block weights computed as: %s\n", cpu, flags, isa, qmm);
     for (int i = 0; i < n_lanes; i++)
         printf("# %s: %s (%s)\n", ln[i].name, ln[i].path, ln[i].loaded_as);
     fflush(stdout);
