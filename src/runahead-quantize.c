@@ -550,50 +550,76 @@ static int64_t source_row(const struct item *it, int64_t r)
     return h * hd + (j % 2) * (hd / 2) + j / 2;
 }
 
-/* Item IT's bytes into OUT (ra_dtype_row_bytes(type, cols) * rows); ROW: cols floats of scratch. */
-static int convert(const struct job *J, const struct item *it, unsigned char *out, float *row)
+/* Row R of IT into its place in OUT (ROW: cols floats of scratch). */
+static int convert_row(const struct item *it, int64_t r, unsigned char *out, float *row)
 {
     const size_t rb = ra_dtype_row_bytes(it->type, it->cols);
-    int rc;
+    unsigned char *dst = out + (size_t)r * rb;
+    int rc = row_f32(it->src, source_row(it, r), row);
+    if (rc != RA_OK)
+        return rc;
+    if (it->type == RA_DTYPE_F32) {
+        memcpy(dst, row, rb);
+    } else if (it->type == RA_DTYPE_F16) {
+        for (int64_t j = 0; j < it->cols; j++) {
+            const uint16_t h = ra_f32_to_f16(row[j]);
+            memcpy(dst + 2 * (size_t)j, &h, 2);
+        }
+    } else {
+        rc = ra_quant_quantize(it->type, row, dst, it->cols);
+    }
+    return rc;
+}
+
+/* Item IT's bytes into OUT (ra_dtype_row_bytes(type, cols) * rows), the rows
+ * on OpenMP's threads (each row's bytes depend on that row alone). */
+static int convert(const struct job *J, const struct item *it, unsigned char *out)
+{
+    int64_t bad = it->rows; /* the first row that failed */
     if (!it->src) { /* rope_freqs: the per-pair divisors */
         memcpy(out, J->m.config.rope_factors, (size_t)it->cols * sizeof(float));
         return RA_OK;
     }
-    for (int64_t r = 0; r < it->rows; r++) {
-        if ((rc = row_f32(it->src, source_row(it, r), row)) != RA_OK)
-            return rc;
-        if (it->type == RA_DTYPE_F32)
-            memcpy(out + (size_t)r * rb, row, rb);
-        else if (it->type == RA_DTYPE_F16)
-            for (int64_t j = 0; j < it->cols; j++) {
-                const uint16_t h = ra_f32_to_f16(row[j]);
-                memcpy(out + (size_t)r * rb + 2 * (size_t)j, &h, 2);
+#pragma omp parallel
+    {
+        float *row = malloc((size_t)it->cols * sizeof *row);
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t r = 0; r < it->rows; r++)
+            if (!row || convert_row(it, r, out, row) != RA_OK) {
+#pragma omp critical(quantize_bad_row)
+                bad = r < bad ? r : bad;
             }
-        else if ((rc = ra_quant_quantize(it->type, row, out + (size_t)r * rb, it->cols)) != RA_OK)
-            return ra_error_set(rc, "%s: tensor %s row %lld: %s", J->o->in, it->name, (long long)r,
-                                ra_error_message());
+        free(row);
     }
-    return RA_OK;
+    if (bad == it->rows)
+        return RA_OK;
+    /* the failed row again on this thread, whose error message is the one reported */
+    float *row = malloc((size_t)it->cols * sizeof *row);
+    int rc = row ? convert_row(it, bad, out, row) : ra_error_set(RA_ENOMEM, "out of memory");
+    free(row);
+    if (rc == RA_OK)
+        rc = ra_error_set(RA_ENOMEM, "out of memory");
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ra_error_message());
+    return ra_error_set(rc, "%s: tensor %s row %lld: %s", J->o->in, it->name, (long long)bad, msg);
 }
 
 static int write_data(struct ra_gguf_writer *w, const struct job *J)
 {
-    size_t max_bytes = 0, max_cols = 0;
+    size_t max_bytes = 0;
     uint64_t done = 0, next_report = PROGRESS_BYTES;
     for (int i = 0; i < J->n_items; i++) {
         const size_t b = ra_dtype_row_bytes(J->items[i].type, J->items[i].cols) * (size_t)J->items[i].rows;
         max_bytes = b > max_bytes ? b : max_bytes;
-        max_cols = (size_t)J->items[i].cols > max_cols ? (size_t)J->items[i].cols : max_cols;
     }
     unsigned char *buf = malloc(max_bytes);
-    float *row = malloc(max_cols * sizeof *row);
     int rc = RA_OK;
-    if (!buf || !row)
+    if (!buf)
         rc = ra_error_set(RA_ENOMEM, "out of memory (%zu bytes for one tensor)", max_bytes);
     for (int i = 0; i < J->n_items && rc == RA_OK; i++) {
         const struct item *it = &J->items[i];
         const uint64_t bytes = ra_dtype_row_bytes(it->type, it->cols) * (uint64_t)it->rows;
-        if ((rc = convert(J, it, buf, row)) != RA_OK || (rc = ra_gguf_writer_data(w, buf, bytes)) != RA_OK)
+        if ((rc = convert(J, it, buf)) != RA_OK || (rc = ra_gguf_writer_data(w, buf, bytes)) != RA_OK)
             break;
         done += bytes;
         if (!J->o->quiet && J->out_bytes > PROGRESS_BYTES && (done >= next_report || i + 1 == J->n_items)) {
@@ -603,7 +629,6 @@ static int write_data(struct ra_gguf_writer *w, const struct job *J)
         }
     }
     free(buf);
-    free(row);
     return rc;
 }
 
