@@ -216,8 +216,9 @@ static void test_bad_shapes(void)
     t = (struct ra_tensor){ .dtype = RA_DTYPE_Q4_K, .rows = 4, .cols = 128, .data = w };
     CHECK(ra_quant_matmul(qm, y, 512, x, 512, &t, 8, 1) == RA_EINVAL);
     t = (struct ra_tensor){ .dtype = RA_DTYPE_Q4_0, .rows = 4, .cols = 64, .data = w };
-    CHECK(ra_quant_matmul(qm, y, 512, x, 32, &t, 1, 1) == RA_EINVAL);
-    CHECK(ra_quant_matmul(qm, y, 2, x, 64, &t, 1, 1) == RA_EINVAL);
+    CHECK(ra_quant_matmul(qm, y, 512, x, 32, &t, 2, 1) == RA_EINVAL); /* strides matter from 2 tokens */
+    CHECK(ra_quant_matmul(qm, y, 2, x, 64, &t, 2, 1) == RA_EINVAL);
+    CHECK_OK(ra_quant_matmul(qm, y, 0, x, 0, &t, 1, 1));
     t.dtype = RA_DTYPE_F32;
     CHECK(ra_quant_matmul(qm, y, 512, x, 512, &t, 1, 1) == RA_EINVAL);
     t.dtype = RA_DTYPE_Q4_0;

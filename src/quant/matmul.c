@@ -231,6 +231,23 @@ static int matmul_int8(struct ra_quant_matmul *qm, float *y, int ldy, const floa
 
 /* ------------------------------------------------------------------ f32 */
 
+/* Every thread's fp32 panel holds at least `floats`. */
+static int ensure_panels(struct ra_quant_matmul *qm, size_t floats)
+{
+    if (floats <= qm->panel_floats)
+        return RA_OK;
+    for (int i = 0; i < qm->n_threads; i++) {
+        size_t have = 0;
+        int rc = grow((void **)&qm->panel[i], &have, floats * sizeof(float), "dequantized weights");
+        if (rc != RA_OK) {
+            qm->panel_floats = 0;
+            return rc;
+        }
+    }
+    qm->panel_floats = floats;
+    return RA_OK;
+}
+
 /* Dequantized panels of rows, one per thread at a time, each multiplied by
  * every token with cblas_sgemm (OpenBLAS single-threaded: the backend sets
  * it so). */
@@ -242,18 +259,9 @@ static int matmul_f32(struct ra_quant_matmul *qm, float *y, int ldy, const float
     prow = prow < 16 ? 16 : prow;
     const int64_t share = ((rows + nt - 1) / nt + 15) / 16 * 16; /* no thread idle on a small matrix */
     prow = prow < share ? prow : share;
-    const size_t need = (size_t)prow * (size_t)k;
-    if (need > qm->panel_floats) {
-        for (int i = 0; i < qm->n_threads; i++) {
-            size_t have = 0;
-            int rc = grow((void **)&qm->panel[i], &have, need * sizeof(float), "dequantized weights");
-            if (rc != RA_OK) {
-                qm->panel_floats = 0;
-                return rc;
-            }
-        }
-        qm->panel_floats = need;
-    }
+    int rc = ensure_panels(qm, (size_t)prow * (size_t)k);
+    if (rc != RA_OK)
+        return rc;
     const size_t row_bytes = ra_dtype_row_bytes(w->dtype, k);
     const int64_t npanels = (rows + prow - 1) / prow;
     const struct ra_quant_kernels *kt = qm->k;
@@ -284,6 +292,8 @@ static int matmul_bf16(struct ra_quant_matmul *qm, float *y, int ldy, const floa
     size_t have = qm->bpanel_count * sizeof(uint16_t);
     int rc = grow((void **)&qm->bpanel, &have, (size_t)prow * (size_t)k * sizeof(uint16_t), "bf16 weights");
     qm->bpanel_count = have / sizeof(uint16_t);
+    if (rc == RA_OK)
+        rc = ensure_panels(qm, (size_t)k); /* each thread's row in fp32 */
     if (rc != RA_OK)
         return rc;
     const size_t row_bytes = ra_dtype_row_bytes(w->dtype, k);
@@ -291,14 +301,12 @@ static int matmul_bf16(struct ra_quant_matmul *qm, float *y, int ldy, const floa
     uint16_t *bp = qm->bpanel;
     for (int64_t r0 = 0; r0 < rows; r0 += prow) {
         const int64_t nr = rows - r0 < prow ? rows - r0 : prow;
-#pragma omp parallel num_threads(nt)
-        {
-            float row[k];
-#pragma omp for schedule(static)
-            for (int64_t r = 0; r < nr; r++) {
-                kt->dequantize(row, (const char *)w->data + (size_t)(r0 + r) * row_bytes, w->dtype, k);
-                ra_narrow_bf16(bp + r * k, row, (size_t)k);
-            }
+        float **rowbuf = qm->panel;
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int64_t r = 0; r < nr; r++) {
+            float *row = rowbuf[thread_id()];
+            kt->dequantize(row, (const char *)w->data + (size_t)(r0 + r) * row_bytes, w->dtype, k);
+            ra_narrow_bf16(bp + r * k, row, (size_t)k);
         }
         rc = ra_gemm_bf16_run(qm->bf16, y + r0, ldy, x, ldx, bp, (int)nr, (int)k, n);
         if (rc != RA_OK)
@@ -358,7 +366,7 @@ int ra_quant_matmul(struct ra_quant_matmul *qm, float *y, int ldy, const float *
     if (!ra_dtype_is_quant(w->dtype))
         return ra_error_set(RA_EINVAL, "quantized matmul: %s weights are not block-quantized",
                             ra_dtype_name(w->dtype));
-    if (w->cols <= 0 || w->cols % blk != 0 || w->rows <= 0 || w->cols > ldx || w->rows > ldy || n < 0)
+    if (w->cols <= 0 || w->cols % blk != 0 || w->rows <= 0 || n < 0 || (n > 1 && (w->cols > ldx || w->rows > ldy)))
         return ra_error_set(RA_EINVAL, "quantized matmul: a %lldx%lld %s weight (rows of whole %lld-element "
                             "blocks) against %d tokens with strides %d and %d", (long long)w->rows,
                             (long long)w->cols, ra_dtype_name(w->dtype), (long long)blk, n, ldx, ldy);
