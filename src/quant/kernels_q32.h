@@ -481,8 +481,11 @@ Q32_INLINE void q32_rows(float *y, int64_t ldy, const struct ra_block_q8x *x, co
 #define Q32_ROWS_N 2
 #endif
 
-/* Tokens in groups of 4, then the 1-3 left; 4 rows at a time for one token,
- * Q32_ROWS_N for more. */
+/* Tokens in groups of 4, then the 1-3 left; Q32_ROWS_N rows at a time for
+ * several tokens, one row for one token: a decode step streams the weights
+ * from memory, where one sequential stream keeps the hardware prefetchers
+ * ahead better than several rows read side by side, and one token has no
+ * weight loads to share. */
 Q32_INLINE void q32_gemv(float *y, int ldy, const void *xq, int n, const void *w, int64_t rows, int64_t k,
                          enum ra_dtype type)
 {
@@ -494,7 +497,7 @@ Q32_INLINE void q32_gemv(float *y, int ldy, const void *xq, int n, const void *w
     switch (n - t) {
     case 3: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, Q32_ROWS_N, 3); break;
     case 2: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, Q32_ROWS_N, 2); break;
-    case 1: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 4, 1); break;
+    case 1: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 1, 1); break;
     default: break;
     }
 }
