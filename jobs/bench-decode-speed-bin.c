@@ -83,28 +83,32 @@ static void usage(FILE *f)
 
 /* ----------------------------------------------------------- bytes per step */
 
-static double tensor_bytes(const struct ra_tensor *t)
+/* A matrix's bytes as a step reads them: bf16 compute reads a bf16 copy of
+ * f32 and f16 weights; block-quantized weights are read as their blocks. */
+static double tensor_bytes(const struct ra_tensor *t, int bf16_compute)
 {
-    return (double)t->rows * (double)t->cols * (t->dtype == RA_DTYPE_F32 ? 4.0 : 2.0);
+    if (bf16_compute && !ra_dtype_is_quant(t->dtype))
+        return 2.0 * (double)t->rows * (double)t->cols;
+    return (double)ra_tensor_bytes(t);
 }
 
 /* Weight bytes one step reads, as the backend reads them: bf16 compute
- * reads bf16 (2 bytes per weight) whatever the file holds. Norm vectors and
+ * reads bf16 (2 bytes per weight) of unquantized files. Norm vectors and
  * the embedding row are counted; they are a rounding error. */
 static double weight_bytes(const struct ra_model *m, int bf16_compute)
 {
     const struct ra_config *c = &m->config;
-    double b = 0, per = bf16_compute ? 2.0 : 0.0;
+    double b = 0;
     for (int l = 0; l < c->n_layers; l++) {
         const struct ra_layer_weights *w = &m->weights.layers[l];
         const struct ra_tensor *mm[] = { &w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down };
         for (int i = 0; i < 7; i++)
-            b += per ? per * (double)mm[i]->rows * (double)mm[i]->cols : tensor_bytes(mm[i]);
+            b += tensor_bytes(mm[i], bf16_compute);
         b += 2.0 * c->dim * 4;
     }
     const struct ra_tensor *o = &m->weights.output;
-    b += per ? per * (double)o->rows * (double)o->cols : tensor_bytes(o);
-    b += (double)c->dim * (m->weights.embed.dtype == RA_DTYPE_F32 ? 4 : 2) + c->dim * 4.0;
+    b += tensor_bytes(o, bf16_compute);
+    b += (double)ra_dtype_row_bytes(m->weights.embed.dtype, c->dim) + c->dim * 4.0;
     return b;
 }
 

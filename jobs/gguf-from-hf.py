@@ -190,14 +190,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="HF model directory (config.json + model.safetensors)")
-    ap.add_argument("out", help="output .gguf file (f32 tensors, or Q8_0 matrices with --q8_0)")
+    ap.add_argument("out", help="output .gguf file (f32 tensors, or quantized matrices with --type)")
     ap.add_argument("--gguf-py", help="llama.cpp's gguf-py directory "
                     "(default $LLAMA_CPP_DIR/gguf-py)")
     ap.add_argument("--tokenizer", help="SentencePiece tokenizer.model of the vocabulary "
                     "(default: a placeholder vocabulary)")
     ap.add_argument("--name", default=None, help="general.name (default: the directory's name)")
-    ap.add_argument("--q8_0", action="store_true", help="matrices as Q8_0 blocks (gguf.quants), not f32")
+    ap.add_argument("--type", choices=("f32", "q8_0", "q4_0", "q4_1"), default="f32",
+                    help="matrices as blocks of this type (gguf.quants' reference quantizers), not f32")
+    ap.add_argument("--q8_0", action="store_true", help="the same as --type q8_0")
+    ap.add_argument("--quantize-norms", action="store_true",
+                    help="the norm vectors too (llama.cpp keeps them f32; for tests of a reader)")
     args = ap.parse_args()
+    if args.q8_0:
+        args.type = "q8_0"
 
     gp = args.gguf_py or (os.path.join(os.environ["LLAMA_CPP_DIR"], "gguf-py")
                           if os.environ.get("LLAMA_CPP_DIR") else None)
@@ -237,7 +243,8 @@ def main():
     w.add_rope_freq_base(float(c.get("rope_theta", 10000.0)))
     w.add_layer_norm_rms_eps(float(c.get("rms_norm_eps", 1e-5)))
     w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if args.q8_0 else gguf.LlamaFileType.ALL_F32)
+    qtype = None if args.type == "f32" else getattr(gguf.GGMLQuantizationType, args.type.upper())
+    w.add_file_type(getattr(gguf.LlamaFileType, "MOSTLY_" + args.type.upper()) if qtype else gguf.LlamaFileType.ALL_F32)
     add_vocab(gguf, w, n_vocab, args.tokenizer)
     rope_factors = add_rope_scaling(gguf, w, c, cfg_path, head_dim)
     if rope_factors is not None:
@@ -254,9 +261,9 @@ def main():
             elif name.endswith("k_proj.weight"):
                 a = permute(a, n_kv)
             a = np.ascontiguousarray(a, dtype=np.float32)
-            if args.q8_0 and a.ndim == 2 and a.shape[1] % 32 == 0:  # rows of whole blocks; others stay f32
-                q8 = gguf.GGMLQuantizationType.Q8_0
-                w.add_tensor(g, gguf.quants.quantize(a, q8), raw_dtype=q8)
+            # rows of whole blocks; others stay f32
+            if qtype and (a.ndim == 2 or args.quantize_norms) and a.shape[-1] % 32 == 0:
+                w.add_tensor(g, gguf.quants.quantize(a, qtype), raw_dtype=qtype)
             else:
                 w.add_tensor(g, a)
             seen.add(g)

@@ -15,6 +15,7 @@
 #include "cuda_check.h"
 #include "module.h"
 #include "ops.cuh"
+#include "quant/quant.h"
 #include "status.h"
 
 #include <cublas_v2.h>
@@ -187,35 +188,61 @@ static enum ra_dtype device_dtype(const struct cuda_backend *cb, const struct ra
     return t->rows == 1 ? RA_DTYPE_F32 : cb->dtype;
 }
 
-/* Elements converted per chunk: bounds the staging buffer to 64 MiB of fp32. */
+/* Elements converted per chunk: bounds the staging buffer to 64 MiB of fp32
+ * (a multiple of every block format's block). */
 #define UPLOAD_CHUNK ((size_t)16 << 20)
+
+/* The host bytes of chunk [off, off + m) of t as the device converts them: in
+ * place for an element type; a block format's values dequantized into HOST
+ * (fp32) first, since the device has no kernels for the blocks. */
+static int upload_source(const struct ra_tensor *t, size_t off, size_t m, float *host, const void **src)
+{
+    if (!ra_dtype_is_quant(t->dtype)) {
+        *src = (const char *)t->data + off * ra_dtype_size(t->dtype);
+        return RA_OK;
+    }
+    const size_t first = off / (size_t)ra_dtype_block(t->dtype);
+    *src = host;
+    return ra_quant_dequantize(t->dtype, (const char *)t->data + first * ra_dtype_block_bytes(t->dtype), host,
+                               (int64_t)m);
+}
 
 static int upload_converted(struct cuda_backend *cb, void *dst, enum ra_dtype to, const struct ra_tensor *t,
                             size_t count)
 {
-    const size_t in_size = ra_dtype_size(t->dtype), chunk = count < UPLOAD_CHUNK ? count : UPLOAD_CHUNK;
+    const int quant = ra_dtype_is_quant(t->dtype);
+    const enum ra_dtype from = quant ? RA_DTYPE_F32 : t->dtype;
+    const size_t in_size = ra_dtype_size(from), chunk = count < UPLOAD_CHUNK ? count : UPLOAD_CHUNK;
     cudaStream_t s = cb->stream[RA_STREAM_COMPUTE];
     void *stage = NULL;
-    CUDA_CHECK(cudaMalloc(&stage, chunk * in_size));
-    int rc = RA_OK;
+    float *host = quant ? malloc(chunk * sizeof *host) : NULL;
+    if (quant && !host)
+        return ra_error_set(RA_ENOMEM, "cuda device %d: out of memory dequantizing a %s weight", cb->device,
+                            ra_dtype_name(t->dtype));
+    cudaError_t err = cudaMalloc(&stage, chunk * in_size);
+    int rc = err == cudaSuccess ? RA_OK : ra_cuda_fail(err, "cudaMalloc (weights)", __FILE__, __LINE__);
     for (size_t off = 0; off < count && rc == RA_OK; off += chunk) {
         const size_t m = count - off < chunk ? count - off : chunk;
-        cudaError_t err = cudaMemcpyAsync(stage, (const char *)t->data + off * in_size, m * in_size,
-                                          cudaMemcpyHostToDevice, s);
+        const void *src = NULL;
+        if ((rc = upload_source(t, off, m, host, &src)) != RA_OK)
+            break;
+        err = cudaMemcpyAsync(stage, src, m * in_size, cudaMemcpyHostToDevice, s);
         if (err != cudaSuccess) {
             rc = ra_cuda_fail(err, "cudaMemcpyAsync (weights)", __FILE__, __LINE__);
             break;
         }
-        rc = ra_cuda_convert((char *)dst + off * ra_dtype_size(to), to, 0, stage, t->dtype, 0, 1, m, s);
-        /* the next chunk overwrites the staging buffer */
+        rc = ra_cuda_convert((char *)dst + off * ra_dtype_size(to), to, 0, stage, from, 0, 1, m, s);
+        /* the next chunk overwrites the staging buffer (and the host one) */
         if (rc == RA_OK && (err = cudaStreamSynchronize(s)) != cudaSuccess)
             rc = ra_cuda_fail(err, "cudaStreamSynchronize (weights)", __FILE__, __LINE__);
     }
     cudaFree(stage);
+    free(host);
     return rc;
 }
 
-/* Every weight gets a device copy: matrices in the --device-dtype, vectors fp32. */
+/* Every weight gets a device copy: matrices in the --device-dtype, vectors
+ * fp32; block-quantized matrices are dequantized on the host on the way. */
 static int cuda_weight_prepare(struct ra_backend *be, struct ra_tensor *t, int matmul)
 {
     (void)matmul;

@@ -15,6 +15,7 @@
 
 #include "backend_cuda.h"
 #include "cuda_module.h"
+#include "quant/quant.h"
 #include "status.h"
 
 #include <dlfcn.h>
@@ -52,7 +53,7 @@ static char module_path[PATH_MAX];
 static int tried;
 static char why[1024]; /* why the module is not loaded */
 
-static const struct ra_cuda_host host = { RA_CUDA_MODULE_ABI, ra_error_set };
+static const struct ra_cuda_host host = { RA_CUDA_MODULE_ABI, ra_error_set, ra_quant_dequantize };
 
 /* Opens PATH (a path, or a bare name for the loader's search); 1 when the
  * module is in, 0 when PATH is not there, -1 when it is but failed (WHY says). */

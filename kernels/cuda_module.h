@@ -16,7 +16,7 @@
 #include "model.h"
 
 /* Bumped whenever the structs below or struct ra_backend_ops change: a module of another version is refused. */
-#define RA_CUDA_MODULE_ABI 2
+#define RA_CUDA_MODULE_ABI 3
 #define RA_CUDA_MODULE_FILE "librunahead-cuda.so"
 #define RA_CUDA_MODULE_ENTRY "ra_cuda_module_open"
 
@@ -24,6 +24,8 @@ struct ra_cuda_host {
     int abi;
     /* Records one error line (ra_error_set of the core) and returns status. */
     int (*error_set)(int status, const char *fmt, ...);
+    /* ra_quant_dequantize of the core: a block-quantized weight's values, for its upload. */
+    int (*dequantize)(enum ra_dtype t, const void *src, float *dst, int64_t n);
 };
 
 /* NCCL, for mpi/transport_nccl.c: every call returns RA_OK or RA_ECOMM with

@@ -5,8 +5,10 @@
  * definition here forwards each line to the core's own (the host's), so the
  * programs keep one error store. (A program that links the module itself,
  * test_cuda_ops, binds the core's definition instead.) Before a host is known
- * the line goes to stderr, so that none is lost. */
+ * the line goes to stderr, so that none is lost. ra_quant_dequantize is
+ * forwarded to the core's the same way. */
 #include "module.h"
+#include "quant/quant.h"
 #include "status.h"
 
 #include <stdarg.h>
@@ -25,6 +27,13 @@ int ra_error_set(int status, const char *fmt, ...)
         return host->error_set(status, "%s", line);
     fprintf(stderr, "librunahead-cuda: %s\n", line);
     return status;
+}
+
+int ra_quant_dequantize(enum ra_dtype t, const void *src, float *dst, int64_t n)
+{
+    if (!host)
+        return ra_error_set(RA_EINVAL, "dequantize: the CUDA module has no host yet");
+    return host->dequantize(t, src, dst, n);
 }
 
 static const struct ra_cuda_module module = {

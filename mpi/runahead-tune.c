@@ -830,7 +830,7 @@ static int setup(struct tune *t)
         (rc = ra_kvcache_init_dtype(&t->kv, t->be, c->n_layers, ra_config_kv_dim(c), rows, t->o->kv_dtype)) !=
             RA_OK)
         return rc;
-    if ((rc = ra_partition_run_key(&t->key, t->be, t->m.weights.layers[0].wq.dtype, o->device_dtype,
+    if ((rc = ra_partition_run_key(&t->key, t->be, t->ctx.weights.layers[0].wq.dtype, o->device_dtype,
                                    t->kv.dtype)) != RA_OK)
         return rc;
     if (!(t->tokens = malloc(sizeof(int32_t) * (size_t)rows)))

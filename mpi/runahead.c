@@ -45,7 +45,7 @@ struct options {
     struct ra_reuse_run reuse;
     enum ra_reuse_send reuse_send; /* on the chain: --reuse-send, --blend-scope */
     enum ra_blend_scope blend_scope;
-    int generate, threads, tokenize_only, ignore_eos, no_check_weights;
+    int generate, threads, tokenize_only, ignore_eos, no_check_weights, dequantize_weights;
     float temperature, top_p;
     unsigned long long seed;
     enum output_kind output;
@@ -102,6 +102,8 @@ static void usage(FILE *f)
 "                            file's vocabulary (default: the GGUF model's own, else\n"
 "                            tokenizer.bin or tokenizer.json in or next to the model)\n"
 "      --no-check-weights    skip the scan for NaN/Inf weights at load (for files known to be good)\n"
+"      --dequantize-weights  GGUF: convert Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weights to f32 at load instead of\n"
+"                            computing on the blocks (a reference for the quantized kernels)\n"
 "Prompt (exactly one):\n"
 "  -p, --prompt TEXT         text, encoded with BOS where the vocabulary adds it; special\n"
 "                            tokens written in it (<|im_start|>) become their ids (not with\n"
@@ -274,7 +276,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_TOP_P = 256, OPT_METHOD, OPT_TOKENIZE_ONLY, OPT_IGNORE_EOS, OPT_ROUTE, OPT_PARTITION, OPT_REPEAT,
            OPT_REPORT, OPT_TRACE, OPT_HW_TAG, OPT_EXPECT_RANKS, OPT_LINK_GBPS, OPT_LINK_LATENCY, OPT_NOISE_GBPS,
-           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_WATCHDOG, OPT_TRANSPORT, OPT_BACKEND, OPT_DEVICE,
+           OPT_NOISE_SLOT, OPT_NOISE_SEED, OPT_NO_CHECK_WEIGHTS, OPT_DEQUANTIZE, OPT_WATCHDOG, OPT_TRANSPORT, OPT_BACKEND, OPT_DEVICE,
            OPT_DEVICE_DTYPE, OPT_COMPUTE_DTYPE, OPT_KV_DTYPE, OPT_OFFLOAD, OPT_DEVICE_KV_MEM,
            OPT_HOST_LINK_GBPS, OPT_HOST_LINK_LATENCY, OPT_KVPR_L,
            OPT_IG_RATIO, OPT_IG_ALPHA, OPT_IG_CAP, OPT_IG_POOL_MEM, OPT_NO_MMAP, OPT_SYSTEM, OPT_USER,
@@ -284,6 +286,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "model", required_argument, NULL, 'm' },
         { "tokenizer", required_argument, NULL, 'z' },
         { "no-check-weights", no_argument, NULL, OPT_NO_CHECK_WEIGHTS },
+        { "dequantize-weights", no_argument, NULL, OPT_DEQUANTIZE },
         { "prompt", required_argument, NULL, 'p' },
         { "prompt-file", required_argument, NULL, 'f' },
         { "prompt-ids", required_argument, NULL, 'i' },
@@ -357,6 +360,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case 'm': o->model = optarg; break;
         case 'z': o->tokenizer = optarg; break;
         case OPT_NO_CHECK_WEIGHTS: o->no_check_weights = 1; break;
+        case OPT_DEQUANTIZE: o->dequantize_weights = 1; break;
         case 'p': o->prompt = optarg; break;
         case 'f': o->prompt_file = optarg; break;
         case 'i': o->prompt_ids = optarg; break;
@@ -661,7 +665,7 @@ static int choose_partition(const struct options *o, const struct ra_context *ct
     struct ra_table_key key;
     const struct ra_partition_run run = { &m->config, n_prompt, world, o->hw_tag, &key };
     int extrapolated = 0;
-    int rc = ra_partition_run_key(&key, ctx->backend, m->weights.layers[0].wq.dtype, o->device_dtype, o->kv_dtype);
+    int rc = ra_partition_run_key(&key, ctx->backend, ctx->weights.layers[0].wq.dtype, o->device_dtype, o->kv_dtype);
     if (rc == RA_OK)
         rc = ra_partition_resolve_reuse(spec, &run, reuse, bounds, partition_source, sizeof partition_source,
                                         &extrapolated);
@@ -1024,6 +1028,7 @@ static int run(int argc, char **argv)
         goto out;
     }
     const struct ra_load_options load = { .no_check_weights = o.no_check_weights,
+                                          .dequantize_weights = o.dequantize_weights,
                                           .n_threads = o.threads ? o.threads : ra_mpi_threads_per_rank() };
     rc = ra_model_load_opts(&m, o.model, &load);
     if (rc == RA_OK && o.request && rank == 0) /* names the request's file and chunk */

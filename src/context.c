@@ -1,6 +1,7 @@
 /* Run contexts and their hook lists: see context.h. */
 #include "context.h"
 #include "backend.h"
+#include "quant/quant.h"
 #include "status.h"
 
 #include <stdlib.h>
@@ -61,6 +62,57 @@ out:
     return rc;
 }
 
+/* T's f32 values in a buffer the context owns, where BE has no kernel for
+ * T's block format (OP: RA_OP_MATMUL, or RA_OP_EMBED for the table). */
+static int widen_unsupported(struct ra_context *ctx, struct ra_tensor *t, enum ra_op op)
+{
+    if (!ra_dtype_is_quant(t->dtype) || ra_backend_supports(ctx->backend, op, t->dtype))
+        return RA_OK;
+    void **list = realloc(ctx->widened, sizeof *list * (size_t)(ctx->n_widened + 1));
+    if (!list)
+        return ra_error_set(RA_ENOMEM, "context: out of memory");
+    ctx->widened = list;
+    const int64_t n = t->rows * t->cols;
+    float *f = malloc(sizeof *f * (size_t)n);
+    if (!f)
+        return ra_error_set(RA_ENOMEM, "context: no memory for an f32 copy of a %lld x %lld %s weight (the %s backend "
+                            "does not compute on %s)", (long long)t->rows, (long long)t->cols, ra_dtype_name(t->dtype),
+                            ctx->backend->ops->name, ra_dtype_name(t->dtype));
+    ctx->widened[ctx->n_widened++] = f;
+    const int rc = ra_quant_dequantize(t->dtype, t->data, f, n);
+    t->data = f;
+    t->dtype = RA_DTYPE_F32;
+    return rc;
+}
+
+/* Every matrix through widen_unsupported; a tied classifier is the table. */
+static int widen_weights(struct ra_context *ctx)
+{
+    struct ra_weights *w = &ctx->weights;
+    const int tied = w->output.data == w->embed.data;
+    int rc = widen_unsupported(ctx, &w->embed, RA_OP_EMBED);
+    if (rc == RA_OK && tied)
+        rc = widen_unsupported(ctx, &w->embed, RA_OP_MATMUL);
+    for (int l = 0; rc == RA_OK && w->layers && l < ctx->model->config.n_layers; l++) {
+        struct ra_layer_weights *lw = &w->layers[l];
+        struct ra_tensor *t[] = { &lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_down, &lw->w_up };
+        for (size_t i = 0; i < sizeof t / sizeof t[0] && rc == RA_OK; i++)
+            rc = widen_unsupported(ctx, t[i], RA_OP_MATMUL);
+    }
+    if (rc == RA_OK && !tied)
+        rc = widen_unsupported(ctx, &w->output, RA_OP_MATMUL);
+    if (tied)
+        w->output = w->embed;
+    return rc;
+}
+
+static void widened_free(struct ra_context *ctx)
+{
+    for (int i = 0; i < ctx->n_widened; i++)
+        free(ctx->widened[i]);
+    free(ctx->widened);
+}
+
 int ra_context_init(struct ra_context *ctx, const struct ra_model *model, struct ra_backend *be)
 {
     memset(ctx, 0, sizeof *ctx);
@@ -76,11 +128,13 @@ int ra_context_init(struct ra_context *ctx, const struct ra_model *model, struct
             return ra_error_set(RA_ENOMEM, "context: out of memory");
         memcpy(ctx->weights.layers, model->weights.layers, sizeof *ctx->weights.layers * (size_t)L);
     }
-    if (!be->ops->weight_prepare)
-        return RA_OK;
-    int rc = weights_each(ctx, 0);
+    int rc = widen_weights(ctx);
+    if (rc == RA_OK && be->ops->weight_prepare)
+        rc = weights_each(ctx, 0);
     if (rc != RA_OK) {
-        weights_each(ctx, 1);
+        if (be->ops->weight_prepare)
+            weights_each(ctx, 1);
+        widened_free(ctx);
         free(ctx->weights.layers);
         memset(ctx, 0, sizeof *ctx);
     }
@@ -97,6 +151,7 @@ void ra_context_free(struct ra_context *ctx)
     if (ctx->backend->ops->weight_release)
         weights_each(ctx, 1);
     ra_workspace_free(ctx->backend, ctx->ws);
+    widened_free(ctx);
     free(ctx->weights.layers);
     memset(ctx, 0, sizeof *ctx);
 }

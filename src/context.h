@@ -96,11 +96,15 @@ struct ra_context {
     struct ra_forward_stats *stats; /* optional (the caller's): per-op timing, NULL: none */
     const struct ra_hook *hooks[RA_CONTEXT_MAX_HOOKS];
     int n_hooks;
+    void **widened;                 /* f32 copies of block-quantized weights the backend has no kernels for */
+    int n_widened;
 };
 
 /* A context for passes of MODEL on BE: lets the backend prepare its copies of
- * the weights (be->compute decides bf16 copies on the CPU). The model and the
- * backend must outlive it. */
+ * the weights (be->compute decides bf16 copies on the CPU). A block-quantized
+ * weight the backend computes no matmul (or, the table, no embedding) on gets
+ * an f32 copy here, the values ra_quant_dequantize gives, so that every
+ * backend runs every file. The model and the backend must outlive it. */
 int ra_context_init(struct ra_context *ctx, const struct ra_model *model, struct ra_backend *be);
 /* Releases what the context holds on its backend; a zeroed context may be freed. */
 void ra_context_free(struct ra_context *ctx);

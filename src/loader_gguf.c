@@ -12,11 +12,17 @@
  * weights back to Meta's layout, so a llama GGUF rotates adjacent pairs
  * (RA_ROPE_INTERLEAVED), as llama2.c does.
  *
- * F32, F16 and BF16 tensors stay in the mapping (copied only where the
- * file's alignment leaves them misaligned for their type); the block formats
- * (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) are converted to f32 at load, once. */
+ * Every weight stays in the mapping in the file's type: F32, F16, BF16 and
+ * the block formats Q8_0, Q4_0, Q4_1, Q4_K and Q6_K (src/quant/quant.h), the
+ * backends computing on those directly. A matrix's rows must be whole blocks.
+ * Copies are made only where the file's alignment leaves a tensor misaligned
+ * for its type, for a quantized vector (norm weights are f32 everywhere) and
+ * for ra_load_options.dequantize_weights, which converts every block format
+ * to f32 once at load (what runahead did before it computed on them; kept to
+ * compare the two). */
 #include "gguf.h"
 #include "model.h"
+#include "quant/quant.h"
 #include "status.h"
 
 #include <math.h>
@@ -28,7 +34,8 @@ struct gguf_load {
     struct ra_model *m;
     struct ra_gguf g;
     const char *path;
-    char arch[32]; /* the metadata prefix: "llama" */
+    int dequantize; /* block formats to f32 at load (ra_load_options.dequantize_weights) */
+    char arch[32];  /* the metadata prefix: "llama" */
 };
 
 /* ------------------------------------------------------------------ metadata */
@@ -167,6 +174,37 @@ static int read_config(struct gguf_load *L)
 
 /* ------------------------------------------------------------------ tensors */
 
+/* Where a tensor's bytes end up: F32, F16 and BF16 in place (copied where the
+ * file leaves them misaligned for their type); the block formats in place as
+ * RA_DTYPE_Q*, or converted to f32 once where the load asks for that
+ * (ra_load_options.dequantize_weights) or where the tensor is a vector (norm
+ * weights are f32 in every backend). */
+static int place_tensor(struct gguf_load *L, const struct ra_gguf_tensor *e, const char *name, struct ra_tensor *t)
+{
+    enum ra_dtype dt;
+    int rc = ra_quant_from_ggml(e->type, &dt);
+    if (rc != RA_OK)
+        return ra_error_set(rc, "%s: tensor %s: %s", L->path, name, ra_error_message());
+    const int64_t n = t->rows * t->cols;
+    if (ra_dtype_is_quant(dt) && t->cols % ra_dtype_block(dt) != 0)
+        return ra_error_set(RA_EFORMAT, "%s: tensor %s: rows of %lld elements are not whole %s blocks of %lld",
+                            L->path, name, (long long)t->cols, ra_dtype_name(dt), (long long)ra_dtype_block(dt));
+    const int widen = ra_dtype_is_quant(dt) && (L->dequantize || t->rows == 1);
+    t->dtype = widen ? RA_DTYPE_F32 : dt;
+    if (!widen && (uintptr_t)e->data % (ra_dtype_is_quant(dt) ? 2 : ra_dtype_size(dt)) == 0)
+        return ra_model_add_source(L->m, L->path, name, t);
+    const size_t bytes = widen ? (size_t)n * sizeof(float) : (size_t)t->rows * ra_dtype_row_bytes(dt, t->cols);
+    void *conv = ra_model_own(L->m, bytes);
+    if (!conv)
+        return ra_error_set(RA_ENOMEM, "%s: tensor %s: out of memory", L->path, name);
+    if (!widen)
+        memcpy(conv, e->data, bytes);
+    else if ((rc = ra_quant_dequantize(dt, e->data, conv, n)) != RA_OK)
+        return ra_error_set(rc, "%s: tensor %s: %s", L->path, name, ra_error_message());
+    t->data = conv;
+    return ra_model_add_source(L->m, L->path, name, t);
+}
+
 /* T from NAME, [ROWS][COLS] (ROWS == 1: a vector of COLS). */
 static int get_tensor(struct gguf_load *L, const char *name, int64_t rows, int64_t cols, struct ra_tensor *t)
 {
@@ -182,29 +220,7 @@ static int get_tensor(struct gguf_load *L, const char *name, int64_t rows, int64
     t->cols = e->dims[0];
     t->data = e->data; /* for ra_tensor_check's "is missing" */
     int rc = ra_tensor_check(t, rows, cols, L->path, name);
-    if (rc != RA_OK)
-        return rc;
-    const size_t n = (size_t)(rows * cols);
-    enum ra_dtype dt;
-    switch (e->type) {
-    case RA_GGML_F32: dt = RA_DTYPE_F32; break;
-    case RA_GGML_F16: dt = RA_DTYPE_F16; break;
-    case RA_GGML_BF16: dt = RA_DTYPE_BF16; break;
-    default: dt = RA_DTYPE_F32; break; /* a block format: converted below */
-    }
-    t->dtype = dt;
-    const int plain = e->type == RA_GGML_F32 || e->type == RA_GGML_F16 || e->type == RA_GGML_BF16;
-    if (plain && (uintptr_t)e->data % ra_dtype_size(dt) == 0)
-        return ra_model_add_source(L->m, L->path, name, t);
-    float *conv = ra_model_own(L->m, plain ? n * ra_dtype_size(dt) : n * sizeof(float));
-    if (!conv)
-        return ra_error_set(RA_ENOMEM, "%s: tensor %s: out of memory", L->path, name);
-    if (plain)
-        memcpy(conv, e->data, n * ra_dtype_size(dt));
-    else if ((rc = ra_gguf_dequantize(e->type, e->data, conv, (int64_t)n)) != RA_OK)
-        return ra_error_set(rc, "%s: tensor %s: %s", L->path, name, ra_error_message());
-    t->data = conv;
-    return ra_model_add_source(L->m, L->path, name, t);
+    return rc != RA_OK ? rc : place_tensor(L, e, name, t);
 }
 
 static int get_layer_tensor(struct gguf_load *L, int layer, const char *what, int64_t rows, int64_t cols,
@@ -256,12 +272,13 @@ static int load_weights(struct gguf_load *L)
     return get_tensor(L, "output.weight", c->vocab_size, c->dim, &m->weights.output);
 }
 
-int ra_model_load_gguf(struct ra_model *m, const char *path)
+int ra_model_load_gguf(struct ra_model *m, const char *path, const struct ra_load_options *opt)
 {
     struct gguf_load L;
     int rc;
     memset(&L, 0, sizeof L);
     L.m = m;
+    L.dequantize = opt && opt->dequantize_weights;
     m->format = RA_FORMAT_GGUF;
     if ((rc = ra_mapped_file_open(&m->files[0], path)) != RA_OK)
         return rc;

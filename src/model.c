@@ -151,6 +151,10 @@ int ra_model_check_weights(const struct ra_model *m, int n_threads)
     if (i < 0)
         return RA_OK;
     const struct ra_weight_source *s = &m->sources[i];
+    if (ra_dtype_is_quant(s->dtype))
+        return ra_error_set(RA_EFORMAT, "%s: tensor %s: %s block %lld's scale %s is %s", s->file, s->name,
+                            ra_dtype_name(s->dtype), (long long)bad, ra_nonfinite_scale(s->data, s->dtype, bad),
+                            ra_nonfinite_name(s->data, s->dtype, bad));
     return ra_error_set(RA_EFORMAT, "%s: tensor %s: element %lld is %s", s->file, s->name, (long long)bad,
                         ra_nonfinite_name(s->data, s->dtype, bad));
 }
@@ -184,7 +188,7 @@ int ra_model_load_opts(struct ra_model *m, const char *path, const struct ra_loa
     if (!opt)
         opt = &defaults;
     int rc = S_ISDIR(st.st_mode) ? ra_model_load_hf(m, path)
-             : S_ISREG(st.st_mode) && is_gguf(path) ? ra_model_load_gguf(m, path)
+             : S_ISREG(st.st_mode) && is_gguf(path) ? ra_model_load_gguf(m, path, opt)
                                   : ra_model_load_llama2c(m, path);
     if (rc == RA_OK && !opt->no_check_weights)
         rc = ra_model_check_weights(m, opt->n_threads);
@@ -221,4 +225,18 @@ int64_t ra_model_n_params(const struct ra_model *m)
     int64_t kv = ra_config_kv_dim(c), d = c->dim, h = c->hidden_dim;
     int64_t per_layer = 2 * d + 2 * d * d + 2 * d * kv + 3 * d * h;
     return (int64_t)c->vocab_size * d * (m->weights.tied ? 1 : 2) + c->n_layers * per_layer + d;
+}
+
+size_t ra_model_weight_bytes(const struct ra_model *m)
+{
+    const struct ra_weights *w = &m->weights;
+    size_t b = ra_tensor_bytes(&w->embed) + ra_tensor_bytes(&w->final_norm);
+    for (int l = 0; w->layers && l < m->config.n_layers; l++) {
+        const struct ra_layer_weights *lw = &w->layers[l];
+        const struct ra_tensor *t[] = { &lw->attn_norm, &lw->wq, &lw->wk, &lw->wv, &lw->wo,
+                                        &lw->ffn_norm, &lw->w_gate, &lw->w_down, &lw->w_up };
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+            b += ra_tensor_bytes(t[i]);
+    }
+    return b + (w->tied ? 0 : ra_tensor_bytes(&w->output));
 }

@@ -203,8 +203,11 @@ struct ra_model {
 
 /* How ra_model_load_opts loads; all zero is ra_model_load's default. */
 struct ra_load_options {
-    int no_check_weights; /* skip the scan for NaN/Inf weights (files known to be good) */
-    int n_threads;        /* threads for that scan; <= 0: OpenMP's default */
+    int no_check_weights;   /* skip the scan for NaN/Inf weights (files known to be good) */
+    int n_threads;          /* threads for that scan; <= 0: OpenMP's default */
+    int dequantize_weights; /* GGUF: convert block-quantized weights to f32 at load instead of
+                             * computing on them (runahead --dequantize-weights: a reference
+                             * for the quantized kernels, and for backends without them) */
 };
 
 /* Loads a model from PATH: a llama2.c checkpoint (.bin: legacy or v1 header),
@@ -224,7 +227,7 @@ int ra_model_check_weights(const struct ra_model *m, int n_threads);
 /* Format-specific loaders (ra_model_load picks one). */
 int ra_model_load_llama2c(struct ra_model *m, const char *path);
 int ra_model_load_hf(struct ra_model *m, const char *dir);
-int ra_model_load_gguf(struct ra_model *m, const char *path);
+int ra_model_load_gguf(struct ra_model *m, const char *path, const struct ra_load_options *opt);
 
 /* Helpers for loaders. */
 void *ra_model_own(struct ra_model *m, size_t bytes); /* a zeroed buffer freed with the model */
@@ -234,5 +237,13 @@ int ra_tensor_check(const struct ra_tensor *t, int64_t rows, int64_t cols, const
 
 /* Weights count and bytes, for reports. */
 int64_t ra_model_n_params(const struct ra_model *m);
+/* Bytes of T as stored (block types: whole blocks of each row). */
+static inline size_t ra_tensor_bytes(const struct ra_tensor *t)
+{
+    return (size_t)t->rows * ra_dtype_row_bytes(t->dtype, t->cols);
+}
+/* Bytes of every weight as loaded (a tied classifier once): what a forward
+ * pass reads per token, to first order. */
+size_t ra_model_weight_bytes(const struct ra_model *m);
 
 #endif

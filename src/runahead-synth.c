@@ -616,7 +616,8 @@ static int write_model(const struct options *o, const struct ra_config *c, int t
 static int convert(const struct options *o)
 {
     struct ra_model m;
-    int rc = ra_model_load(&m, o->from);
+    const struct ra_load_options widen_blocks = { .dequantize_weights = 1 }; /* a GGUF's blocks, read as floats */
+    int rc = ra_model_load_opts(&m, o->from, &widen_blocks);
     if (rc != RA_OK)
         return rc;
     if (m.config.rope_scaled == RA_ROPE_FACTORS && o->format != OUT_LLAMA2C) /* before any file is written */

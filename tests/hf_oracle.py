@@ -144,9 +144,10 @@ def runahead_logits(dump, model, plist, tmp, tag):
 
 def runahead_greedy(runahead, model, ids):
     # One thread (logits_dump too): two threads on a machine busy with other work decode many times
-    # slower, as each step's threads wait for one another.
+    # slower, as each step's threads wait for one another. The file's Q4_1 blocks as f32, as
+    # transformers computes on them (the int8 kernels against that: tests/quant_model.sh).
     cmd = [runahead, "--model", model, "--prompt-ids", " ".join(map(str, ids)), "-n", str(STEPS),
-           "--ignore-eos", "-o", "ids", "--compute-dtype", "f32", "--threads", "1"]
+           "--ignore-eos", "-o", "ids", "--compute-dtype", "f32", "--threads", "1", "--dequantize-weights"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         fail(f"runahead on {model} exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")

@@ -1,5 +1,6 @@
 /* A helper of tests/hf_oracle (not a test): runahead's last-position logits,
- * computed in fp32 on the CPU backend, for prompts given as token ids.
+ * computed in fp32 on the CPU backend (a GGUF's blocks converted to f32 at
+ * load, as transformers reads them), for prompts given as token ids.
  *
  *   logits_dump MODEL IDS_FILE OUT.f32
  *
@@ -100,7 +101,8 @@ static int dump(const char *model_path, const char *ids_path, const char *out_pa
     int have_model = 0, have_kv = 0, rc;
 
     double t0 = ra_wall_s();
-    if ((rc = ra_model_load(&m, model_path)) != RA_OK)
+    const struct ra_load_options f32 = { .dequantize_weights = 1 }; /* an fp32 reference: blocks as floats */
+    if ((rc = ra_model_load_opts(&m, model_path, &f32)) != RA_OK)
         goto out;
     have_model = 1;
     fprintf(stderr, "logits_dump: loaded %s in %.2f s (map, convert, NaN check)\n", model_path, ra_wall_s() - t0);

@@ -120,7 +120,7 @@ int ra_store_rope_identity(const struct ra_config *c, uint8_t out[RA_STORE_HASH_
 /* A tensor's dtype, shape and its first, middle and last 64 KiB. */
 static void hash_tensor(struct hasher *h, const struct ra_tensor *t)
 {
-    const size_t bytes = (size_t)(t->rows * t->cols) * ra_dtype_size(t->dtype);
+    const size_t bytes = ra_tensor_bytes(t); /* a block format's blocks as stored */
     const uint8_t *p = t->data;
     hash_u64(h, (uint64_t)t->dtype);
     hash_u64(h, (uint64_t)t->rows);
