@@ -89,7 +89,10 @@ timeout 300 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$BUILD/runahead-tune" --model "$smol"
     || { cat "$TMP/tune.err" >&2; fail "runahead-tune on SmolLM2"; finish; }
 "$BUILD/runahead-table" validate "$T" >/dev/null 2>"$TMP/err" || fail "the table does not validate: $(cat "$TMP/err")"
 group=$("$BUILD/runahead-table" show "$T" 2>/dev/null | sed -n 's|^/\([^/]*\)/.*/p2: 2 entries;.*|\1|p')
-id=$("$BUILD/runahead-table" lookup "$T" --model "$smol" --ranks 2 --context 28 2>"$TMP/err" | sed -n 's/^model: //p')
+# the compute key the tune ran with (bf16, f32, or the weights' type for the int8 path: the CPU's)
+compute=$("$BUILD/runahead-table" show "$T" 2>/dev/null | sed -n 's|^/.*/p2: 2 entries; backend cpu, compute \([a-z0-9_]*\),.*|\1|p')
+id=$("$BUILD/runahead-table" lookup "$T" --model "$smol" --ranks 2 --context 28 ${compute:+--compute-dtype "$compute"} \
+    2>"$TMP/err" | sed -n 's/^model: //p')
 [ -n "$group" ] && [ "$id" = "$group" ] \
     || fail "the table's group is '$group', SmolLM2's model id in a second load '$id' ($(tail -n 1 "$TMP/err"))"
 case "$group" in llama-d576-l30-h9-kv3-f1536-v49152-*) ;; *) fail "model id '$group' is not SmolLM2-135M's shape" ;; esac
