@@ -1,5 +1,7 @@
 #include "random_model.h"
 #include "half.h"
+#include "quant/quant.h"
+#include "status.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -72,4 +74,41 @@ void test_random_model(struct ra_model *m, const struct ra_config *cfg, enum ra_
     }
     random_tensor(m, &m->weights.final_norm, 1, d, dt, 0.1f, 1.0f);
     random_tensor(m, &m->weights.output, c->vocab_size, d, dt, sd, 0);
+}
+
+static int quantize_tensor(struct ra_model *m, struct ra_tensor *t, enum ra_dtype q, int dequantized)
+{
+    if (t->dtype != RA_DTYPE_F32 || t->rows < 2 || t->cols % ra_dtype_block(q) != 0)
+        return RA_OK;
+    const int64_t n = t->rows * t->cols;
+    void *blocks = ra_model_own(m, (size_t)t->rows * ra_dtype_row_bytes(q, t->cols));
+    float *values = dequantized ? ra_model_own(m, sizeof(float) * (size_t)n) : NULL;
+    if (!blocks || (dequantized && !values))
+        return ra_error_set(RA_ENOMEM, "test_quantize_model: out of memory");
+    int rc = ra_quant_quantize(q, t->data, blocks, n);
+    if (rc == RA_OK && dequantized)
+        rc = ra_quant_dequantize(q, blocks, values, n);
+    if (rc == RA_OK) {
+        t->data = dequantized ? (const void *)values : blocks;
+        t->dtype = dequantized ? RA_DTYPE_F32 : q;
+    }
+    return rc;
+}
+
+int test_quantize_model(struct ra_model *m, enum ra_dtype t, int dequantized)
+{
+    struct ra_weights *w = &m->weights;
+    const int tied = w->output.data == w->embed.data;
+    int rc = quantize_tensor(m, &w->embed, t, dequantized);
+    for (int l = 0; rc == RA_OK && l < m->config.n_layers; l++) {
+        struct ra_layer_weights *lw = &w->layers[l];
+        struct ra_tensor *x[] = { &lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_down, &lw->w_up };
+        for (size_t i = 0; i < sizeof x / sizeof x[0] && rc == RA_OK; i++)
+            rc = quantize_tensor(m, x[i], t, dequantized);
+    }
+    if (rc == RA_OK && tied)
+        w->output = w->embed;
+    else if (rc == RA_OK)
+        rc = quantize_tensor(m, &w->output, t, dequantized);
+    return rc;
 }

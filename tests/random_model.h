@@ -16,4 +16,10 @@ int test_rand_int(int lo, int hi);  /* uniform in [lo, hi] */
  * qk_gain (above 1: scores of a few units, a peaked softmax). */
 void test_random_model(struct ra_model *m, const struct ra_config *c, enum ra_dtype dt, float qk_gain);
 
+/* Every f32 matrix of M whose rows are whole blocks of the block format T
+ * becomes its blocks (ra_quant_quantize); with DEQUANTIZED set, the f32
+ * values those blocks hold instead (the reference a quantized model is
+ * compared with: the same weights, multiplied as floats). */
+int test_quantize_model(struct ra_model *m, enum ra_dtype t, int dequantized);
+
 #endif

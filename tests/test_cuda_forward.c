@@ -96,8 +96,8 @@ static float margin(const float *x, int n)
  * rounds Q, K, V and P to bf16; 0 where fp32 kernels run), on top of the
  * weights' dtype's. With it, fp32 weights are not held to the CPU's greedy
  * continuation, which one near-tie can turn. */
-static void compare(const char *name, struct ra_model *m, struct ra_backend *cpu, struct ra_backend *gpu, int n,
-                    double att_tol)
+static void compare_on(const char *name, struct ra_model *m, struct ra_model *mg, struct ra_backend *cpu,
+                       struct ra_backend *gpu, int n, double att_tol)
 {
     const int V = m->config.vocab_size;
     const size_t rows = (size_t)(N_GEN + 1) * V;
@@ -115,7 +115,7 @@ static void compare(const char *name, struct ra_model *m, struct ra_backend *cpu
         const double tol = tol_of(dt) + att_tol;
         CHECK_OK(ra_backend_cuda_set_dtype(gpu, dt));
         for (int split = 0; split <= n / 3; split += n / 3) {
-            CHECK_OK(run(m, gpu, tokens, n, split, ref_ids, NULL, got));
+            CHECK_OK(run(mg, gpu, tokens, n, split, ref_ids, NULL, got));
             double worst = 0;
             int disagree = 0;
             for (int i = 0; i <= N_GEN; i++) {
@@ -139,11 +139,17 @@ static void compare(const char *name, struct ra_model *m, struct ra_backend *cpu
     }
     /* fp32 weights: the free-running greedy continuation is the CPU's */
     CHECK_OK(ra_backend_cuda_set_dtype(gpu, RA_DTYPE_F32));
-    CHECK_OK(run(m, gpu, tokens, n, 0, NULL, gpu_ids, got));
+    CHECK_OK(run(mg, gpu, tokens, n, 0, NULL, gpu_ids, got));
     CHECK(att_tol > 0 || memcmp(gpu_ids, ref_ids, sizeof ref_ids) == 0);
     free(tokens);
     free(ref);
     free(got);
+}
+
+static void compare(const char *name, struct ra_model *m, struct ra_backend *cpu, struct ra_backend *gpu, int n,
+                    double att_tol)
+{
+    compare_on(name, m, m, cpu, gpu, n, att_tol);
 }
 
 /* ra_forward_rows on the GPU (fp32 weights): after a prefill of n tokens,
@@ -237,6 +243,24 @@ int main(void)
         if (m.config.dim)
             compare("stories260K", &m, cpu, gpu, 150, 0);
         ra_model_free(&m);
+    }
+    /* block-quantized weights: the GPU dequantizes them at upload, so it
+     * matches the CPU on the values the blocks hold (in f32) */
+    const enum ra_dtype qts[] = { RA_DTYPE_Q8_0, RA_DTYPE_Q4_1 };
+    for (int qi = 0; qi < 2; qi++) {
+        struct ra_model q = { 0 }, qf = { 0 };
+        test_rand_seed(11);
+        test_random_model(&q, &gqa, RA_DTYPE_F32, 2.0f);
+        test_rand_seed(11);
+        test_random_model(&qf, &gqa, RA_DTYPE_F32, 2.0f);
+        CHECK_OK(test_quantize_model(&q, qts[qi], 0));
+        CHECK_OK(test_quantize_model(&qf, qts[qi], 1));
+        char name[64];
+        snprintf(name, sizeof name, "synthetic GQA, %s blocks", ra_dtype_name(qts[qi]));
+        if (ra_dtype_is_quant(q.weights.layers[0].wq.dtype))
+            compare_on(name, &qf, &q, cpu, gpu, 200, 0);
+        ra_model_free(&q);
+        ra_model_free(&qf);
     }
     ra_backend_free(gpu);
     ra_backend_free(cpu);

@@ -10,6 +10,8 @@
  *    the dequantized model's tokens, the same greedy token at every step
  *    where that model's top two logits are further apart than the logits
  *    may move;
+ *  - the same for a random model in each of the five formats (no file:
+ *    ra_quant_quantize's blocks, against the values they hold);
  *  - the scan for non-finite weights reads each block format's f16 scales
  *    and names the block and the scale (d, m, dmin). */
 #include "context.h"
@@ -19,6 +21,7 @@
 #include "kvcache.h"
 #include "model.h"
 #include "quant/quant.h"
+#include "random_model.h"
 #include "status.h"
 #include "test.h"
 
@@ -84,16 +87,10 @@ static double max_abs(const float *x, size_t n)
     return m;
 }
 
-static void check_file(const char *path, struct ra_backend *be)
+/* Q (block weights) against F (the same values in f32): logits and greedy tokens. */
+static void check_pair(const char *name, struct ra_model *q, struct ra_model *f, struct ra_backend *be)
 {
-    struct ra_model q, f;
-    const struct ra_load_options widen = { .dequantize_weights = 1 };
-    CHECK_OK(ra_model_load(&q, path));
-    CHECK_OK(ra_model_load_opts(&f, path, &widen));
-    if (test_failures)
-        return;
-    check_dtypes(path, &q, &f);
-    const struct ra_config *c = &q.config;
+    const struct ra_config *c = &q->config;
     const size_t V = (size_t)c->vocab_size;
     int32_t prompt[PROMPT], tq[STEPS], tf[STEPS];
     for (int i = 0; i < PROMPT; i++)
@@ -101,8 +98,8 @@ static void check_file(const char *path, struct ra_backend *be)
     float *lq = malloc(sizeof(float) * V * STEPS), *lf = malloc(sizeof(float) * V * STEPS);
     struct ra_context cq, cf;
     struct ra_kvcache kq, kf;
-    CHECK_OK(ra_context_init(&cq, &q, be));
-    CHECK_OK(ra_context_init(&cf, &f, be));
+    CHECK_OK(ra_context_init(&cq, q, be));
+    CHECK_OK(ra_context_init(&cf, f, be));
     CHECK_OK(ra_kvcache_init(&kq, be, c->n_layers, ra_config_kv_dim(c), PROMPT + STEPS));
     CHECK_OK(ra_kvcache_init(&kf, be, c->n_layers, ra_config_kv_dim(c), PROMPT + STEPS));
     CHECK_OK(run(&cf, &kf, prompt, tf, lf, NULL));
@@ -128,10 +125,10 @@ static void check_file(const char *path, struct ra_backend *be)
         }
     }
     const int ok = worst <= TOL_LOGITS && agree == decided && decided > 0;
-    printf("%s: %s weights, native against dequantized at load: logits within %.3g of the largest (tolerance %.2g), "
-           "greedy tokens equal at %d of %d clear steps (%d of %d overall): %s\n", path,
-           ra_dtype_name(q.weights.layers[0].wq.dtype), worst, TOL_LOGITS, agree, decided,
-           equal, STEPS, ok ? "ok" : "FAIL");
+    printf("%s: %s weights, native against dequantized: logits within %.3g of the largest (tolerance %.2g), "
+           "greedy tokens equal at %d of %d clear steps (%d of %d overall): %s\n", name,
+           ra_dtype_name(q->weights.layers[0].wq.dtype), worst, TOL_LOGITS, agree, decided, equal, STEPS,
+           ok ? "ok" : "FAIL");
     if (!ok)
         test_failures++;
     ra_kvcache_free(&kq);
@@ -140,8 +137,44 @@ static void check_file(const char *path, struct ra_backend *be)
     ra_context_free(&cf);
     free(lq);
     free(lf);
+}
+
+static void check_file(const char *path, struct ra_backend *be)
+{
+    struct ra_model q, f;
+    const struct ra_load_options widen = { .dequantize_weights = 1 };
+    CHECK_OK(ra_model_load(&q, path));
+    CHECK_OK(ra_model_load_opts(&f, path, &widen));
+    if (test_failures)
+        return;
+    check_dtypes(path, &q, &f);
+    check_pair(path, &q, &f, be);
     ra_model_free(&q);
     ra_model_free(&f);
+}
+
+/* Every block format without a file: a random model (rows of 256: the K
+ * formats' super-blocks) quantized by ra_quant_quantize, against the values
+ * its blocks hold. */
+static void check_random(struct ra_backend *be)
+{
+    const struct ra_config c = { .dim = 256, .hidden_dim = 512, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                                 .vocab_size = 300, .seq_len = 128, .head_dim = 64, .rope_theta = 10000.0f,
+                                 .norm_eps = 1e-5f };
+    const enum ra_dtype types[] = { RA_DTYPE_Q8_0, RA_DTYPE_Q4_0, RA_DTYPE_Q4_1, RA_DTYPE_Q4_K, RA_DTYPE_Q6_K };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        struct ra_model q, f;
+        test_rand_seed(5);
+        test_random_model(&q, &c, RA_DTYPE_F32, 1.0f);
+        test_rand_seed(5);
+        test_random_model(&f, &c, RA_DTYPE_F32, 1.0f);
+        CHECK_OK(test_quantize_model(&q, types[i], 0));
+        CHECK_OK(test_quantize_model(&f, types[i], 1));
+        CHECK(q.weights.layers[1].w_down.dtype == types[i] && f.weights.layers[1].w_down.dtype == RA_DTYPE_F32);
+        check_pair("random model", &q, &f, be);
+        ra_model_free(&q);
+        ra_model_free(&f);
+    }
 }
 
 /* Three blocks of type T, all finite, then block 2's scale SCALE (d, m or dmin) set to BITS. */
@@ -192,6 +225,8 @@ int main(int argc, char **argv)
     check_scans();
     struct ra_backend *be = NULL;
     CHECK_OK(ra_backend_open(&be, "cpu", &(struct ra_backend_params){ .threads = 2 }));
+    if (be)
+        check_random(be);
     for (int i = 1; i < argc && be; i++)
         check_file(argv[i], be);
     ra_backend_free(be);
