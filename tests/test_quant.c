@@ -359,6 +359,7 @@ static void test_gemv(const struct ra_quant_kernels *qk, const char *isa)
     static const struct shape shapes[] = {
         { 32, 1 },   { 32, 7 },   { 64, 13 },  { 96, 5 },   { 160, 3 }, { 256, 1 },
         { 256, 37 }, { 512, 9 },  { 768, 6 },  { 1024, 3 }, { 4096, 5 }, { 4096, 11 },
+        { 16480, 3 }, /* 515 blocks: more than one sweep of the 4-bit kernels' prepared pairs, an odd last block */
     };
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         double worst_tight = 0, worst_q = 0;

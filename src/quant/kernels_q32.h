@@ -372,6 +372,76 @@ Q32_INLINE void q32_tile4(float *y, int64_t ldy, const struct ra_block_q8x *x, c
         }
 }
 
+/* One token's activation pair as q32_tile4 rearranges it, kept for a sweep
+ * over the rows: for one token each row is its own stream (q32_gemv), so
+ * the rearrangement is done once, not once per row. */
+struct q32_xpair {
+    __m256i lo, hi;
+    __m256 dx, sx;
+};
+
+/* Pairs below this many per sweep: 32 KiB of them on the stack (k <= 16384
+ * in one sweep). */
+#define Q32_XPAIRS 256
+
+Q32_INLINE void q32_xpairs(struct q32_xpair *p, const struct ra_block_q8x *x, int64_t np, enum ra_dtype type)
+{
+    const float f = type == RA_DTYPE_Q4_0 ? 2.0f : 0.25f;
+    for (int64_t i = 0; i < np; i++) {
+        const struct ra_block_q8x *xa = x + 2 * i, *xb = xa + 1;
+        const __m256i qa = _mm256_loadu_si256((const __m256i *)xa->qs);
+        const __m256i qb = _mm256_loadu_si256((const __m256i *)xb->qs);
+        p[i].lo = _mm256_permute2x128_si256(qa, qb, 0x20);
+        p[i].hi = _mm256_permute2x128_si256(qa, qb, 0x31);
+        p[i].dx = _mm256_setr_m128(_mm_set1_ps(xa->d), _mm_set1_ps(xb->d));
+        p[i].sx = _mm256_setr_m128(_mm_set1_ps(xa->s * f), _mm_set1_ps(xb->s * f));
+    }
+}
+
+/* One row's np pairs of blocks at a against prepared pairs p: q32_tile4's
+ * lanes, summed. */
+Q32_INLINE float q32_row4(const struct q32_xpair *p, int64_t np, const unsigned char *a, enum ra_dtype type)
+{
+    const size_t bb = ra_dtype_block_bytes(type), qs = type == RA_DTYPE_Q4_0 ? 2 : 4;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < np; i++, a += 2 * bb) {
+        const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + qs))),
+                                                  _mm_loadu_si128((const __m128i *)(a + bb + qs)), 1);
+        const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        const __m256i h = q32_pair_halves(a, 0, (int)bb - 16);
+        const __m256 pr = _mm256_cvtepi32_ps(Q32_DOT2(lo, p[i].lo, hi, p[i].hi));
+        if (type == RA_DTYPE_Q4_0) {
+            acc = _mm256_fmadd_ps(_mm256_fmsub_ps(pr, p[i].dx, p[i].sx), Q32_HALVES_PS(h, 0, 2), acc);
+        } else {
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(pr, p[i].dx), Q32_HALVES_PS(h, 0, 2), acc);
+            acc = _mm256_fmadd_ps(Q32_HALVES_PS(h, 1, 3), p[i].sx, acc);
+        }
+    }
+    return q32_hsum_ps(acc);
+}
+
+/* y[r] for every row, one token, Q4_0 or Q4_1: the activation pairs prepared
+ * Q32_XPAIRS at a time, each such part swept over the rows. */
+Q32_INLINE void q32_rows4_1(float *y, const struct ra_block_q8x *x, const unsigned char *w, int64_t rows,
+                            int64_t nb, size_t rb, enum ra_dtype type)
+{
+    const size_t bb = ra_dtype_block_bytes(type);
+    const int64_t np = nb / 2;
+    struct q32_xpair p[Q32_XPAIRS];
+    for (int64_t p0 = 0; p0 < np || p0 == 0; p0 += Q32_XPAIRS) {
+        const int64_t pc = np - p0 < Q32_XPAIRS ? np - p0 : Q32_XPAIRS;
+        q32_xpairs(p, x + 2 * p0, pc, type);
+        for (int64_t r = 0; r < rows; r++) {
+            const float s = q32_row4(p, pc, w + (size_t)r * rb + (size_t)(2 * p0) * bb, type);
+            y[r] = p0 == 0 ? s : y[r] + s;
+        }
+    }
+    if (nb % 2)
+        for (int64_t r = 0; r < rows; r++)
+            y[r] += q32_hsum_ps(q32_block256(type, w + (size_t)r * rb + (size_t)(nb - 1) * bb, x + nb - 1));
+}
+
 #if defined(RA_QK_AVX512VNNI)
 /* ------------------------------------------------ Q8_0 gemv on AVX512-VNNI
  * Two blocks per zmm (blocks 2j and 2j + 1 of a row: A and B), vpdpbusd on
@@ -466,6 +536,8 @@ Q32_INLINE void q32_rows(float *y, int64_t ldy, const struct ra_block_q8x *x, co
             Q32_TILE(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, R, T);
         for (; r < rows; r++)
             Q32_TILE(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, 1, T);
+    } else if (T == 1) {
+        q32_rows4_1(y, x, wr, rows, nb, rb, type);
     } else {
         for (; r + R <= rows; r += R)
             q32_tile4(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, R, T);
