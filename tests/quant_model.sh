@@ -6,7 +6,8 @@
 #     tokens) on every prefill path and checks the scan for non-finite block scales.
 #  2. The Q4_1 file on 2 ranks: test_chain (KVR on every route, TSP, the emulated link; the int8
 #     prefill path) equals one process; runahead --reuse blend (kvr and tsp) on 2 ranks prints one rank's
-#     tokens; --offload full and kvpr decode print the prefill's tokens; --dequantize-weights runs.
+#     tokens; --offload full and kvpr decode print the prefill's tokens; --dequantize-weights runs;
+#     the file with its data at an odd offset (every block misaligned) prints the same tokens.
 #  3. Bad input, one line naming the file and the cause: a NaN block scale, a block count that
 #     does not match the shape, a quantized tensor cut short. A quantized norm vector is read
 #     (converted to f32 at load).
@@ -64,6 +65,11 @@ got=$(run2 $RA --model "$m" --prompt-ids "$ids" -n 12 --ignore-eos -o ids --meth
 [ "$got" = "$ref" ] || fail "kvr on 2 ranks then --offload kvpr gave '$got', not '$ref'"
 $RA --model "$m" --prompt-ids "$ids" -n 4 -o ids --dequantize-weights >/dev/null 2>"$TMP/err" \
     || fail "--dequantize-weights: $(tail -n 1 "$TMP/err")"
+# the file's data at an odd offset (alignment 1): the blocks copied to where their f16 scales align
+python3 "$SRC/tests/gguf_model.py" --odd "$m" "$TMP/odd.gguf" || fail "writing a GGUF at alignment 1"
+got=$($RA --model "$TMP/odd.gguf" --prompt-ids "$ids" -n 12 --ignore-eos -o ids 2>"$TMP/err") \
+    || fail "odd.gguf: $(tail -n 1 "$TMP/err")"
+[ "$got" = "$ref" ] || fail "the Q4_1 file at an odd data offset gave '$got', its original '$ref'"
 python3 - "$TMP/req.json" <<'PY'
 import json, random, sys
 random.seed(5)
