@@ -177,9 +177,9 @@ void ra_backend_cpu_describe_linear(const struct ra_backend *be, char *buf, size
  * "prefill: dequantized to bf16 (oneDNN ...), ...; decode: int8 avx512vnni". */
 void ra_backend_cpu_describe_quant(const struct ra_backend *be, char *buf, size_t size);
 /* The dtype a CPU backend's linear layers compute in for weights stored as `weights`, after
- * its compute setting and its bf16 unit: RA_DTYPE_BF16 for bf16 GEMMs, else RA_DTYPE_F32; for
- * block-quantized weights that prefill multiplies as int8 products on the blocks, the weights'
- * own type. */
+ * its compute setting and its bf16 unit: RA_DTYPE_BF16 for bf16 GEMMs, else RA_DTYPE_F32 (block-quantized
+ * weights: BF16 where prefill dequantizes them for the bf16 unit, else F32: sgemm on dequantized
+ * panels or int8 products, both summed in fp32). */
 enum ra_dtype ra_backend_cpu_linear_dtype(const struct ra_backend *be, enum ra_dtype weights);
 void ra_backend_free(struct ra_backend *be);
 

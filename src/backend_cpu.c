@@ -676,10 +676,9 @@ void ra_backend_cpu_describe_quant(const struct ra_backend *be, char *buf, size_
 enum ra_dtype ra_backend_cpu_linear_dtype(const struct ra_backend *be, enum ra_dtype weights)
 {
     const struct cpu_backend *cb = (const struct cpu_backend *)be;
-    if (ra_dtype_is_quant(weights)) { /* prefill's path: the bf16 unit, sgemm, or int8 products on the blocks */
+    if (ra_dtype_is_quant(weights)) { /* prefill's path: the bf16 unit, else sgemm or int8 products into fp32 */
         ra_quant_matmul_allow_bf16(cb->qm, be->compute != RA_COMPUTE_F32);
-        const enum ra_quant_gemm path = ra_quant_matmul_prefill_path(cb->qm, weights);
-        return path == RA_QUANT_GEMM_BF16 ? RA_DTYPE_BF16 : path == RA_QUANT_GEMM_F32 ? RA_DTYPE_F32 : weights;
+        return ra_quant_matmul_prefill_path(cb->qm, weights) == RA_QUANT_GEMM_BF16 ? RA_DTYPE_BF16 : RA_DTYPE_F32;
     }
     int bf16 = cb->bf16 && be->compute != RA_COMPUTE_F32 && (be->compute == RA_COMPUTE_BF16 || weights != RA_DTYPE_F32);
     return bf16 ? RA_DTYPE_BF16 : RA_DTYPE_F32;

@@ -267,10 +267,9 @@ static void test_backend(void)
         CHECK_OK(be->ops->weight_prepare(be, &w, 1));
         CHECK(w.device == NULL && w.data == f.w); /* used in place */
         const enum ra_dtype lin = ra_backend_cpu_linear_dtype(be, t);
-        const enum ra_quant_gemm path = lin == RA_DTYPE_BF16 ? RA_QUANT_GEMM_BF16
-                                        : lin == RA_DTYPE_F32 ? RA_QUANT_GEMM_F32
-                                                              : RA_QUANT_GEMM_INT8;
-        CHECK(lin == RA_DTYPE_BF16 || lin == RA_DTYPE_F32 || lin == t);
+        /* the int8 products' bound covers the f32 path too (it is the looser one) */
+        const enum ra_quant_gemm path = lin == RA_DTYPE_BF16 ? RA_QUANT_GEMM_BF16 : RA_QUANT_GEMM_INT8;
+        CHECK(lin == RA_DTYPE_BF16 || lin == RA_DTYPE_F32);
         float *y = malloc(sizeof(float) * (size_t)(MAX_N * f.rows));
         CHECK(y != NULL);
         const int ns[] = { 1, 4, 16, MAX_N };
