@@ -2,7 +2,8 @@
 # jobs/quant-quality-bin on stories260K, in seconds (jobs/quant-quality runs it on SmolLM2): the
 # table's shape; the reference's own copy scores as the reference (KL 0, top-1 1, the greedy run
 # followed throughout, the same perplexity); a deliberately worse copy (its weights' mantissas cut
-# to 2 bits) scores worse than a mild one (10 bits) on KL, top-1 and perplexity. Against the
+# to 2 bits) scores worse than a mild one (10 bits) on KL, top-1 and perplexity, and its Q4_0
+# (runahead-quantize) worse than its Q8_0, each computed on its blocks. Against the
 # reference implementation (llama2.c, the fixtures): on its greedy sequence every scored position's
 # top-1 is the sequence's next token, and the perplexity of positions 4-6 of a chunk of 8 is the
 # one of its logits (stories260K.bos.logits8.f32). --keep-going gives a model that does not load a
@@ -41,6 +42,22 @@ awk -F, 'NR > 1 { n[$1] = NR; p[$1] = $5; kl[$1] = $7; t[$1] = $9; g[$1] = $12; 
                  kl["mild"] > 0 && kl["crude"] > kl["mild"] && t["crude"] < t["mild"] && p["crude"] > p["mild"] &&
                  p["crude"] > p["reference"] && s["crude"] < s["mild"]) }' "$TMP/q.csv" ||
     fail "the copy does not score as the reference, or the crude cut not worse than the mild one: $(cat "$TMP/q.csv")"
+# real block types (runahead-quantize): Q4_0 scores worse than Q8_0, both computed on their blocks
+if [ -x "$BUILD/runahead-quantize" ]; then
+    for t in q8_0 q4_0; do
+        "$BUILD/runahead-quantize" "$M" "$TMP/$t.gguf" --type $t --f16-fallback --no-vocab --quiet 2>"$TMP/err" ||
+            fail "runahead-quantize --type $t: $(cat "$TMP/err")"
+    done
+    "$B" --ref "$M" --model "q8_0=$TMP/q8_0.gguf" --model "q4_0=$TMP/q4_0.gguf" --ids "$TMP/greedy.ids" --ctx 96 \
+        --prompt 1 --continue 40 --csv "$TMP/blocks.csv" >"$TMP/blocks.out" 2>"$TMP/err" ||
+        fail "quant-quality on Q8_0 and Q4_0: $(cat "$TMP/err")"
+    awk -F, 'NR > 1 { p[$1] = $5; kl[$1] = $7; t[$1] = $9; w[$1] = $3 }
+        END { exit !(kl["q8_0"] > 0 && kl["q4_0"] > kl["q8_0"] && t["q4_0"] < t["q8_0"] && p["q4_0"] > p["q8_0"] &&
+                     w["q8_0"] ~ /q8_0 [0-9]/ && w["q4_0"] ~ /q4_0 [0-9]/) }' "$TMP/blocks.csv" ||
+        fail "Q4_0 does not score worse than Q8_0, or the blocks were not kept: $(cat "$TMP/blocks.csv")"
+else
+    skip_part "runahead-quantize not built: no Q8_0/Q4_0 rows"
+fi
 # one chunk from BOS: the reference's top-1 is llama2.c's greedy token at every scored position
 "$B" --ref "$M" --model "$M" --ids "$TMP/greedy.ids" --ctx 96 --chunks 1 --continue 0 --csv "$TMP/one.csv" \
     >"$TMP/one.out" 2>"$TMP/err" || fail "--chunks 1: $(cat "$TMP/err")"
