@@ -17,7 +17,7 @@ want=$(tr -s ' \n' ' ' <"$MODELS/stories260K.bos.greedy200.ids" | cut -d' ' -f1-
 RA="$BUILD/runahead --model $M --output ids --threads 2"
 
 isas=portable
-[ "$(uname -m)" = x86_64 ] && isas=$("$BUILD/runahead" --version | sed -n 's/.*(this CPU and build: \(.*\))$/\1/p' | tr -d ,)
+[ "$(uname -m)" = x86_64 ] && isas=$("$BUILD/runahead" --version | sed -n 's/^cpu kernels: .*(this CPU and build: \(.*\))$/\1/p' | tr -d ,)
 for isa in $isas; do
     got=$(RA_CPU_ISA=$isa $RA --prompt-ids 1 --generate $N --kv-dtype bf16 --report "$TMP/$isa.json" 2>"$TMP/err") \
         || { fail "$isa: runahead --kv-dtype bf16 failed: $(tail -1 "$TMP/err")"; continue; }

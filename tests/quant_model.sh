@@ -1,8 +1,7 @@
 #!/bin/sh
 # Block-quantized GGUF weights through the runtime (src/loader_gguf.c keeps them in their blocks):
 #  1. A synthetic GQA model as Q8_0, Q4_0 and Q4_1 GGUF (jobs/gguf-from-hf.py, gguf-py's
-#     quantizers) and as Q4_K_M (Q4_K and Q6_K matrices; llama-quantize where LLAMA_CPP_DIR has
-#     it): test_quant_model compares each with the same file dequantized at load (logits, greedy
+#     quantizers) and as Q4_K_M (Q4_K and Q6_K matrices; runahead-quantize): test_quant_model compares each with the same file dequantized at load (logits, greedy
 #     tokens) on every prefill path and checks the scan for non-finite block scales.
 #  2. The Q4_1 file on 2 ranks: test_chain (KVR on every route, TSP, the emulated link; the int8
 #     prefill path) equals one process; runahead --reuse blend (kvr and tsp) on 2 ranks prints one rank's
@@ -26,20 +25,15 @@ files=""
 for t in q8_0 q4_0 q4_1; do
     convert "$TMP/hf" "$TMP/$t.gguf" --type $t && files="$files $TMP/$t.gguf" || fail "converting to $t"
 done
-# K-quants need rows of 256: a wider model, quantized by llama.cpp itself.
-lq=${LLAMA_CPP_DIR:+$LLAMA_CPP_DIR/build/bin/llama-quantize}
-if [ -n "$lq" ] && [ -x "$lq" ]; then
-    "$BUILD/runahead-synth" --preset tiny-gqa --dim 256 --hidden-dim 512 --layers 2 --seed 11 --out "$TMP/hf256" \
-        >/dev/null 2>"$TMP/err" || fail "runahead-synth --dim 256"
-    if convert "$TMP/hf256" "$TMP/f32-256.gguf" && "$lq" "$TMP/f32-256.gguf" "$TMP/q4_k_m.gguf" Q4_K_M \
-        >"$TMP/quantize.out" 2>&1; then
-        files="$files $TMP/q4_k_m.gguf"
-    else
-        tail -n 3 "$TMP/quantize.out" >&2
-        fail "llama-quantize Q4_K_M"
-    fi
+# K-quants need rows of 256: a wider model, as Q4_K_M by runahead-quantize (whose bytes are
+# llama-quantize's: tests/quantize_llama_cpp.sh).
+"$BUILD/runahead-synth" --preset tiny-gqa --dim 256 --hidden-dim 512 --layers 2 --seed 11 --out "$TMP/hf256" \
+    >/dev/null 2>"$TMP/err" || fail "runahead-synth --dim 256"
+if "$BUILD/runahead-quantize" "$TMP/hf256" "$TMP/q4_k_m.gguf" --type q4_k_m --no-vocab >"$TMP/quantize.out" 2>&1; then
+    files="$files $TMP/q4_k_m.gguf"
 else
-    skip_part "llama-quantize not found (set LLAMA_CPP_DIR to a built llama.cpp tree): Q4_K and Q6_K files unchecked"
+    tail -n 3 "$TMP/quantize.out" >&2
+    fail "runahead-quantize q4_k_m"
 fi
 # every prefill path (the bf16 one where the CPU has a bf16 unit: auto picks it)
 for path in int8 f32 auto; do
