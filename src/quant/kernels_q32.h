@@ -128,10 +128,7 @@ static void act_q8x(void *xq, const float *x, int64_t k)
         const __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
         const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, absmask), _mm256_and_ps(v1, absmask)),
                                        _mm256_max_ps(_mm256_and_ps(v2, absmask), _mm256_and_ps(v3, absmask)));
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float amax = _mm_cvtss_f32(m4);
+        const float amax = qk_hmax_ps(m);
         const __m256 id = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
         const __m256i q0 = q32_round(_mm256_mul_ps(v0, id)), q1 = q32_round(_mm256_mul_ps(v1, id));
         const __m256i q2 = q32_round(_mm256_mul_ps(v2, id)), q3 = q32_round(_mm256_mul_ps(v3, id));
@@ -193,14 +190,6 @@ static void dequantize_q4_1(float *dst, const void *w, int64_t count)
  * every (row, token) pair keeps its sum in a register. Per block the integer
  * dot product is exact and scaled in float, the formats' offsets (Q4_0's -8,
  * Q4_1's m) spread over the lanes that add up to the block. */
-
-Q32_INLINE float q32_hsum_ps(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 #if defined(RA_QK_AVXVNNI) || defined(RA_QK_AVX512VNNI)
 /* vpdpbusd (VEX on AVX-VNNI, EVEX on 256-bit vectors of AVX512-VNNI): four
@@ -264,7 +253,7 @@ Q32_INLINE void q32_tile(float *y, int64_t ldy, const struct ra_block_q8x *x, co
     for (int r = 0; r < R; r++)
         Q32_UNROLL
         for (int t = 0; t < T; t++)
-            y[t * ldy + r] = q32_hsum_ps(acc[r][t]);
+            y[t * ldy + r] = qk_hsum_ps(acc[r][t]);
 }
 
 /* One block's 8 lanes (they add up to its contribution): the odd last block
@@ -364,9 +353,9 @@ Q32_INLINE void q32_tile4(float *y, int64_t ldy, const struct ra_block_q8x *x, c
     for (int r = 0; r < R; r++)
         Q32_UNROLL
         for (int t = 0; t < T; t++) {
-            float sum = q32_hsum_ps(acc[r][t]);
+            float sum = qk_hsum_ps(acc[r][t]);
             if (nb % 2)
-                sum += q32_hsum_ps(
+                sum += qk_hsum_ps(
                     q32_block256(type, w + (size_t)r * row_bytes + (size_t)(nb - 1) * bb, x + t * nb + nb - 1));
             y[t * ldy + r] = sum;
         }
@@ -418,7 +407,7 @@ Q32_INLINE float q32_row4(const struct q32_xpair *p, int64_t np, const unsigned 
             acc = _mm256_fmadd_ps(Q32_HALVES_PS(h, 1, 3), p[i].sx, acc);
         }
     }
-    return q32_hsum_ps(acc);
+    return qk_hsum_ps(acc);
 }
 
 /* y[r] for every row, one token, Q4_0 or Q4_1: the activation pairs prepared
@@ -439,7 +428,7 @@ Q32_INLINE void q32_rows4_1(float *y, const struct ra_block_q8x *x, const unsign
     }
     if (nb % 2)
         for (int64_t r = 0; r < rows; r++)
-            y[r] += q32_hsum_ps(q32_block256(type, w + (size_t)r * rb + (size_t)(nb - 1) * bb, x + nb - 1));
+            y[r] += qk_hsum_ps(q32_block256(type, w + (size_t)r * rb + (size_t)(nb - 1) * bb, x + nb - 1));
 }
 
 #if defined(RA_QK_AVX512VNNI)
@@ -513,7 +502,7 @@ Q32_INLINE void q32_tile512(float *y, int64_t ldy, const struct ra_block_q8x *x,
         for (int t = 0; t < T; t++) {
             float sum = _mm512_reduce_add_ps(acc[r][t]);
             if (nb % 2)
-                sum += q32_hsum_ps(
+                sum += qk_hsum_ps(
                     q32_block256(type, w + (size_t)r * row_bytes + (size_t)(nb - 1) * bb, x + t * nb + nb - 1));
             y[t * ldy + r] = sum;
         }

@@ -124,22 +124,6 @@ static void dequantize_q6_k(float *dst, const void *w, int64_t count)
 /* the token and chunk loops unrolled, so the accumulators live in registers */
 #define QKK_UNROLL _Pragma("GCC unroll 8")
 
-static inline float qkk_hsum_ps(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float qkk_hmax_ps(__m256 v)
-{
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* roundf on 8 lanes: ties away from zero (the rounding instructions' modes
  * have ties to even only). v - trunc(v) is exact. */
 static inline __m256 qkk_round_away(__m256 v)
@@ -161,7 +145,7 @@ static void act_q8k(void *xq, const float *x, int64_t k)
         __m256 mx = _mm256_setzero_ps();
         for (int j = 0; j < RA_QK_K; j += 8) /* the new value first: a NaN is skipped, as by fmaxf */
             mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), mx);
-        const float amax = qkk_hmax_ps(mx);
+        const float amax = qk_hmax_ps(mx);
         b[i].d = amax / 127.0f;
         const __m256 id = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
         for (int j = 0; j < RA_QK_K; j += 32) {
@@ -254,7 +238,7 @@ QKK_INLINE void qkk_q4k_row(float *y, int ldy, const struct ra_block_q8k *x, int
     }
     QKK_UNROLL
     for (int t = 0; t < nt; t++)
-        y[(size_t)t * ldy] = qkk_hsum_ps(f[t]);
+        y[(size_t)t * ldy] = qk_hsum_ps(f[t]);
 }
 
 /* Q6_K's quarter g of a half: 32 quants in [0, 64) from the low nibbles ql
@@ -315,7 +299,7 @@ QKK_INLINE void qkk_q6k_row(float *y, int ldy, const struct ra_block_q8k *x, int
     }
     QKK_UNROLL
     for (int t = 0; t < nt; t++)
-        y[(size_t)t * ldy] = qkk_hsum_ps(f[t]);
+        y[(size_t)t * ldy] = qk_hsum_ps(f[t]);
 }
 
 #if defined(RA_QK_AVX512VNNI)
@@ -385,7 +369,7 @@ QKK_INLINE void qkk_q4k_row512(float *y, int ldy, const struct ra_block_q8k *x, 
     }
     QKK_UNROLL
     for (int t = 0; t < nt; t++)
-        y[(size_t)t * ldy] = _mm512_reduce_add_ps(f[t]) - qkk_hsum_ps(fm[t]);
+        y[(size_t)t * ldy] = _mm512_reduce_add_ps(f[t]) - qk_hsum_ps(fm[t]);
 }
 
 QKK_INLINE void qkk_q6k_row512(float *y, int ldy, const struct ra_block_q8k *x, int64_t nb,
