@@ -61,6 +61,15 @@ static inline float qk_hmax_ps(__m256 v)
 #include "kernels_q32.h"
 #include "kernels_qk.h"
 
+/* The panel GEMM and its activations: the references until an instruction
+ * set's file defines its own. */
+#ifndef QK_GEMM
+#define QK_GEMM ra_qpanel_gemm_ref
+#endif
+#ifndef QK_QUANTIZE_QACT
+#define QK_QUANTIZE_QACT ra_qact_quantize_ref
+#endif
+
 static int is_k_format(enum ra_dtype t) { return t == RA_DTYPE_Q4_K || t == RA_DTYPE_Q6_K; }
 
 static void quantize_act(void *xq, const float *x, int64_t k, enum ra_dtype wtype)
@@ -101,4 +110,6 @@ const struct ra_quant_kernels QK_TABLE = {
     .quantize_act = quantize_act,
     .gemv = gemv,
     .dequantize = dequantize,
+    .gemm = QK_GEMM,
+    .quantize_qact = QK_QUANTIZE_QACT,
 };

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "panel.h"
 
 #define RA_QK 32    /* elements per block of Q8_0, Q4_0, Q4_1 */
 #define RA_QK_K 256 /* elements per super-block of Q4_K, Q6_K */
@@ -125,6 +126,12 @@ struct ra_quant_kernels {
     /* dst[0..count) = the values of count elements of wtype (whole blocks);
      * ra_quant_dequantize's floats exactly. One thread. */
     void (*dequantize)(float *dst, const void *w, enum ra_dtype wtype, int64_t count);
+    /* The prefill GEMM on packed panels (panel.h): ra_qpanel_gemm_ref's y, the
+     * integer sums exact, the float order the kernel's own, and a token's
+     * outputs independent of the other tokens of the call. One thread. */
+    void (*gemm)(float *y, int ldy, const struct ra_qact *a, int n_tok, const void *panels, int np, int ncols);
+    /* ra_qact_quantize_ref, vectorised: the same bytes. */
+    void (*quantize_qact)(struct ra_qact *a, int t, const float *x);
 };
 
 /* "portable", "avx2", "avxvnni", "avx512vnni" */
