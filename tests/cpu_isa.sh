@@ -80,9 +80,13 @@ expect_error "RA_CPU_ISA=avx512bf16: this CPU cannot run the avx512bf16 kernels 
 got=$(qemu-x86_64 -cpu Cooperlake "$RA" --model "$M" --prompt-ids 1 --generate 30 --output ids --kv-dtype bf16 2>"$TMP/err") \
     || fail "Cooperlake, bf16 KV: runahead failed: $(tail -1 "$TMP/err")"
 [ "$got" = "$(echo "$want" | cut -d' ' -f1-30)" ] || fail "Cooperlake, bf16 KV: the first 30 greedy ids differ from the reference"
-# Its quantized-weight kernels: AVX512-VNNI listed but not run (no AVX-512 state), AVX2's pass test_quant.
+# Its quantized-weight kernels: AVX512-VNNI listed but not run (no AVX-512 state), AVX2's pass test_quant
+# and test_quant_panel.
 out=$(qemu-x86_64 -cpu Cooperlake "$BUILD/tests/test_quant" 2>"$TMP/qemu.err") \
     || fail "Cooperlake: test_quant failed: $(grep -v '^qemu-x86_64: warning' "$TMP/qemu.err" | tail -1)"
 echo "$out" | grep -q '^avx512vnni: not run' || fail "Cooperlake under qemu-user: test_quant ran the AVX512-VNNI kernels"
 echo "$out" | grep -q '^avx2 q4_0: gemv' || fail "Cooperlake under qemu-user: test_quant did not run the AVX2 kernels"
+out=$(qemu-x86_64 -cpu Cooperlake "$BUILD/tests/test_quant_panel" 2>"$TMP/qemu.err") \
+    || fail "Cooperlake: test_quant_panel failed: $(grep -v '^qemu-x86_64: warning' "$TMP/qemu.err" | tail -1)"
+echo "$out" | grep -q '^avx2 q4_0: gemm worst' || fail "Cooperlake under qemu-user: test_quant_panel did not run the AVX2 GEMM"
 finish

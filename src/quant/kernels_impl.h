@@ -60,6 +60,7 @@ static inline float qk_hmax_ps(__m256 v)
 
 #include "kernels_q32.h"
 #include "kernels_qk.h"
+#include "kernels_gemm.h"
 
 /* The panel GEMM and its activations: the references until an instruction
  * set's file defines its own. */
@@ -68,6 +69,9 @@ static inline float qk_hmax_ps(__m256 v)
 #endif
 #ifndef QK_QUANTIZE_QACT
 #define QK_QUANTIZE_QACT ra_qact_quantize_ref
+#endif
+#ifndef QK_GEMM_U7
+#define QK_GEMM_U7 0
 #endif
 
 static int is_k_format(enum ra_dtype t) { return t == RA_DTYPE_Q4_K || t == RA_DTYPE_Q6_K; }
@@ -112,4 +116,5 @@ const struct ra_quant_kernels QK_TABLE = {
     .dequantize = dequantize,
     .gemm = QK_GEMM,
     .quantize_qact = QK_QUANTIZE_QACT,
+    .gemm_u7 = QK_GEMM_U7,
 };

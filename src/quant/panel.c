@@ -9,20 +9,28 @@
 
 int ra_qpanel_group(enum ra_dtype t) { return t == RA_DTYPE_Q6_K ? 16 : RA_QK; }
 
+int ra_qpanel_max_u(enum ra_dtype t) { return t == RA_DTYPE_Q8_0 ? 255 : t == RA_DTYPE_Q6_K ? 63 : 15; }
+
 size_t ra_qpanel_bytes(int group, int64_t k)
 {
     const size_t bytes = (size_t)k * RA_QP_ROWS + 2 * sizeof(float) * RA_QP_ROWS * (size_t)(k / group);
     return (bytes + 63) / 64 * 64;
 }
 
-/* Row n of a panel being packed: its bytes and its groups' scales and offsets. */
+/* Row n of a panel being packed: its groups' scales and offsets, and its
+ * bytes, decoded a block at a time into element order (e) and stored 4 at a
+ * time into their place in u (columns c..c+3 of row n at u[16 c + 4 n]). */
 struct qp_row {
     uint8_t *u;
     float *scale, *offset;
     int n;
 };
 
-static void put_u(const struct qp_row *r, int64_t c, unsigned v) { r->u[64 * (c / 4) + 4 * r->n + c % 4] = (uint8_t)v; }
+static void put_u(const struct qp_row *r, int64_t c0, const uint8_t *e, int count)
+{
+    for (int i = 0; i < count; i += 4)
+        memcpy(r->u + 16 * (c0 + i) + 4 * r->n, e + i, 4);
+}
 
 static void put_group(const struct qp_row *r, int64_t g, float scale, float offset)
 {
@@ -33,21 +41,25 @@ static void put_group(const struct qp_row *r, int64_t g, float scale, float offs
 static void row_q8_0(const struct qp_row *r, const void *w, int64_t k)
 {
     const struct ra_block_q8_0 *b = w;
+    uint8_t e[RA_QK];
     for (int64_t i = 0; i < k / RA_QK; i++) {
         const float d = ra_f16_to_f32(b[i].d);
         put_group(r, i, d, -128.0f * d);
         for (int j = 0; j < RA_QK; j++)
-            put_u(r, RA_QK * i + j, (unsigned)(b[i].qs[j] + 128));
+            e[j] = (uint8_t)(b[i].qs[j] + 128);
+        put_u(r, RA_QK * i, e, RA_QK);
     }
 }
 
 /* Q4_0 and Q4_1 block i: element j in byte j's low nibble, j + 16 in its high. */
 static void nibbles32(const struct qp_row *r, int64_t i, const uint8_t *qs)
 {
+    uint8_t e[RA_QK];
     for (int j = 0; j < RA_QK / 2; j++) {
-        put_u(r, RA_QK * i + j, qs[j] & 0x0f);
-        put_u(r, RA_QK * i + j + RA_QK / 2, qs[j] >> 4);
+        e[j] = qs[j] & 0x0f;
+        e[j + RA_QK / 2] = qs[j] >> 4;
     }
+    put_u(r, RA_QK * i, e, RA_QK);
 }
 
 static void row_q4_0(const struct qp_row *r, const void *w, int64_t k)
@@ -85,16 +97,20 @@ static void q4k_scale_min(int j, const uint8_t *q, int *sc, int *m)
 static void row_q4_k(const struct qp_row *r, const void *w, int64_t k)
 {
     const struct ra_block_q4_k *b = w;
+    uint8_t e[RA_QK_K];
     for (int64_t i = 0; i < k / RA_QK_K; i++) {
         const float d = ra_f16_to_f32(b[i].d), dmin = ra_f16_to_f32(b[i].dmin);
         for (int j = 0; j < 8; j++) {
             int sc, mn;
             q4k_scale_min(j, b[i].scales, &sc, &mn);
             put_group(r, 8 * i + j, d * (float)sc, -(dmin * (float)mn));
-            const uint8_t *q = b[i].qs + 32 * (j / 2);
-            for (int l = 0; l < 32; l++)
-                put_u(r, RA_QK_K * i + 32 * j + l, j % 2 ? q[l] >> 4 : q[l] & 0x0f);
         }
+        for (int h = 0; h < 4; h++)
+            for (int l = 0; l < 32; l++) {
+                e[64 * h + l] = b[i].qs[32 * h + l] & 0x0f;
+                e[64 * h + 32 + l] = b[i].qs[32 * h + l] >> 4;
+            }
+        put_u(r, RA_QK_K * i, e, RA_QK_K);
     }
 }
 
@@ -104,18 +120,24 @@ static void row_q4_k(const struct qp_row *r, const void *w, int64_t k)
 static void row_q6_k(const struct qp_row *r, const void *w, int64_t k)
 {
     const struct ra_block_q6_k *b = w;
+    uint8_t e[RA_QK_K];
     for (int64_t i = 0; i < k / RA_QK_K; i++) {
         const float d = ra_f16_to_f32(b[i].d);
         for (int s = 0; s < RA_QK_K / 16; s++) {
             const float scale = d * (float)b[i].scales[s];
             put_group(r, 16 * i + s, scale, -32.0f * scale);
         }
-        for (int e = 0; e < RA_QK_K; e++) {
-            const int half = e / 128, g = e % 128 / 32, l = e % 32;
-            const uint8_t *ql = b[i].ql + 64 * half + 32 * (g % 2), *qh = b[i].qh + 32 * half;
-            const int lo = g < 2 ? ql[l] & 0x0f : ql[l] >> 4;
-            put_u(r, RA_QK_K * i + e, (unsigned)(lo | (qh[l] >> (2 * g) & 3) << 4));
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = b[i].ql + 64 * half, *qh = b[i].qh + 32 * half;
+            uint8_t *o = e + 128 * half;
+            for (int l = 0; l < 32; l++) {
+                o[l] = (uint8_t)((ql[l] & 0x0f) | (qh[l] & 3) << 4);
+                o[l + 32] = (uint8_t)((ql[l + 32] & 0x0f) | (qh[l] >> 2 & 3) << 4);
+                o[l + 64] = (uint8_t)(ql[l] >> 4 | (qh[l] >> 4 & 3) << 4);
+                o[l + 96] = (uint8_t)(ql[l + 32] >> 4 | (qh[l] >> 6 & 3) << 4);
+            }
         }
+        put_u(r, RA_QK_K * i, e, RA_QK_K);
     }
 }
 
@@ -123,7 +145,8 @@ void ra_qpanel_pack(void *panel, const void *w, enum ra_dtype t, int64_t k, int 
 {
     const int group = ra_qpanel_group(t);
     const size_t row_bytes = ra_dtype_row_bytes(t, k);
-    memset(panel, 0, ra_qpanel_bytes(group, k));
+    if (nrows < RA_QP_ROWS) /* every byte of a full panel is written below */
+        memset(panel, 0, ra_qpanel_bytes(group, k));
     for (int n = 0; n < nrows && n < RA_QP_ROWS; n++) {
         const struct qp_row r = { ra_qpanel_u(panel), ra_qpanel_scale(panel, k), ra_qpanel_offset(panel, k, group), n };
         const void *src = (const char *)w + (size_t)n * row_bytes;

@@ -40,6 +40,8 @@
 /* Elements per scale group of weight type t: 16 for Q6_K, 32 for the other
  * block types. */
 int ra_qpanel_group(enum ra_dtype t);
+/* The largest u a panel of type t holds: 255 (Q8_0), 15 (Q4_*), 63 (Q6_K). */
+int ra_qpanel_max_u(enum ra_dtype t);
 /* Bytes of one panel of k columns in groups of `group` (a multiple of 64). */
 size_t ra_qpanel_bytes(int group, int64_t k);
 

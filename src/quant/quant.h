@@ -132,6 +132,9 @@ struct ra_quant_kernels {
     void (*gemm)(float *y, int ldy, const struct ra_qact *a, int n_tok, const void *panels, int np, int ncols);
     /* ra_qact_quantize_ref, vectorised: the same bytes. */
     void (*quantize_qact)(struct ra_qact *a, int t, const float *x);
+    /* Non-zero: gemm is exact only for u < 128 (AVX2's vpmaddubsw sums pairs
+     * of products into int16): Q4_0, Q4_1, Q4_K, Q6_K panels, not Q8_0's. */
+    int gemm_u7;
 };
 
 /* "portable", "avx2", "avxvnni", "avx512vnni" */
