@@ -434,13 +434,24 @@ Q32_INLINE void q32_rows4_1(float *y, const struct ra_block_q8x *x, const unsign
 #if defined(RA_QK_AVX512VNNI)
 /* ------------------------------------------------ Q8_0 gemv on AVX512-VNNI
  * Two blocks per zmm (blocks 2j and 2j + 1 of a row: A and B), vpdpbusd on
- * 64 bytes at once, int32 lanes 0-7 A's and 8-15 B's; the pair's two f16
- * scales picked out of one load by vpermw, 8 copies each. vpdpbusd takes u8
- * times s8: u = x + 128 (flipped once per token and pair), s = w, the lanes
- * starting at -128 * sum(w) (once per row and pair), so they end at
- * sum(x * w). An odd last block goes through the 256-bit code. (The 4-bit
- * formats stay in 256 bits, q32_tile4: on zmm their nibbles need spreading
- * across 128-bit lanes, which costs more than it saves on Zen 4.) */
+ * 64 bytes at once, int32 lanes 0-7 A's and 8-15 B's. vpdpbusd takes u8
+ * times s8, so one side is flipped to u8 (+ 128, the top bit) and the lanes
+ * start at -128 times the other side's sum over their 4 bytes. Whatever
+ * depends on the tokens only is prepared once per token and sweep over the
+ * rows, Q8_XPAIRS pairs at a time, and the rows are taken one at a time (one
+ * sequential stream: several rows read side by side stream slower here):
+ * - one token: u = w + 128 (one flip per row and pair), s = x, the start
+ *   from x (struct q8_xpair); per pair a vpdpbusd and three float ops;
+ * - several tokens: u = x + 128, s = w, the start from w (once per row and
+ *   pair for all tokens); two tokens' lanes folded into one vector
+ *   (q8_fold), so per two tokens and pair two vpdpbusd, the fold and three
+ *   float ops (struct q8_x2pair).
+ * An odd last block goes through the 256-bit code. (The 4-bit formats stay
+ * in 256 bits, q32_tile4: on zmm their nibbles need spreading across 128-bit
+ * lanes.) */
+
+/* Pairs prepared per sweep: 6 KiB a token (k <= 2048 in one sweep). */
+#define Q8_XPAIRS 32
 
 /* [f[a] x 8, f[b] x 8]: a pair's activation scales for its lanes. */
 Q32_INLINE __m512 q32_pair_ps(const float *a, const float *b)
@@ -457,59 +468,147 @@ Q32_INLINE __m512i q32_pair_bytes(const int8_t *a, const int8_t *b)
                               _mm256_loadu_si256((const __m256i *)b), 1);
 }
 
-/* q32_tile's contract for Q8_0, on pairs of blocks. */
-Q32_INLINE void q32_tile512(float *y, int64_t ldy, const struct ra_block_q8x *x, const unsigned char *w,
-                            size_t row_bytes, int64_t nb, enum ra_dtype type, const int R, const int T)
+/* The f16 scales of the pair at a (bytes 0 and 34) as [dA x 8, dB x 8]. */
+Q32_INLINE __m512 q8_pair_dw(const struct ra_block_q8_0 *a)
 {
-    const size_t bb = sizeof(struct ra_block_q8_0);
-    const __m512i zero = _mm512_setzero_si512();
-    const __m256i d_idx = _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9);
-    __m512 acc[4][4];
+    return _mm512_cvtph_ps(_mm256_mask_set1_epi16(_mm256_set1_epi16((short)a[0].d), 0xff00, (short)a[1].d));
+}
+
+/* One token's pair: its bytes, the lanes' start (-128 times the sum of each
+ * lane's 4 bytes) and dx per lane. */
+struct q8_xpair {
+    __m512i x, start;
+    __m512 dx;
+};
+
+Q32_INLINE void q8_xpairs(struct q8_xpair *p, const struct ra_block_q8x *x, int64_t np)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    for (int64_t i = 0; i < np; i++) {
+        const struct ra_block_q8x *xa = x + 2 * i, *xb = xa + 1;
+        p[i].x = q32_pair_bytes(xa->qs, xb->qs);
+        p[i].start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, p[i].x));
+        p[i].dx = q32_pair_ps(&xa->d, &xb->d);
+    }
+}
+
+/* *y = (FIRST) or += one row's pairs [0, np) at w against one token's. */
+Q32_INLINE void q8_row1(float *y, const struct q8_xpair *p, int64_t np, const unsigned char *w, int first)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < np; j++) {
+        const struct ra_block_q8_0 *a = (const struct ra_block_q8_0 *)w + 2 * j;
+        const __m512i u = _mm512_xor_si512(q32_pair_bytes(a[0].qs, a[1].qs), flip);
+        const __m512 pr = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(p[j].start, u, p[j].x));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(pr, p[j].dx), q8_pair_dw(a), acc);
+    }
+    const float s = _mm512_reduce_add_ps(acc);
+    *y = first ? s : *y + s;
+}
+
+/* Two tokens' pair: both tokens' bytes flipped to u8 and their scales in
+ * the lanes of q8_fold's sums. */
+struct q8_x2pair {
+    __m512i u0, u1;
+    __m512 dx;
+};
+
+/* Tokens a and b (b may be a again: a lone token), pairs [0, np). */
+Q32_INLINE void q8_x2pairs(struct q8_x2pair *p, const struct ra_block_q8x *a, const struct ra_block_q8x *b,
+                           int64_t np)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    /* lane i: token (i >> 1) & 1, block i >> 3 (q8_fold) */
+    const __m512i idx = _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3);
+    for (int64_t i = 0; i < np; i++) {
+        p[i].u0 = _mm512_xor_si512(q32_pair_bytes(a[2 * i].qs, a[2 * i + 1].qs), flip);
+        p[i].u1 = _mm512_xor_si512(q32_pair_bytes(b[2 * i].qs, b[2 * i + 1].qs), flip);
+        const __m128 d = _mm_setr_ps(a[2 * i].d, a[2 * i + 1].d, b[2 * i].d, b[2 * i + 1].d);
+        p[i].dx = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d));
+    }
+}
+
+/* Two tokens' lanes of a pair (8 for A, 8 for B each) added in twos into
+ * one vector: lane i is token (i >> 1) & 1's, block i >> 3's. */
+Q32_INLINE __m512i q8_fold(__m512i p0, __m512i p1)
+{
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(p0, p1), _mm512_unpackhi_epi64(p0, p1));
+}
+
+/* y[t * ldy] = (FIRST) or += one row's pairs [0, np) at w against TP token
+ * pairs (Q8_XPAIRS apart), the last of them a lone token's if ODD. */
+Q32_INLINE void q8_row2(float *y, int64_t ldy, const struct q8_x2pair *p, int64_t np, const unsigned char *w,
+                        int first, const int TP, const int odd)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    __m512 acc[2];
     Q32_UNROLL
-    for (int r = 0; r < R; r++)
+    for (int t = 0; t < TP; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < np; j++) {
+        const struct ra_block_q8_0 *a = (const struct ra_block_q8_0 *)w + 2 * j;
+        const __m512i wq = q32_pair_bytes(a[0].qs, a[1].qs);
+        const __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, wq));
+        const __m512 dw = q8_pair_dw(a);
         Q32_UNROLL
-        for (int t = 0; t < T; t++)
-            acc[r][t] = _mm512_setzero_ps();
-    for (int64_t j = 0; j + 1 < nb; j += 2) {
-        __m512i wq[4], start[4];
-        __m512 dw[4];
-        Q32_UNROLL
-        for (int r = 0; r < R; r++) {
-            const struct ra_block_q8_0 *a = (const struct ra_block_q8_0 *)(w + (size_t)r * row_bytes) + j;
-            /* d at bytes 0 and 34 of the pair: words 0 and 8 + 1 of [bytes 0-15 | bytes 32-47] */
-            const __m256i d = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
-                _mm_loadu_si128((const __m128i *)((const unsigned char *)a + 32)), 1);
-            dw[r] = _mm512_cvtph_ps(_mm256_permutexvar_epi16(d_idx, d));
-            wq[r] = q32_pair_bytes(a[0].qs, a[1].qs);
-            start[r] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)0x80), wq[r]));
-        }
-        Q32_UNROLL
-        for (int t = 0; t < T; t++) {
-            const struct ra_block_q8x *xa = x + t * nb + j, *xb = xa + 1;
-            const __m512i xq = _mm512_xor_si512(q32_pair_bytes(xa->qs, xb->qs), _mm512_set1_epi8((char)0x80));
-            const __m512 dx = q32_pair_ps(&xa->d, &xb->d);
-            Q32_UNROLL
-            for (int r = 0; r < R; r++) {
-                const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start[r], xq, wq[r]));
-                acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(p, dx), dw[r], acc[r][t]);
-            }
+        for (int t = 0; t < TP; t++) {
+            const struct q8_x2pair *xp = p + t * Q8_XPAIRS + j;
+            const __m512i s = q8_fold(_mm512_dpbusd_epi32(start, xp->u0, wq), _mm512_dpbusd_epi32(start, xp->u1, wq));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), xp->dx), dw, acc[t]);
         }
     }
     Q32_UNROLL
-    for (int r = 0; r < R; r++)
-        Q32_UNROLL
-        for (int t = 0; t < T; t++) {
-            float sum = _mm512_reduce_add_ps(acc[r][t]);
-            if (nb % 2)
-                sum += qk_hsum_ps(
-                    q32_block256(type, w + (size_t)r * row_bytes + (size_t)(nb - 1) * bb, x + t * nb + nb - 1));
-            y[t * ldy + r] = sum;
+    for (int t = 0; t < TP; t++) {
+        float *y0 = y + (size_t)(2 * t) * ldy, *y1 = y0 + ldy;
+        const float s0 = _mm512_mask_reduce_add_ps(0x3333, acc[t]);
+        *y0 = first ? s0 : *y0 + s0;
+        if (!odd || t + 1 < TP) {
+            const float s1 = _mm512_mask_reduce_add_ps(0xcccc, acc[t]);
+            *y1 = first ? s1 : *y1 + s1;
         }
+    }
 }
-#define Q32_TILE q32_tile512
-#else
-#define Q32_TILE q32_tile
+
+/* Tokens in groups of 4; per group the pairs in parts of Q8_XPAIRS, each
+ * prepared once and swept over the rows. */
+static void q8_gemv512(float *y, int ldy, const struct ra_block_q8x *x, int n, const unsigned char *w,
+                       int64_t rows, int64_t k)
+{
+    const int64_t nb = k / RA_QK, np = nb / 2;
+    const size_t rb = ra_dtype_row_bytes(RA_DTYPE_Q8_0, k), bb = sizeof(struct ra_block_q8_0);
+    struct q8_xpair p1[Q8_XPAIRS];
+    struct q8_x2pair p2[2 * Q8_XPAIRS];
+    for (int t0 = 0; t0 < n; t0 += 4) {
+        const int T = n - t0 < 4 ? n - t0 : 4;
+        float *yt = y + (size_t)t0 * ldy;
+        const struct ra_block_q8x *xt = x + t0 * nb;
+        for (int64_t p0 = 0; p0 < np || p0 == 0; p0 += Q8_XPAIRS) {
+            const int64_t pc = np - p0 < Q8_XPAIRS ? np - p0 : Q8_XPAIRS;
+            const unsigned char *wp = w + (size_t)(2 * p0) * bb;
+            if (T == 1)
+                q8_xpairs(p1, xt + 2 * p0, pc);
+            else
+                for (int t = 0; t < T; t += 2)
+                    q8_x2pairs(p2 + t / 2 * Q8_XPAIRS, xt + t * nb + 2 * p0,
+                               xt + (t + 1 < T ? t + 1 : t) * nb + 2 * p0, pc);
+            for (int64_t r = 0; r < rows; r++) {
+                const unsigned char *wr = wp + (size_t)r * rb;
+                switch (T) {
+                case 1: q8_row1(yt + r, p1, pc, wr, p0 == 0); break;
+                case 2: q8_row2(yt + r, ldy, p2, pc, wr, p0 == 0, 1, 0); break;
+                case 3: q8_row2(yt + r, ldy, p2, pc, wr, p0 == 0, 2, 1); break;
+                default: q8_row2(yt + r, ldy, p2, pc, wr, p0 == 0, 2, 0); break;
+                }
+            }
+        }
+        if (nb % 2)
+            for (int t = 0; t < T; t++)
+                for (int64_t r = 0; r < rows; r++)
+                    yt[(size_t)t * ldy + r] += qk_hsum_ps(
+                        q32_block256(RA_DTYPE_Q8_0, w + (size_t)r * rb + (size_t)(nb - 1) * bb, xt + t * nb + nb - 1));
+    }
+}
 #endif
 
 /* Rows in tiles of R (then one by one) for T tokens. */
@@ -522,9 +621,9 @@ Q32_INLINE void q32_rows(float *y, int64_t ldy, const struct ra_block_q8x *x, co
     int64_t r = 0;
     if (type == RA_DTYPE_Q8_0) {
         for (; r + R <= rows; r += R)
-            Q32_TILE(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, R, T);
+            q32_tile(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, R, T);
         for (; r < rows; r++)
-            Q32_TILE(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, 1, T);
+            q32_tile(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, 1, T);
     } else if (T == 1) {
         q32_rows4_1(y, x, wr, rows, nb, rb, type);
     } else {
@@ -565,7 +664,11 @@ Q32_INLINE void q32_gemv(float *y, int ldy, const void *xq, int n, const void *w
 
 static void gemv_q8_0(float *y, int ldy, const void *xq, int n, const void *w, int64_t rows, int64_t k)
 {
+#if defined(RA_QK_AVX512VNNI)
+    q8_gemv512(y, ldy, xq, n, w, rows, k);
+#else
     q32_gemv(y, ldy, xq, n, w, rows, k, RA_DTYPE_Q8_0);
+#endif
 }
 
 static void gemv_q4_0(float *y, int ldy, const void *xq, int n, const void *w, int64_t rows, int64_t k)
