@@ -10,20 +10,24 @@
  * exceed --cold-mib, so each reads its weights from memory, not a cache.
  *
  * Prefill (n = --prefill-n tokens, 512 by default): GFLOP/s (2 n rows k per
- * product) on each path of ra_quant_matmul: int8 (activations quantized,
- * the int8 GEMV over token groups), f32 (dequantized panels, sgemm), bf16
- * (dequantized to bf16 for the bf16 unit, where there is one); bf16 and f32
- * weights run the backend's own matmul (the bf16 unit, sgemm). "best" names
- * the fastest path and its ratio to bf16 weights of the same shape.
+ * product) on each path of ra_quant_matmul: int8 (activations quantized, the
+ * int8 GEMM on packed panels), gemv (activations quantized, the int8 GEMV
+ * over token groups), f32 (dequantized panels, sgemm), bf16 (dequantized to
+ * bf16 for the bf16 unit, where there is one); bf16 and f32 weights run the
+ * backend's own matmul (the bf16 unit, sgemm). "best" names the fastest path
+ * and its ratio to bf16 weights of the same shape. The paths' samples are
+ * taken in turn (one of each, --repeat times), so that a slower stretch of a
+ * shared machine falls on all of them.
  *
  * Shapes are rows x k (the weight [rows][k]): those of SmolLM2-135M (576x576
- * q/o, 1536x576 gate/up, 576x1536 down, 49152x576 classifier) and of
- * runahead-synth's bench-small (768x768, 2048x768, 768x2048, 32000x768); Q4_K
+ * q/o, 1536x576 gate/up, 576x1536 down, 49152x576 classifier), of
+ * runahead-synth's bench-small (768x768, 2048x768, 768x2048, 32000x768) and
+ * of TinyLlama-1.1B (2048x2048 q/o, 5632x2048 gate/up, 2048x5632 down); Q4_K
  * and Q6_K need k in whole 256-element super-blocks (SmolLM2's 576 is not:
  * llama.cpp stores those tensors in another type), so they skip such shapes.
  * The weights are random blocks (a product's time does not depend on the
  * values). Every figure is the median [min-max] of --repeat samples, each at
- * least --min-ms long. */
+ * least --min-ms long; prefill's the median, or with --max the largest. */
 #include "backend.h"
 #include "bench_util.h"
 #include "gemm_bf16.h"
@@ -45,14 +49,15 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: bench-quant [--types LIST] [--shapes LIST] [--threads LIST] [--prefill-n N]\n"
-            "                   [--repeat N] [--min-ms N] [--membw-mib N] [--cold-mib N] [--no-prefill]\n"
+            "                   [--repeat N] [--min-ms N] [--membw-mib N] [--cold-mib N] [--no-prefill] [--max]\n"
             "\n"
             "The matmul on block-quantized weights beside bf16 and f32 weights: GEMV weight GB/s at\n"
             "n = 1 and 4 tokens against the read bandwidth measured in the same run (ratio), and\n"
-            "prefill GFLOP/s at n = --prefill-n per path (int8, f32, bf16); medians [min-max].\n"
+            "prefill GFLOP/s at n = --prefill-n per path (int8 panels, int8 gemv, f32, bf16), the paths\n"
+            "sampled in turn; medians [min-max].\n"
             "\n"
             "  --types LIST    q8_0,q4_0,q4_1,q4_k,q6_k,bf16,f32 (default all)\n"
-            "  --shapes LIST   smollm2, bench-small or ROWSxK items (default smollm2,bench-small)\n"
+            "  --shapes LIST   smollm2, bench-small, tinyllama or ROWSxK items (default smollm2,bench-small)\n"
             "  --threads LIST  thread counts (default 1,2)\n"
             "  --prefill-n N   tokens of a prefill product (default 512; at least 5)\n"
             "  --repeat N      samples per figure (default 5)\n"
@@ -61,6 +66,7 @@ static void usage(FILE *f)
             "  --cold-mib N    GEMV copies of a matrix cover at least this (default 128; beyond the\n"
             "                  last-level cache, so each product reads memory)\n"
             "  --no-prefill    GEMV rows only\n"
+            "  --max           prefill figures are the largest of the samples, not the median\n"
             "  --help\n"
             "\n"
             "RA_QUANT_ISA forces the quant kernels, RA_CPU_ISA the CPU ones, RA_GEMM the bf16 unit.\n");
@@ -72,11 +78,12 @@ struct opts {
     int64_t shapes[64][2];
     int n_shapes;
     int threads[MAX_LIST], n_threads;
-    int prefill_n, repeat, min_ms, membw_mib, cold_mib, prefill;
+    int prefill_n, repeat, min_ms, membw_mib, cold_mib, prefill, max;
 };
 
 static const int64_t smollm2[][2] = { { 576, 576 }, { 1536, 576 }, { 576, 1536 }, { 49152, 576 } };
 static const int64_t bench_small[][2] = { { 768, 768 }, { 2048, 768 }, { 768, 2048 }, { 32000, 768 } };
+static const int64_t tinyllama[][2] = { { 2048, 2048 }, { 5632, 2048 }, { 2048, 5632 } };
 
 static void bad(const char *msg, const char *arg)
 {
@@ -104,11 +111,13 @@ static void parse_shapes(struct opts *o, const char *arg)
             add_shapes(o, smollm2, 4);
         else if (!strcmp(t, "bench-small"))
             add_shapes(o, bench_small, 4);
+        else if (!strcmp(t, "tinyllama"))
+            add_shapes(o, tinyllama, 3);
         else if (sscanf(t, "%lldx%lld%c", &r, &k, &tail) == 2 && r > 0 && k > 0 && k % 32 == 0 && r <= 1 << 20 &&
                  k <= 1 << 16 && o->n_shapes < 64)
             add_shapes(o, (const int64_t[][2]){ { r, k } }, 1);
         else
-            bad("--shapes: not smollm2, bench-small or ROWSxK (k a multiple of 32):", t);
+            bad("--shapes: not smollm2, bench-small, tinyllama or ROWSxK (k a multiple of 32):", t);
     }
     if (!o->n_shapes)
         bad("--shapes: no shape in", arg);
@@ -156,6 +165,7 @@ static void parse(int argc, char **argv, struct opts *o)
         { "repeat", required_argument, NULL, 'r' },  { "min-ms", required_argument, NULL, 'M' },
         { "membw-mib", required_argument, NULL, 'b' }, { "cold-mib", required_argument, NULL, 'c' },
         { "no-prefill", no_argument, NULL, 'P' },    { "help", no_argument, NULL, 'h' },
+        { "max", no_argument, NULL, 'X' },
         { NULL, 0, NULL, 0 },
     };
     int c;
@@ -174,6 +184,7 @@ static void parse(int argc, char **argv, struct opts *o)
         case 'b': o->membw_mib = positive(optarg, "--membw-mib", 65536); break;
         case 'c': o->cold_mib = positive(optarg, "--cold-mib", 65536); break;
         case 'P': o->prefill = 0; break;
+        case 'X': o->max = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -284,10 +295,13 @@ static void rates(const struct bench_samples *t, double value, struct bench_samp
 
 /* ----------------------------------------------------------- the cases */
 
-static const char *const path_names[] = { "int8", "f32", "bf16" };
+/* The prefill paths, in the columns' order. */
+#define NPATHS 4
+static const enum ra_quant_gemm paths[NPATHS] = { RA_QUANT_GEMM_INT8, RA_QUANT_GEMM_GEMV, RA_QUANT_GEMM_F32,
+                                                  RA_QUANT_GEMM_BF16 };
 
 struct prefill_row {
-    double gflops[3]; /* per path; 0: not run */
+    double gflops[NPATHS]; /* per path; 0: not run */
 };
 
 static void gemv_case(const struct runner *r, enum ra_dtype t, int64_t rows, int64_t k, double read_gbs,
@@ -335,21 +349,30 @@ static void prefill_case(struct runner *r, enum ra_dtype t, int64_t rows, int64_
     const struct ra_tensor wt = { .dtype = t, .rows = rows, .cols = k, .data = w };
     const double gflop = 2.0 * n * (double)rows * (double)k / 1e9;
     *row = (struct prefill_row){ { 0 } };
-    struct bench_samples ts, g;
-    for (int p = 0; p < 3; p++) {
-        const enum ra_quant_gemm path = (enum ra_quant_gemm)(RA_QUANT_GEMM_INT8 + p);
-        if (ra_dtype_is_quant(t)) {
-            if (path == RA_QUANT_GEMM_BF16 && !have_bf16)
-                continue;
-            int rc = ra_quant_matmul_set_gemm(r->qm, path);
-            if (rc != RA_OK)
-                bench_die("prefill path", rc);
-        } else if (path != (t == RA_DTYPE_F32 || !have_bf16 ? RA_QUANT_GEMM_F32 : RA_QUANT_GEMM_BF16)) {
-            continue; /* the backend's own path only */
+    struct bench_samples ts, g[NPATHS];
+    memset(g, 0, sizeof g);
+    struct opts one = *o;
+    one.repeat = 1;
+    for (int rep = 0; rep < o->repeat; rep++)
+        for (int p = 0; p < NPATHS; p++) {
+            const enum ra_quant_gemm path = paths[p];
+            if (ra_dtype_is_quant(t)) {
+                if (path == RA_QUANT_GEMM_BF16 && !have_bf16)
+                    continue;
+                int rc = ra_quant_matmul_set_gemm(r->qm, path);
+                if (rc != RA_OK)
+                    bench_die("prefill path", rc);
+            } else if (path != (t == RA_DTYPE_F32 || !have_bf16 ? RA_QUANT_GEMM_F32 : RA_QUANT_GEMM_BF16)) {
+                continue; /* the backend's own path only */
+            }
+            time_products(r, y, x, wt, 1, bytes, n, &one, &ts);
+            bench_add(&g[p], gflop / ts.v[0]);
         }
-        time_products(r, y, x, wt, 1, bytes, n, o, &ts);
-        rates(&ts, gflop, &g);
-        row->gflops[p] = bench_median(&g);
+    for (int p = 0; p < NPATHS; p++) {
+        double best = 0;
+        for (int i = 0; i < g[p].n; i++)
+            best = g[p].v[i] > best ? g[p].v[i] : best;
+        row->gflops[p] = g[p].n == 0 ? 0 : o->max ? best : bench_median(&g[p]);
     }
     if (ra_dtype_is_quant(t))
         ra_quant_matmul_set_gemm(r->qm, RA_QUANT_GEMM_AUTO);
@@ -361,10 +384,10 @@ static void prefill_case(struct runner *r, enum ra_dtype t, int64_t rows, int64_
 static void print_prefill(int threads, enum ra_dtype t, int64_t rows, int64_t k, const struct prefill_row *row,
                           double bf16_best)
 {
-    char shape[32], cell[3][16];
+    char shape[32], cell[NPATHS][16];
     int best = -1;
     snprintf(shape, sizeof shape, "%lldx%lld", (long long)rows, (long long)k);
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < NPATHS; p++) {
         if (row->gflops[p] > 0)
             snprintf(cell[p], sizeof cell[p], "%.1f", row->gflops[p]);
         else
@@ -374,8 +397,8 @@ static void print_prefill(int threads, enum ra_dtype t, int64_t rows, int64_t k,
     }
     if (best < 0)
         return;
-    printf("prefill %-2d %-5s %-10s %7s %7s %7s %-4s %.2fx\n", threads, ra_dtype_name(t), shape, cell[0], cell[1],
-           cell[2], path_names[best], bf16_best > 0 ? row->gflops[best] / bf16_best : 0.0);
+    printf("prefill %-2d %-5s %-10s %7s %7s %7s %7s %-4s %.2fx\n", threads, ra_dtype_name(t), shape, cell[0],
+           cell[1], cell[2], cell[3], ra_quant_gemm_name(paths[best]), bf16_best > 0 ? row->gflops[best] / bf16_best : 0.0);
     fflush(stdout);
 }
 
@@ -398,8 +421,8 @@ static void header(const struct opts *o, int have_bf16, struct ra_gemm_bf16 *g, 
     printf("#   (weight bytes in the stored type per product; copies over %d MiB so each reads memory)\n",
            o->cold_mib);
     if (o->prefill)
-        printf("# prefill n=%d: T type shape GFLOP/s int8 f32 bf16 (medians of %d), best path, best / bf16 "
-               "weights' best\n", o->prefill_n, o->repeat);
+        printf("# prefill n=%d: T type shape GFLOP/s int8 gemv f32 bf16 (%s of %d, in turn), best path, best / "
+               "bf16 weights' best\n", o->prefill_n, o->max ? "maxima" : "medians", o->repeat);
     fflush(stdout);
 }
 
@@ -427,7 +450,7 @@ static void run_threads(const struct opts *o, int threads, double read_gbs)
         const int64_t nr = o->shapes[s][0], k = o->shapes[s][1];
         prefill_case(&r, RA_DTYPE_BF16, nr, k, g != NULL, o, &bf16row);
         double bf16_best = 0;
-        for (int p = 0; p < 3; p++)
+        for (int p = 0; p < NPATHS; p++)
             bf16_best = bf16row.gflops[p] > bf16_best ? bf16row.gflops[p] : bf16_best;
         for (int i = 0; i < o->n_types; i++) {
             const enum ra_dtype t = o->types[i];

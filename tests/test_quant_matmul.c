@@ -120,7 +120,7 @@ static int within(const struct fixture *f, const float *y, int ldy, int n, enum 
         for (int64_t r = 0; r < f->rows; r++) {
             const size_t i = (size_t)t * f->rows + (size_t)r;
             double tol = 1e-5 * f->abs_wx[i] + 1e-6; /* fp32 sums */
-            if (path == RA_QUANT_GEMM_INT8)
+            if (path == RA_QUANT_GEMM_INT8 || path == RA_QUANT_GEMM_GEMV)
                 tol += 1.001 * f->int8_err[i];
             else if (path == RA_QUANT_GEMM_BF16)
                 tol += (2.0 / 256 + 1e-4) * f->abs_wx[i];
@@ -155,7 +155,7 @@ static void run_paths(struct ra_quant_matmul *qm, const struct fixture *f, int h
             CHECK_OK(ra_quant_matmul(qm, y, ldy, f->x, (int)f->k, &w, decode_n[i], nt));
             CHECK(within(f, y, ldy, decode_n[i], RA_QUANT_GEMM_INT8, what));
         }
-        for (int p = RA_QUANT_GEMM_INT8; p <= RA_QUANT_GEMM_BF16; p++) {
+        for (int p = RA_QUANT_GEMM_INT8; p < RA_QUANT_GEMM_COUNT; p++) {
             if (p == RA_QUANT_GEMM_BF16 && !have_bf16)
                 continue;
             CHECK_OK(ra_quant_matmul_set_gemm(qm, (enum ra_quant_gemm)p));
@@ -296,9 +296,10 @@ static void test_backend(void)
     ra_backend_free(be);
 }
 
-/* The automatic choice: bf16 where there is a unit (and compute allows it),
- * else int8 on VNNI, per format on AVX2, f32 on the portable kernels; the
- * describe line says so. */
+/* The automatic choice: int8 panels on VNNI; on AVX2 bf16 where there is a
+ * unit (and compute allows it), else int8 panels but for Q8_0 (f32); on the
+ * portable kernels bf16 or f32; the GEMV up to RA_QMM_INT8_MAX_N tokens
+ * where there is SIMD; the describe line says so. */
 static void test_choice(struct ra_gemm_bf16 *bf16)
 {
     struct ra_quant_matmul *qm = NULL;
@@ -306,26 +307,30 @@ static void test_choice(struct ra_gemm_bf16 *bf16)
     CHECK_OK(ra_quant_matmul_create(&qm, 1, bf16));
     if (!qm)
         return;
-    if (bf16) {
+    if (ra_quant_matmul_set_isa(qm, RA_QUANT_ISA_AVX2) == RA_OK && bf16) {
         CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q4_0) == RA_QUANT_GEMM_BF16);
         ra_quant_matmul_describe(qm, line, sizeof line);
-        const struct ra_quant_kernels *qk = NULL;
-        CHECK_OK(ra_quant_kernels_active(&qk)); /* the int8 GEMV up to 16 tokens, but on portable kernels */
-        CHECK(strncmp(line, "prefill: dequantized to bf16 (", 30) == 0 && qk &&
-              (strstr(line, ", int8 ") != NULL) == (qk->isa != RA_QUANT_ISA_PORTABLE));
-        ra_quant_matmul_allow_bf16(qm, 0);
+        CHECK(strncmp(line, "prefill: dequantized to bf16 (", 30) == 0 &&
+              strstr(line, "), int8 avx2 GEMV up to 16 tokens; decode: int8 avx2") != NULL);
     }
+    ra_quant_matmul_allow_bf16(qm, 0);
     if (ra_quant_matmul_set_isa(qm, RA_QUANT_ISA_AVX2) == RA_OK) {
-        CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q4_0) == RA_QUANT_GEMM_F32);
+        CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q8_0) == RA_QUANT_GEMM_F32);
+        CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q4_0) == RA_QUANT_GEMM_INT8);
         CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q6_K) == RA_QUANT_GEMM_INT8);
         ra_quant_matmul_describe(qm, line, sizeof line);
-        CHECK(strcmp(line, "prefill: dequantized to f32 (OpenBLAS sgemm) (q8_0, q4_0, q4_1), int8 avx2 (q4_k, "
-                           "q6_k), int8 avx2 up to 16 tokens; decode: int8 avx2") == 0);
+        CHECK(strcmp(line, "prefill: dequantized to f32 (OpenBLAS sgemm) (q8_0), int8 avx2 panels (q4_0, q4_1, "
+                           "q4_k, q6_k), int8 avx2 GEMV up to 16 tokens; decode: int8 avx2") == 0);
     }
     if (ra_quant_matmul_set_isa(qm, RA_QUANT_ISA_AVX512VNNI) == RA_OK) {
-        CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q8_0) == RA_QUANT_GEMM_INT8);
-        ra_quant_matmul_describe(qm, line, sizeof line);
-        CHECK(strcmp(line, "prefill: int8 avx512vnni; decode: int8 avx512vnni") == 0);
+        for (int allow = 1; allow >= 0; allow--) { /* with or without the bf16 unit */
+            ra_quant_matmul_allow_bf16(qm, allow);
+            CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q8_0) == RA_QUANT_GEMM_INT8);
+            CHECK(ra_quant_matmul_prefill_path(qm, RA_DTYPE_Q6_K) == RA_QUANT_GEMM_INT8);
+            ra_quant_matmul_describe(qm, line, sizeof line);
+            CHECK(strcmp(line, "prefill: int8 avx512vnni panels, int8 avx512vnni GEMV up to 16 tokens; decode: int8 "
+                               "avx512vnni") == 0);
+        }
     }
     CHECK_OK(ra_quant_matmul_set_isa(qm, RA_QUANT_ISA_PORTABLE));
     if (bf16) {

@@ -156,45 +156,60 @@ QG_INLINE void qg512_tile(float *y, int ldy, const struct ra_qact *a, int t0, co
 
 /* Tiles of QG512_T tokens by QG512_P panels, the tails in smaller ones. */
 #define QG512_T 4
-#define QG512_P 2
+#define QG512_P 3
 
-#define QG512_TOKENS(P, GROUP)                                                                                    \
-    static void qg512_tokens_##P##_##GROUP(float *y, int ldy, const struct ra_qact *a, int n_tok,              \
+#define QG512_TOKENS(NAME, P, GROUP)                                                                              \
+    static void qg512_tokens_##NAME##_##GROUP(float *y, int ldy, const struct ra_qact *a, int n_tok,              \
                                            const char *pan, size_t pbytes, int cols)                           \
     {                                                                                                          \
         int t = 0;                                                                                             \
         for (; t + QG512_T <= n_tok; t += QG512_T)                                                             \
             qg512_tile(y, ldy, a, t, pan, pbytes, cols, QG512_T, P, GROUP);                                    \
         switch (n_tok - t) {                                                                                   \
+        case 7: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 7, P, GROUP); break;                               \
+        case 6: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 6, P, GROUP); break;                               \
+        case 5: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 5, P, GROUP); break;                               \
+        case 4: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 4, P, GROUP); break;                               \
         case 3: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 3, P, GROUP); break;                               \
         case 2: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 2, P, GROUP); break;                               \
         case 1: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 1, P, GROUP); break;                               \
         default: break;                                                                                        \
         }                                                                                                      \
     }
-QG512_TOKENS(2, 32)
-QG512_TOKENS(1, 32)
-QG512_TOKENS(2, 16)
-QG512_TOKENS(1, 16)
+QG512_TOKENS(wide, QG512_P, 32)
+QG512_TOKENS(two, 2, 32)
+QG512_TOKENS(one, 1, 32)
+QG512_TOKENS(wide, QG512_P, 16)
+QG512_TOKENS(two, 2, 16)
+QG512_TOKENS(one, 1, 16)
 
 static void qg512_gemm(float *y, int ldy, const struct ra_qact *a, int n_tok, const void *panels, int np, int ncols)
 {
     const size_t pbytes = ra_qpanel_bytes(a->group, a->k);
     const char *pan = panels;
-    int p = 0;
-    for (; p + QG512_P <= np; p += QG512_P) {
-        const int cols = ncols - RA_QP_ROWS * p;
-        if (a->group == 16)
-            qg512_tokens_2_16(y + RA_QP_ROWS * p, ldy, a, n_tok, pan + p * pbytes, pbytes, cols);
-        else
-            qg512_tokens_2_32(y + RA_QP_ROWS * p, ldy, a, n_tok, pan + p * pbytes, pbytes, cols);
-    }
-    for (; p < np; p++) {
-        const int cols = ncols - RA_QP_ROWS * p;
-        if (a->group == 16)
-            qg512_tokens_1_16(y + RA_QP_ROWS * p, ldy, a, n_tok, pan + p * pbytes, pbytes, cols);
-        else
-            qg512_tokens_1_32(y + RA_QP_ROWS * p, ldy, a, n_tok, pan + p * pbytes, pbytes, cols);
+    for (int p = 0; p < np;) {
+        const int left = np - p, cols = ncols - RA_QP_ROWS * p;
+        float *yp = y + RA_QP_ROWS * p;
+        const char *pp = pan + (size_t)p * pbytes;
+        if (left >= QG512_P) {
+            if (a->group == 16)
+                qg512_tokens_wide_16(yp, ldy, a, n_tok, pp, pbytes, cols);
+            else
+                qg512_tokens_wide_32(yp, ldy, a, n_tok, pp, pbytes, cols);
+            p += QG512_P;
+        } else if (left >= 2) {
+            if (a->group == 16)
+                qg512_tokens_two_16(yp, ldy, a, n_tok, pp, pbytes, cols);
+            else
+                qg512_tokens_two_32(yp, ldy, a, n_tok, pp, pbytes, cols);
+            p += 2;
+        } else {
+            if (a->group == 16)
+                qg512_tokens_one_16(yp, ldy, a, n_tok, pp, pbytes, cols);
+            else
+                qg512_tokens_one_32(yp, ldy, a, n_tok, pp, pbytes, cols);
+            p++;
+        }
     }
 }
 

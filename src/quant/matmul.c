@@ -7,16 +7,22 @@
  * bf16 GEMV: a thread another process delays does not hold up the op), on one
  * thread below RA_QMM_PARALLEL_BYTES where a fork costs more than it saves.
  *
- * Prefill has three paths (enum ra_quant_gemm):
- *   int8: llama.cpp's scheme: the activations quantized to int8 once, then
- *     the GEMV over groups of 4 tokens, cache-blocked: a block of rows that
- *     fits L2 is multiplied by every token group before the next block.
+ * Prefill has four paths (enum ra_quant_gemm):
+ *   int8: the activations quantized to int8 once (struct ra_qact), then
+ *     blocks of rows, handed out dynamically, each packed by its thread into
+ *     panels (panel.h) and multiplied by every token with the kernel table's
+ *     panel GEMM. A table that cannot take a type's panels (AVX2 and Q8_0)
+ *     runs the gemv path instead.
+ *   gemv: llama.cpp's scheme: the activations quantized to int8 once, then
+ *     the GEMV over groups of 4 tokens on the weights as stored,
+ *     cache-blocked: a block of rows that fits L2 is multiplied by every
+ *     token group before the next block.
  *   f32: each thread dequantizes panels of rows into fp32 and multiplies them
  *     with cblas_sgemm; activations stay fp32.
  *   bf16: panels of rows dequantized (by every thread) and rounded to bf16
  *     for the backend's bf16 unit (gemm_bf16.h); activations rounded to bf16.
  * The default is chosen by choose_path (the rule and the numbers behind it
- * are there); RA_QUANT_GEMM=int8|f32|bf16|auto or ra_quant_matmul_set_gemm
+ * are there); RA_QUANT_GEMM=int8|f32|bf16|gemv|auto or ra_quant_matmul_set_gemm
  * forces one. */
 #include "quant.h"
 #include "gemm_bf16.h"
@@ -38,6 +44,10 @@
  * core's L2 (1-2 MiB), leaving the rest to the activation blocks streaming
  * past and the outputs. */
 #define RA_QMM_L2_BLOCK_BYTES (512 * 1024)
+/* Panels of 16 rows a thread packs and multiplies at a time (int8 path):
+ * the AVX512-VNNI tile's width, so that every token's activations stream
+ * past each 48 rows once; small blocks keep 2 threads even on 576 rows. */
+#define RA_QMM_PANELS 3
 /* fp32 bytes of one thread's dequantized panel (f32 path). */
 #define RA_QMM_F32_PANEL_BYTES (512 * 1024)
 /* bf16 bytes of the shared dequantized panel (bf16 path): large enough for
@@ -56,6 +66,8 @@ struct ra_quant_matmul {
     size_t panel_floats;
     uint16_t *bpanel;          /* the bf16 panel, bpanel_count elements */
     size_t bpanel_count;
+    void **qpanel;             /* [n_threads] packed panels (int8 path), qpanel_bytes each */
+    size_t qpanel_bytes;
 };
 
 static int thread_id(void)
@@ -67,26 +79,26 @@ static int thread_id(void)
 #endif
 }
 
-static const char *const gemm_names[] = { "auto", "int8", "f32", "bf16" };
+static const char *const gemm_names[RA_QUANT_GEMM_COUNT] = { "auto", "int8", "f32", "bf16", "gemv" };
 
 const char *ra_quant_gemm_name(enum ra_quant_gemm g)
 {
-    return (unsigned)g <= RA_QUANT_GEMM_BF16 ? gemm_names[g] : "?";
+    return (unsigned)g < RA_QUANT_GEMM_COUNT ? gemm_names[g] : "?";
 }
 
 int ra_quant_gemm_parse(const char *s, enum ra_quant_gemm *out)
 {
-    for (int g = RA_QUANT_GEMM_AUTO; g <= RA_QUANT_GEMM_BF16; g++)
+    for (int g = RA_QUANT_GEMM_AUTO; g < RA_QUANT_GEMM_COUNT; g++)
         if (strcmp(s, gemm_names[g]) == 0) {
             *out = (enum ra_quant_gemm)g;
             return RA_OK;
         }
-    return ra_error_set(RA_EINVAL, "RA_QUANT_GEMM='%s': not one of int8, f32, bf16, auto", s);
+    return ra_error_set(RA_EINVAL, "RA_QUANT_GEMM='%s': not one of int8, f32, bf16, gemv, auto", s);
 }
 
 int ra_quant_matmul_set_gemm(struct ra_quant_matmul *qm, enum ra_quant_gemm g)
 {
-    if ((unsigned)g > RA_QUANT_GEMM_BF16)
+    if ((unsigned)g >= RA_QUANT_GEMM_COUNT)
         return ra_error_set(RA_EINVAL, "quantized matmul: no prefill path %d", (int)g);
     if (g == RA_QUANT_GEMM_BF16 && !qm->bf16)
         return ra_error_set(RA_EUNSUPPORTED, "quantized matmul: prefill in bf16 needs a bf16 unit, and there is "
@@ -120,9 +132,10 @@ int ra_quant_matmul_create(struct ra_quant_matmul **out, int n_threads, struct r
     qm->n_threads = n_threads > 0 ? n_threads : 1;
     qm->bf16_allowed = 1;
     qm->panel = calloc((size_t)qm->n_threads, sizeof *qm->panel);
+    qm->qpanel = calloc((size_t)qm->n_threads, sizeof *qm->qpanel);
     const char *env = getenv("RA_QUANT_GEMM");
     enum ra_quant_gemm g = RA_QUANT_GEMM_AUTO;
-    if (!qm->panel)
+    if (!qm->panel || !qm->qpanel)
         rc = ra_error_set(RA_ENOMEM, "quantized matmul: out of memory");
     else if (env && *env && (rc = ra_quant_gemm_parse(env, &g)) == RA_OK)
         rc = ra_quant_matmul_set_gemm(qm, g);
@@ -140,7 +153,10 @@ void ra_quant_matmul_free(struct ra_quant_matmul *qm)
         return;
     for (int i = 0; qm->panel && i < qm->n_threads; i++)
         free(qm->panel[i]);
+    for (int i = 0; qm->qpanel && i < qm->n_threads; i++)
+        free(qm->qpanel[i]);
     free(qm->panel);
+    free(qm->qpanel);
     free(qm->xq);
     free(qm->bpanel);
     free(qm);
@@ -225,6 +241,69 @@ static int matmul_int8(struct ra_quant_matmul *qm, float *y, int ldy, const floa
     for (int64_t c = 0; c < nchunks; c++) {
         const int64_t r0 = c * chunk;
         gemv_rows(qm, y, ldy, w, n, r0, rows - r0 < chunk ? rows - r0 : chunk);
+    }
+    return RA_OK;
+}
+
+/* ------------------------------------------------------------------ int8 panels */
+
+/* Whether qm's gemm takes panels of wt (AVX2's needs u < 128: not Q8_0). */
+static int panel_ok(const struct ra_quant_matmul *qm, enum ra_dtype wt)
+{
+    return !qm->k->gemm_u7 || ra_qpanel_max_u(wt) < 128;
+}
+
+/* Every thread's panel buffer holds at least `bytes`. */
+static int ensure_qpanels(struct ra_quant_matmul *qm, size_t bytes)
+{
+    if (bytes <= qm->qpanel_bytes)
+        return RA_OK;
+    for (int i = 0; i < qm->n_threads; i++) {
+        size_t have = 0;
+        int rc = grow(&qm->qpanel[i], &have, bytes, "packed weights");
+        if (rc != RA_OK) {
+            qm->qpanel_bytes = 0;
+            return rc;
+        }
+    }
+    qm->qpanel_bytes = bytes;
+    return RA_OK;
+}
+
+/* The int8 GEMM on panels: x quantized once (struct ra_qact, in parallel),
+ * then blocks of RA_QMM_PANELS panels handed out dynamically, each packed by
+ * its thread and multiplied by every token. */
+static int matmul_panel(struct ra_quant_matmul *qm, float *y, int ldy, const float *x, int ldx,
+                        const struct ra_tensor *w, int n, int nt)
+{
+    const enum ra_dtype wt = w->dtype;
+    const int64_t rows = w->rows, k = w->cols;
+    const int group = ra_qpanel_group(wt);
+    const size_t pbytes = ra_qpanel_bytes(group, k), row_bytes = ra_dtype_row_bytes(wt, k);
+    int rc = grow(&qm->xq, &qm->xq_bytes, ra_qact_bytes(k, group, n), "quantized activations");
+    if (rc == RA_OK)
+        rc = ensure_qpanels(qm, pbytes * RA_QMM_PANELS);
+    if (rc != RA_OK)
+        return rc;
+    struct ra_qact a;
+    ra_qact_bind(&a, qm->xq, k, group, n);
+    const struct ra_quant_kernels *kt = qm->k;
+#pragma omp parallel for schedule(static) if (nt > 1 && (int64_t)n * k >= 65536) num_threads(nt)
+    for (int t = 0; t < n; t++)
+        kt->quantize_qact(&a, t, x + (size_t)t * ldx);
+    const int64_t block = RA_QP_ROWS * RA_QMM_PANELS, nblocks = (rows + block - 1) / block;
+    void **bufs = qm->qpanel;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t b = 0; b < nblocks; b++) {
+        const int64_t r0 = b * block, nr = rows - r0 < block ? rows - r0 : block;
+        const int np = (int)((nr + RA_QP_ROWS - 1) / RA_QP_ROWS);
+        char *buf = bufs[thread_id()];
+        for (int p = 0; p < np; p++) {
+            const int64_t pr = RA_QP_ROWS * (int64_t)p;
+            ra_qpanel_pack(buf + (size_t)p * pbytes, (const char *)w->data + (size_t)(r0 + pr) * row_bytes, wt, k,
+                           (int)(nr - pr < RA_QP_ROWS ? nr - pr : RA_QP_ROWS));
+        }
+        kt->gemm(y + r0, ldy, &a, n, buf, np, (int)nr);
     }
     return RA_OK;
 }
@@ -320,38 +399,39 @@ static int matmul_bf16(struct ra_quant_matmul *qm, float *y, int ldy, const floa
 /* The prefill path for n > RA_QMM_GEMV_MAX_N tokens when none is forced.
  *
  * The rule follows jobs/bench-quant on a Zen 4 core (AVX512-VNNI, AVX512-BF16,
- * oneDNN as the bf16 unit), one thread, n = 512, bench-small's and
- * SmolLM2-135M's FFN shapes (GFLOP/s, int8 / f32 / bf16 path):
- *   - With a bf16 unit, bf16 is fastest for every type and shape, about twice
- *     either other path (q4_0 2048x768: 39 / 35 / 78; q6_k 768x2048:
- *     31 / 25 / 61; q8_0 1536x576: 25 / 25 / 51), and within 0.7-1.1x of bf16
- *     weights themselves.
- *   - Without one, the VNNI int8 products match or beat dequantizing for
- *     sgemm (q4_k 2048x768: 39 / 25; q8_0 1536x576: 24.5 / 24.6).
- *   - On the AVX2 kernels the two are within 30%: int8 ahead on the K formats
- *     (q6_k 768x2048: 30 / 27), f32 on the 32-element ones (q4_0 2048x768:
- *     19 / 32); the portable int8 code is 5-10x behind f32 (3 / 22), so
- *     without SIMD every prefill dequantizes (to bf16 where there is a unit).
- *   - The int8 GEMV, which reads the weights once per 4 tokens, stays ahead of
- *     the bf16 unit up to about 16-32 tokens (n = 16: 20-30 against 17-20;
- *     n = 64: 19-29 against 31-45): RA_QMM_INT8_MAX_N. */
-static int is_k_format(enum ra_dtype t) { return t == RA_DTYPE_Q4_K || t == RA_DTYPE_Q6_K; }
-
+ * oneDNN as the bf16 unit), n = 512, bench-small's, SmolLM2-135M's and
+ * TinyLlama-1.1B's shapes (GFLOP/s, maxima of 7 interleaved runs):
+ *   - On AVX512-VNNI the panel GEMM beats the bf16 unit on dequantized
+ *     panels for every type and shape, 1.2-1.6x on 1 thread (q4_0 2048x768:
+ *     266 against 184; q4_k 2048x5632: 263 / 154; q6_k, groups of 16, the
+ *     least: 219 / 190), and the GEMV over token groups (~90) and f32 (~95)
+ *     by 2.5-3x. AVX-VNNI runs the same tile on ymm: taken on the same
+ *     grounds, unmeasured here.
+ *   - On the AVX2 kernels (vpmaddubsw) the panel GEMM beats f32 and the GEMV
+ *     on the types it takes (q4_0 2048x768: 137 / 91 / 76; q4_k 768x2048:
+ *     89 / 54 / 79; q6_k 2048x768: 108 / 91 / 103) but not the bf16 unit
+ *     (a CPU with one has AVX512-VNNI too); Q8_0, whose panels it does not
+ *     take, dequantizes (f32 ahead of the GEMV: 32 / 19 on q4_0 before).
+ *   - Without SIMD every prefill dequantizes (to bf16 where there is a unit):
+ *     the portable int8 code is 5-10x behind f32.
+ *   - Packing a panel costs about what 16-32 tokens' products do: up to
+ *     RA_QMM_INT8_MAX_N tokens the GEMV, which reads the weights as stored,
+ *     stays ahead (n = 8: 113-132 against 54-62; n = 16: 63-120 / 44-90). */
 static enum ra_quant_gemm choose_path(const struct ra_quant_matmul *qm, enum ra_dtype wt, int n)
 {
     const int bf16 = qm->bf16 && qm->bf16_allowed;
     const enum ra_quant_isa isa = qm->k->isa;
     if (qm->gemm != RA_QUANT_GEMM_AUTO)
         return qm->gemm == RA_QUANT_GEMM_BF16 && !bf16 ? RA_QUANT_GEMM_F32 : qm->gemm;
-    if (n <= RA_QMM_INT8_MAX_N && isa != RA_QUANT_ISA_PORTABLE)
+    if (isa == RA_QUANT_ISA_PORTABLE)
+        return bf16 ? RA_QUANT_GEMM_BF16 : RA_QUANT_GEMM_F32;
+    if (n <= RA_QMM_INT8_MAX_N)
+        return RA_QUANT_GEMM_GEMV;
+    if (isa != RA_QUANT_ISA_AVX2)
         return RA_QUANT_GEMM_INT8;
     if (bf16)
         return RA_QUANT_GEMM_BF16;
-    if (isa == RA_QUANT_ISA_PORTABLE)
-        return RA_QUANT_GEMM_F32;
-    if (isa == RA_QUANT_ISA_AVX512VNNI || isa == RA_QUANT_ISA_AVXVNNI)
-        return RA_QUANT_GEMM_INT8;
-    return is_k_format(wt) ? RA_QUANT_GEMM_INT8 : RA_QUANT_GEMM_F32;
+    return panel_ok(qm, wt) ? RA_QUANT_GEMM_INT8 : RA_QUANT_GEMM_F32;
 }
 
 enum ra_quant_gemm ra_quant_matmul_prefill_path(const struct ra_quant_matmul *qm, enum ra_dtype wtype)
@@ -386,7 +466,9 @@ int ra_quant_matmul(struct ra_quant_matmul *qm, float *y, int ldy, const float *
         ra_error_clear();
         path = RA_QUANT_GEMM_F32; /* the unit takes no such shape */
     }
-    if (path == RA_QUANT_GEMM_INT8)
+    if (path == RA_QUANT_GEMM_INT8 && panel_ok(qm, w->dtype))
+        return matmul_panel(qm, y, ldy, x, ldx, w, n, nt);
+    if (path == RA_QUANT_GEMM_INT8 || path == RA_QUANT_GEMM_GEMV)
         return matmul_int8(qm, y, ldy, x, ldx, w, n, nt);
     return matmul_f32(qm, y, ldy, x, ldx, w, n, nt);
 }
@@ -397,24 +479,51 @@ static void path_words(const struct ra_quant_matmul *qm, enum ra_quant_gemm path
         snprintf(buf, size, "dequantized to bf16 (%s)", ra_gemm_bf16_describe(qm->bf16));
     else if (path == RA_QUANT_GEMM_F32)
         snprintf(buf, size, "dequantized to f32 (OpenBLAS sgemm)");
+    else if (path == RA_QUANT_GEMM_GEMV)
+        snprintf(buf, size, "int8 %s GEMV", ra_quant_isa_name(qm->k->isa));
     else
-        snprintf(buf, size, "int8 %s", ra_quant_isa_name(qm->k->isa));
+        snprintf(buf, size, "int8 %s panels", ra_quant_isa_name(qm->k->isa));
+}
+
+/* The five types' prefill paths, each path once with its types listed
+ * after it where they differ: "int8 avx2 panels (q4_0, ...), ...". */
+static void prefill_words(const struct ra_quant_matmul *qm, char *buf, size_t size)
+{
+    static const enum ra_dtype types[] = { RA_DTYPE_Q8_0, RA_DTYPE_Q4_0, RA_DTYPE_Q4_1, RA_DTYPE_Q4_K, RA_DTYPE_Q6_K };
+    enum { NT = sizeof types / sizeof *types };
+    enum ra_quant_gemm path[NT];
+    int same = 1;
+    for (int i = 0; i < NT; i++) {
+        path[i] = choose_path(qm, types[i], RA_QMM_INT8_MAX_N + 1);
+        same &= path[i] == path[0];
+    }
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < NT && len < size; i++) {
+        int first = 1;
+        for (int j = 0; j < i; j++)
+            first &= path[j] != path[i];
+        if (!first)
+            continue;
+        char words[160];
+        path_words(qm, path[i], words, sizeof words);
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? ", " : "", words);
+        if (same)
+            break;
+        for (int j = i; j < NT && len < size; j++)
+            if (path[j] == path[i])
+                len += (size_t)snprintf(buf + len, size - len, "%s%s", j == i ? " (" : ", ", ra_dtype_name(types[j]));
+        if (len < size)
+            len += (size_t)snprintf(buf + len, size - len, ")");
+    }
 }
 
 void ra_quant_matmul_describe(const struct ra_quant_matmul *qm, char *buf, size_t size)
 {
     const char *isa = ra_quant_isa_name(qm->k->isa);
-    const enum ra_quant_gemm p32 = choose_path(qm, RA_DTYPE_Q4_0, RA_QMM_INT8_MAX_N + 1),
-                             pk = choose_path(qm, RA_DTYPE_Q4_K, RA_QMM_INT8_MAX_N + 1);
-    char w32[128], wk[128], prefill[320], small[64] = "";
-    path_words(qm, p32, w32, sizeof w32);
-    path_words(qm, pk, wk, sizeof wk);
-    if (p32 == pk)
-        snprintf(prefill, sizeof prefill, "%s", w32);
-    else
-        snprintf(prefill, sizeof prefill, "%s (q8_0, q4_0, q4_1), %s (q4_k, q6_k)", w32, wk);
-    if (qm->gemm == RA_QUANT_GEMM_AUTO && qm->k->isa != RA_QUANT_ISA_PORTABLE &&
-        (p32 != RA_QUANT_GEMM_INT8 || pk != RA_QUANT_GEMM_INT8))
-        snprintf(small, sizeof small, ", int8 %s up to %d tokens", isa, RA_QMM_INT8_MAX_N);
+    char prefill[320], small[64] = "";
+    prefill_words(qm, prefill, sizeof prefill);
+    if (qm->gemm == RA_QUANT_GEMM_AUTO && qm->k->isa != RA_QUANT_ISA_PORTABLE)
+        snprintf(small, sizeof small, ", int8 %s GEMV up to %d tokens", isa, RA_QMM_INT8_MAX_N);
     snprintf(buf, size, "prefill: %s%s; decode: int8 %s", prefill, small, isa);
 }

@@ -126,9 +126,10 @@ struct ra_quant_kernels {
     /* dst[0..count) = the values of count elements of wtype (whole blocks);
      * ra_quant_dequantize's floats exactly. One thread. */
     void (*dequantize)(float *dst, const void *w, enum ra_dtype wtype, int64_t count);
-    /* The prefill GEMM on packed panels (panel.h): ra_qpanel_gemm_ref's y, the
-     * integer sums exact, the float order the kernel's own, and a token's
-     * outputs independent of the other tokens of the call. One thread. */
+    /* The prefill GEMM on packed panels (panel.h; 64-byte aligned):
+     * ra_qpanel_gemm_ref's y, the integer sums exact, the float order the
+     * kernel's own, and a token's outputs independent of the other tokens of
+     * the call. One thread. */
     void (*gemm)(float *y, int ldy, const struct ra_qact *a, int n_tok, const void *panels, int np, int ncols);
     /* ra_qact_quantize_ref, vectorised: the same bytes. */
     void (*quantize_qact)(struct ra_qact *a, int t, const float *x);
@@ -167,14 +168,21 @@ struct ra_quant_matmul; /* per backend: scratch for quantized activations and de
  * products on quantized activations (llama.cpp's scheme), or panels of
  * weights dequantized for sgemm (f32) or for the bf16 unit (bf16), where
  * the activations are not quantized. auto: the fastest here (matmul.c). */
-enum ra_quant_gemm { RA_QUANT_GEMM_AUTO = 0, RA_QUANT_GEMM_INT8, RA_QUANT_GEMM_F32, RA_QUANT_GEMM_BF16 };
-/* "auto", "int8", "f32", "bf16"; the parse sets RA_EINVAL naming RA_QUANT_GEMM. */
+enum ra_quant_gemm {
+    RA_QUANT_GEMM_AUTO = 0,
+    RA_QUANT_GEMM_INT8, /* the int8 GEMM on packed panels (panel.h) */
+    RA_QUANT_GEMM_F32,
+    RA_QUANT_GEMM_BF16,
+    RA_QUANT_GEMM_GEMV, /* int8 too, as the GEMV over groups of 4 tokens (the weights as stored) */
+    RA_QUANT_GEMM_COUNT
+};
+/* "auto", "int8", "f32", "bf16", "gemv"; the parse sets RA_EINVAL naming RA_QUANT_GEMM. */
 const char *ra_quant_gemm_name(enum ra_quant_gemm g);
 int ra_quant_gemm_parse(const char *s, enum ra_quant_gemm *out);
 
 /* bf16: the backend's bf16 unit, or NULL (prefill may dequantize to bf16 for
  * it). The kernels are those in use (ra_quant_kernels_active); the prefill
- * path is RA_QUANT_GEMM's (int8|f32|bf16|auto; bf16 without a unit is
+ * path is RA_QUANT_GEMM's (int8|f32|bf16|gemv|auto; bf16 without a unit is
  * RA_EUNSUPPORTED). */
 int ra_quant_matmul_create(struct ra_quant_matmul **out, int n_threads, struct ra_gemm_bf16 *bf16);
 void ra_quant_matmul_free(struct ra_quant_matmul *qm);
