@@ -13,6 +13,8 @@
 #                      AVX512VNNI_CFLAGS, RA_HAVE_AVX512VNNI_KERNELS, AVX512VNNI_KERNELS
 #   avxvnni_kernels    the same on AVX-VNNI (VEX): AVXVNNI_CFLAGS,
 #                      RA_HAVE_AVXVNNI_KERNELS, AVXVNNI_KERNELS
+#   amx_kernels        the AVX512-VNNI quant kernels with the AMX-INT8 tile GEMM:
+#                      AMX_CFLAGS, RA_HAVE_AMX_KERNELS, AMX_KERNELS
 #   bf16_conversions   the AVX512-BF16 conversion of activations for the bf16
 #                      GEMMs (src/gemm_bf16_avx512.c): BF16_CFLAGS,
 #                      RA_HAVE_BF16_CONVERSIONS, BF16_CONVERSIONS
@@ -25,17 +27,20 @@ AC_ARG_VAR([AVX512BF16_CFLAGS], [flags for the AVX512-BF16 kernels (default: AVX
 AC_ARG_VAR([BF16_CFLAGS], [flags for the AVX512-BF16 conversions (default: -mavx512f -mavx512bf16)])
 AC_ARG_VAR([AVX512VNNI_CFLAGS], [flags for the AVX512-VNNI quant kernels (default: AVX512_CFLAGS -mavx512bw -mavx512vl -mavx512vnni)])
 AC_ARG_VAR([AVXVNNI_CFLAGS], [flags for the AVX-VNNI quant kernels (default: AVX2_CFLAGS -mavxvnni)])
+AC_ARG_VAR([AMX_CFLAGS], [flags for the AMX-INT8 quant kernels (default: AVX512VNNI_CFLAGS -mamx-tile -mamx-int8)])
 : ${AVX2_CFLAGS="-mavx2 -mfma -mf16c"}
 : ${AVX512_CFLAGS="-mavx512f -mavx2 -mfma -mf16c"}
 : ${AVX512BF16_CFLAGS="$AVX512_CFLAGS -mavx512bf16"}
 : ${BF16_CFLAGS="-mavx512f -mavx512bf16"}
 : ${AVX512VNNI_CFLAGS="$AVX512_CFLAGS -mavx512bw -mavx512vl -mavx512vnni"}
 : ${AVXVNNI_CFLAGS="$AVX2_CFLAGS -mavxvnni"}
+: ${AMX_CFLAGS="$AVX512VNNI_CFLAGS -mamx-tile -mamx-int8"}
 x86_kernels=no
 avx512bf16_kernels=no
 bf16_conversions=no
 avx512vnni_kernels=no
 avxvnni_kernels=no
+amx_kernels=no
 AS_CASE([$host_cpu], [x86_64|i?86], [
   _RA_CHECK_ISA_BUILDS([the AVX2 and AVX-512 kernels], [$AVX512_CFLAGS], [x86_kernels],
     [[__m512 a = _mm512_set1_ps(1.0f); __m256 b = _mm256_fmadd_ps(_mm256_set1_ps(1.0f), _mm256_set1_ps(2.0f), _mm256_set1_ps(3.0f));
@@ -54,6 +59,12 @@ AS_IF([test "x$x86_kernels" = xyes], [
   _RA_CHECK_ISA_BUILDS([the AVX-VNNI quant kernels], [$AVXVNNI_CFLAGS], [avxvnni_kernels],
     [[__m256i a = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), _mm256_set1_epi8(2));
       return _mm256_extract_epi32(a, 0);]])])
+AS_IF([test "x$avx512vnni_kernels" = xyes], [
+  _RA_CHECK_ISA_BUILDS([the AMX-INT8 quant kernels], [$AMX_CFLAGS], [amx_kernels],
+    [[static unsigned char cfg[64] __attribute__((aligned(64)));
+      _tile_loadconfig(cfg); _tile_zero(0); _tile_loadd(1, cfg, 64); _tile_dpbsud(0, 1, 2);
+      _tile_stored(0, cfg, 64); _tile_release();
+      return cfg[0] + _mm512_reduce_add_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_set1_epi8(2)));]])])
 AS_IF([test "x$x86_kernels" = xyes],
   [AC_DEFINE([RA_HAVE_X86_KERNELS], [1], [Define if the AVX2 and AVX-512 kernels are built])],
   [AVX2_CFLAGS=; AVX512_CFLAGS=])
@@ -66,6 +77,9 @@ AS_IF([test "x$avx512vnni_kernels" = xyes],
 AS_IF([test "x$avxvnni_kernels" = xyes],
   [AC_DEFINE([RA_HAVE_AVXVNNI_KERNELS], [1], [Define if the AVX-VNNI quant kernels are built])],
   [AVXVNNI_CFLAGS=])
+AS_IF([test "x$amx_kernels" = xyes],
+  [AC_DEFINE([RA_HAVE_AMX_KERNELS], [1], [Define if the AMX-INT8 quant kernels are built])],
+  [AMX_CFLAGS=])
 AS_IF([test "x$bf16_conversions" = xyes],
   [AC_DEFINE([RA_HAVE_BF16_CONVERSIONS], [1], [Define if the AVX512-BF16 conversions are built])],
   [BF16_CFLAGS=])
@@ -73,6 +87,7 @@ AM_CONDITIONAL([X86_KERNELS], [test "x$x86_kernels" = xyes])
 AM_CONDITIONAL([AVX512BF16_KERNELS], [test "x$avx512bf16_kernels" = xyes])
 AM_CONDITIONAL([AVX512VNNI_KERNELS], [test "x$avx512vnni_kernels" = xyes])
 AM_CONDITIONAL([AVXVNNI_KERNELS], [test "x$avxvnni_kernels" = xyes])
+AM_CONDITIONAL([AMX_KERNELS], [test "x$amx_kernels" = xyes])
 AM_CONDITIONAL([BF16_CONVERSIONS], [test "x$bf16_conversions" = xyes])
 ])
 

@@ -11,7 +11,7 @@ RA_BUILDDIR=$BUILD "$B" --threads 1,2 --shapes 40x256,24x96 --prefill-n 6 --repe
     --membw-mib 8 --cold-mib 1 >"$TMP/out" 2>"$TMP/err" || fail "bench-quant: $(cat "$TMP/err")"
 grep -q "^# CPU: " "$TMP/out" || fail "no CPU line"
 grep -q "^# prefill n=6: .* int8 gemv f32 bf16 (maxima of 2, in turn)" "$TMP/out" || fail "no prefill header with --max"
-grep -Eq "^# quant kernels: (avx512vnni|avxvnni|avx2|portable) " "$TMP/out" || fail "no quant kernels line"
+grep -Eq "^# quant kernels: (amx|avx512vnni|avxvnni|avx2|portable) " "$TMP/out" || fail "no quant kernels line"
 grep -Eq "^# read bandwidth .*: T=1 [0-9.]+ T=2 [0-9.]+$" "$TMP/out" || fail "no read bandwidths"
 unit=1
 grep -q "^# bf16 unit: none" "$TMP/out" && unit=0

@@ -1,10 +1,10 @@
 /* The quantized-weight kernels, compiled once per instruction set (quant.h).
  *
  * Not an ordinary header: kernels_<isa>.c defines its marker (RA_QK_AVX2,
- * RA_QK_AVXVNNI, RA_QK_AVX512VNNI, or none for portable) and includes this
- * file, and the build compiles each with that set's flags (AVX2_CFLAGS,
- * AVXVNNI_CFLAGS, AVX512VNNI_CFLAGS). The formats' kernels are in two files:
- * kernels_q32.h (Q8_0, Q4_0, Q4_1 against ra_block_q8x activations) and
+ * RA_QK_AVXVNNI, RA_QK_AVX512VNNI, RA_QK_AMX, or none for portable) and
+ * includes this file, and the build compiles each with that set's flags
+ * (AVX2_CFLAGS, AVXVNNI_CFLAGS, AVX512VNNI_CFLAGS, AMX_CFLAGS). The formats'
+ * kernels are in two files: kernels_q32.h (Q8_0, Q4_0, Q4_1 against ra_block_q8x activations) and
  * kernels_qk.h (Q4_K, Q6_K against ra_block_q8k); each defines, per type T,
  * gemv_T (quant.h's gemv for one type), dequantize_T, and its activation
  * quantizer act_q8x / act_q8k. */
@@ -14,7 +14,16 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(RA_QK_AVX512VNNI)
+#if defined(RA_QK_AMX)
+/* The AVX512-VNNI kernels, the prefill GEMM on AMX-INT8 tiles. */
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__) || !defined(__AMX_TILE__) || \
+    !defined(__AMX_INT8__)
+#error "the AMX quant kernels need AVX512VNNI_CFLAGS -mamx-tile -mamx-int8 (AMX_CFLAGS)"
+#endif
+#define RA_QK_AVX512VNNI 1
+#define QK_ISA RA_QUANT_ISA_AMX
+#define QK_TABLE ra_quant_kernels_amx
+#elif defined(RA_QK_AVX512VNNI)
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__)
 #error "the AVX512-VNNI quant kernels need -mavx512f -mavx512bw -mavx512vnni (AVX512VNNI_CFLAGS)"
 #endif

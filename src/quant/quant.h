@@ -10,9 +10,9 @@
  * int8 products and dequantizing panels of weights for the fp32 or bf16 GEMM.
  *
  * The kernels of every instruction set are in the binary and chosen at run
- * time, as the CPU kernels are (cpu_isa.h): RA_QUANT_ISA=avx512vnni|avxvnni|
- * avx2|portable forces one; it never exceeds what RA_CPU_ISA allows (avx2
- * kernels there: at most avx2 here). Every kernel is checked against a
+ * time, as the CPU kernels are (cpu_isa.h): RA_QUANT_ISA=amx|avx512vnni|
+ * avxvnni|avx2|portable forces one; it never exceeds what RA_CPU_ISA allows
+ * (avx2 kernels there: at most avx2 here). Every kernel is checked against a
  * double-precision product on the dequantized weights (tests/test_quant.c). */
 #ifndef RA_QUANT_H
 #define RA_QUANT_H
@@ -110,6 +110,8 @@ enum ra_quant_isa {
     RA_QUANT_ISA_AVX2,         /* AVX2 + FMA: vpmaddubsw + vpmaddwd */
     RA_QUANT_ISA_AVXVNNI,      /* AVX2 + AVX-VNNI (VEX vpdpbusd: Alder Lake, Sapphire Rapids, Zen 5) */
     RA_QUANT_ISA_AVX512VNNI,   /* AVX-512F/BW + AVX512-VNNI (Cascade Lake, Zen 4 and later) */
+    RA_QUANT_ISA_AMX,          /* AVX512-VNNI's kernels, the prefill GEMM on AMX-INT8 tiles (Sapphire Rapids);
+                                  Linux must grant the tile state (arch_prctl), asked once per process */
     RA_QUANT_ISA_COUNT
 };
 
@@ -138,7 +140,7 @@ struct ra_quant_kernels {
     int gemm_u7;
 };
 
-/* "portable", "avx2", "avxvnni", "avx512vnni" */
+/* "portable", "avx2", "avxvnni", "avx512vnni", "amx" */
 const char *ra_quant_isa_name(enum ra_quant_isa isa);
 /* Non-zero if this build has kernels for isa, the CPU and OS run them and
  * the CPU kernels in use (RA_CPU_ISA) allow them. */
@@ -148,7 +150,8 @@ const struct ra_quant_kernels *ra_quant_kernels_for(enum ra_quant_isa isa);
 /* The kernels in use: RA_QUANT_ISA, else the best supported. RA_EINVAL or
  * RA_EUNSUPPORTED (naming the variable and what is supported) otherwise. */
 int ra_quant_kernels_active(const struct ra_quant_kernels **out);
-/* One line for --version: "avx512vnni (this CPU and build: avx512vnni, avx2, portable)". */
+/* One line for --version: "avx512vnni (this CPU and build: avx512vnni, avx2, portable)"; where
+ * the CPU has AMX-INT8 tiles the OS or Linux withholds, why ("...; amx: ..."). */
 void ra_quant_isa_describe(char *buf, size_t size);
 
 /* ------------------------------------------------------------------ the op */
