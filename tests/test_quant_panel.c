@@ -14,10 +14,15 @@
  * counts that are not multiples of any tile; random and extreme values
  * (every u 0 or its maximum, every q +-127). A table whose gemm_u7 is set
  * (AVX2) skips Q8_0's gemm, which it does not take. Tables: every
- * instruction set in enum ra_quant_isa this CPU runs. */
+ * instruction set in enum ra_quant_isa this CPU runs, and the AMX code on
+ * its model of the tiles (quant/kernels_amx_model.h) where AVX512-VNNI runs. */
+#include "config.h"
 #include "quant/quant.h"
 #include "status.h"
 #include "test.h"
+#ifdef RA_HAVE_AVX512VNNI_KERNELS
+#include "quant/kernels_amx_model.h"
+#endif
 
 #define GEMM_TOL 1e-5
 #define NMAX 13
@@ -355,9 +360,20 @@ struct shape {
 /* k, rows, tokens: one block; short last panels; tokens past any tile. */
 static const struct shape shapes[] = {
     { 256, 16, 1 }, { 256, 5, 4 }, { 512, 37, 7 }, { 768, 48, 13 }, { 256, 70, 9 }, { 4096, 21, 5 },
+    { 256, 35, 37 }, /* past two 16-token AMX tiles */
 };
 /* The 32-element formats also at their shortest. */
-static const struct shape shapes32[] = { { 32, 3, 2 }, { 96, 17, 6 } };
+static const struct shape shapes32[] = { { 32, 3, 2 }, { 96, 17, 6 }, { 64, 33, 17 } };
+
+/* A table's name in messages ("amx model" for the tiles' model). */
+static const char *table_name(const struct ra_quant_kernels *qk)
+{
+#ifdef RA_HAVE_AVX512VNNI_KERNELS
+    if (qk == &ra_quant_kernels_amx_model)
+        return "amx model";
+#endif
+    return ra_quant_isa_name(qk->isa);
+}
 
 /* Every check for one type and shape; qks: the tables to run. */
 static void check_problem(const struct ra_quant_kernels *const *qks, int nq, enum ra_dtype t, struct shape s,
@@ -373,7 +389,7 @@ static void check_problem(const struct ra_quant_kernels *const *qks, int nq, enu
     double w = check_gemm(ra_qpanel_gemm_ref, "reference", &pr);
     worst[0] = w > worst[0] ? w : worst[0];
     for (int i = 0; i < nq; i++) {
-        const char *isa = ra_quant_isa_name(qks[i]->isa);
+        const char *isa = table_name(qks[i]);
         check_quantize_qact(qks[i], isa, &pr);
         if (qks[i]->gemm_u7 && ra_qpanel_max_u(t) > 127)
             continue;
@@ -385,7 +401,7 @@ static void check_problem(const struct ra_quant_kernels *const *qks, int nq, enu
 
 int main(void)
 {
-    const struct ra_quant_kernels *qks[RA_QUANT_ISA_COUNT];
+    const struct ra_quant_kernels *qks[RA_QUANT_ISA_COUNT + 1];
     int nq = 0;
     for (int isa = 0; isa < RA_QUANT_ISA_COUNT; isa++) {
         const char *name = ra_quant_isa_name((enum ra_quant_isa)isa);
@@ -398,10 +414,14 @@ int main(void)
         CHECK(qk->gemm && qk->quantize_qact);
         qks[nq++] = qk;
     }
+#ifdef RA_HAVE_AVX512VNNI_KERNELS
+    if (ra_quant_isa_supported(RA_QUANT_ISA_AVX512VNNI))
+        qks[nq++] = &ra_quant_kernels_amx_model;
+#endif
     CHECK(nq >= 1);
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const enum ra_dtype t = types[ti];
-        double worst[1 + RA_QUANT_ISA_COUNT] = { 0 };
+        double worst[2 + RA_QUANT_ISA_COUNT] = { 0 };
         for (int extreme = 0; extreme < 2; extreme++) {
             for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
                 check_problem(qks, nq, t, shapes[si], extreme, worst);
@@ -411,10 +431,10 @@ int main(void)
         printf("reference %s: gemm worst error %.3f of the bound\n", ra_dtype_name(t), worst[0]);
         for (int i = 0; i < nq; i++) {
             if (qks[i]->gemm_u7 && ra_qpanel_max_u(t) > 127)
-                printf("%s %s: gemm not run (u up to %d: not this table's)\n", ra_quant_isa_name(qks[i]->isa),
+                printf("%s %s: gemm not run (u up to %d: not this table's)\n", table_name(qks[i]),
                        ra_dtype_name(t), ra_qpanel_max_u(t));
             else
-                printf("%s %s: gemm worst error %.3f of the bound\n", ra_quant_isa_name(qks[i]->isa),
+                printf("%s %s: gemm worst error %.3f of the bound\n", table_name(qks[i]),
                        ra_dtype_name(t), worst[1 + i]);
         }
     }

@@ -83,7 +83,7 @@ QG_INLINE struct qg_tok qg_token(const struct ra_qact *a, int t)
 
 /* ------------------------------------------------------------------ AVX512-VNNI */
 
-#if defined(RA_QK_AVX512VNNI)
+#if defined(RA_QK_AVX512VNNI) && !defined(RA_QK_TILE_GEMM) /* the AMX builds: kernels_amx.h */
 
 /* Tokens t0..t0+T by panels p..p+P (pan = panel p); cols: how many of
  * this tile's 16 P rows are stored. GROUP 32 or 16. */

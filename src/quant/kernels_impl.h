@@ -1,28 +1,38 @@
 /* The quantized-weight kernels, compiled once per instruction set (quant.h).
  *
  * Not an ordinary header: kernels_<isa>.c defines its marker (RA_QK_AVX2,
- * RA_QK_AVXVNNI, RA_QK_AVX512VNNI, RA_QK_AMX, or none for portable) and
- * includes this file, and the build compiles each with that set's flags
- * (AVX2_CFLAGS, AVXVNNI_CFLAGS, AVX512VNNI_CFLAGS, AMX_CFLAGS). The formats'
- * kernels are in two files: kernels_q32.h (Q8_0, Q4_0, Q4_1 against ra_block_q8x activations) and
- * kernels_qk.h (Q4_K, Q6_K against ra_block_q8k); each defines, per type T,
- * gemv_T (quant.h's gemv for one type), dequantize_T, and its activation
- * quantizer act_q8x / act_q8k. */
+ * RA_QK_AVXVNNI, RA_QK_AVX512VNNI, RA_QK_AMX, RA_QK_AMX_MODEL, or none for
+ * portable) and includes this file, and the build compiles each with that
+ * set's flags (AVX2_CFLAGS, AVXVNNI_CFLAGS, AVX512VNNI_CFLAGS, AMX_CFLAGS).
+ * The formats' kernels are in two files: kernels_q32.h (Q8_0, Q4_0, Q4_1
+ * against ra_block_q8x activations) and kernels_qk.h (Q4_K, Q6_K against
+ * ra_block_q8k); each defines, per type T, gemv_T (quant.h's gemv for one
+ * type), dequantize_T, and its activation quantizer act_q8x / act_q8k. */
 #include "quant.h"
 #include "half.h"
 
 #include <math.h>
 #include <string.h>
 
-#if defined(RA_QK_AMX)
-/* The AVX512-VNNI kernels, the prefill GEMM on AMX-INT8 tiles. */
-#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__) || !defined(__AMX_TILE__) || \
-    !defined(__AMX_INT8__)
+#if defined(RA_QK_AMX) || defined(RA_QK_AMX_MODEL)
+/* The AVX512-VNNI kernels, the prefill GEMM on AMX-INT8 tiles (kernels_amx.h):
+ * the tiles themselves, or their plain-C model for tests (RA_QK_AMX_MODEL,
+ * AVX512VNNI_CFLAGS). */
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__)
+#error "the AMX quant kernels need AVX512VNNI_CFLAGS"
+#endif
+#if defined(RA_QK_AMX) && !(defined(__AMX_TILE__) && defined(__AMX_INT8__)) && \
+    !(defined(__AMXTILE__) && defined(__AMXINT8__)) /* GCC's names, clang's */
 #error "the AMX quant kernels need AVX512VNNI_CFLAGS -mamx-tile -mamx-int8 (AMX_CFLAGS)"
 #endif
 #define RA_QK_AVX512VNNI 1
+#define RA_QK_TILE_GEMM 1
 #define QK_ISA RA_QUANT_ISA_AMX
+#ifdef RA_QK_AMX
 #define QK_TABLE ra_quant_kernels_amx
+#else
+#define QK_TABLE ra_quant_kernels_amx_model
+#endif
 #elif defined(RA_QK_AVX512VNNI)
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__)
 #error "the AVX512-VNNI quant kernels need -mavx512f -mavx512bw -mavx512vnni (AVX512VNNI_CFLAGS)"
@@ -70,6 +80,10 @@ static inline float qk_hmax_ps(__m256 v)
 #include "kernels_q32.h"
 #include "kernels_qk.h"
 #include "kernels_gemm.h"
+#ifdef RA_QK_TILE_GEMM
+#include "kernels_amx.h"
+#define QK_GEMM amx_gemm
+#endif
 
 /* The panel GEMM and its activations: the references until an instruction
  * set's file defines its own. */
