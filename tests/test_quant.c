@@ -9,6 +9,8 @@
  *   against the fp32 activations within the int8 quantization's own bound:
  *   every x is at most half a step (d / 2 of its block) from d * q, so
  *   |y - w . x| <= sum_j |w_j| d_j / 2, plus the tolerance above;
+ * - a token's gemv outputs the same bits whatever the other tokens of the
+ *   call (a chain's ranks group a prompt's tokens differently);
  * - dequantize equal bit for bit to ra_quant_dequantize.
  * Shapes: k from one block to 4096, rows not a multiple of any row blocking,
  * 1, 2, 3, 4 and 7 tokens, output rows ldy > rows apart (the gap untouched),
@@ -278,8 +280,9 @@ static void check_shape(const struct ra_quant_kernels *qk, const char *isa, enum
     unsigned char *wbuf = malloc(wbytes + 64), *xq = malloc(xbytes * NMAX);
     float *x = malloc(sizeof(float) * (size_t)(k * NMAX)), *wf = malloc(sizeof(float) * (size_t)(k * rows));
     float *wk = malloc(sizeof(float) * (size_t)(k * rows)), *y = malloc(sizeof(float) * (size_t)(ldy * NMAX));
+    float *y1 = malloc(sizeof(float) * (size_t)(rows * NMAX));
     double *xd = malloc(sizeof(double) * (size_t)(k * NMAX)), *step = malloc(sizeof(double) * (size_t)(k * NMAX));
-    if (!wbuf || !xq || !x || !wf || !wk || !y || !xd || !step) {
+    if (!wbuf || !xq || !x || !wf || !wk || !y || !y1 || !xd || !step) {
         CHECK(!"out of memory");
         goto out;
     }
@@ -300,12 +303,21 @@ static void check_shape(const struct ra_quant_kernels *qk, const char *isa, enum
         ra_quant_act_ref(t, x + (size_t)i * k, xq + xbytes * i, k);
         act_dequantize(t, xq + xbytes * i, xd + (size_t)i * k, step + (size_t)i * k, k);
     }
+    /* each token alone: what a call of any n must give it, bit for bit */
+    for (int i = 0; i < NMAX; i++)
+        qk->gemv(y1 + i * rows, (int)rows, xq + xbytes * i, 1, w, t, rows, k);
     for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
         const int n = ns[ni];
         for (int64_t i = 0; i < ldy * NMAX; i++)
             y[i] = -12345.0f;
         qk->gemv(y, (int)ldy, xq, n, w, t, rows, k);
         int bad = 0;
+        for (int tok = 0; tok < n && !bad; tok++)
+            if (memcmp(y + tok * ldy, y1 + tok * rows, sizeof(float) * (size_t)rows) != 0) {
+                fprintf(stderr, "%s: gemv %s k %lld rows %lld: token %d's outputs in a call of %d tokens differ "
+                        "from its own call's\n", isa, ra_dtype_name(t), (long long)k, (long long)rows, tok, n);
+                bad = 1;
+            }
         for (int tok = 0; tok < NMAX && !bad; tok++)
             for (int64_t r = 0; r < ldy && !bad; r++) {
                 const float got = y[tok * ldy + r];
@@ -350,6 +362,7 @@ out:
     free(wf);
     free(wk);
     free(y);
+    free(y1);
     free(xd);
     free(step);
 }

@@ -295,83 +295,23 @@ Q32_INLINE __m256i q32_pair_halves(const unsigned char *p, const int ia, const i
 /* 64-bit groups G0 and G1 of h (halves) widened to 8 floats. */
 #define Q32_HALVES_PS(h, g0, g1) _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64((h), (g0) | (g1) << 2)))
 
-/* q32_tile's contract for Q4_0 and Q4_1, on pairs of blocks (A, B) in 256
- * bits: the nibbles of both as one vector of low nibbles [A's | B's] and one
- * of high ones, against x's halves rearranged to match ([A's x0-15 | B's
- * x0-15], [A's x16-31 | B's x16-31]) once per token and pair. Lanes 0-3 are
- * A's, 4-7 B's, so half the float work of one block at a time: per lane,
+/* Q4_0 and Q4_1 on pairs of blocks (A, B) in 256 bits: the nibbles of both
+ * as one vector of low nibbles [A's | B's] and one of high ones, against x's
+ * halves rearranged to match ([A's x0-15 | B's x0-15], [A's x16-31 | B's
+ * x16-31]). Lanes 0-3 are A's, 4-7 B's, so half the float work of one block
+ * at a time: per lane,
  *   Q4_0: dw * (dx * dot - 2 sx), 4 lanes: dw * (dx * dot - 8 sx);
- *   Q4_1: dw * dx * dot + m * sx / 4. */
-Q32_INLINE void q32_tile4(float *y, int64_t ldy, const struct ra_block_q8x *x, const unsigned char *w,
-                          size_t row_bytes, int64_t nb, enum ra_dtype type, const int R, const int T)
-{
-    const size_t bb = ra_dtype_block_bytes(type), qs = type == RA_DTYPE_Q4_0 ? 2 : 4;
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256 acc[4][4];
-    Q32_UNROLL
-    for (int r = 0; r < R; r++)
-        Q32_UNROLL
-        for (int t = 0; t < T; t++)
-            acc[r][t] = _mm256_setzero_ps();
-    for (int64_t j = 0; j + 1 < nb; j += 2) {
-        __m256i xlo[4], xhi[4];
-        __m256 dx[4], sx[4];
-        Q32_UNROLL
-        for (int t = 0; t < T; t++) {
-            const struct ra_block_q8x *xa = x + t * nb + j, *xb = xa + 1;
-            const __m256i qa = _mm256_loadu_si256((const __m256i *)xa->qs);
-            const __m256i qb = _mm256_loadu_si256((const __m256i *)xb->qs);
-            xlo[t] = _mm256_permute2x128_si256(qa, qb, 0x20);
-            xhi[t] = _mm256_permute2x128_si256(qa, qb, 0x31);
-            dx[t] = _mm256_setr_m128(_mm_set1_ps(xa->d), _mm_set1_ps(xb->d));
-            const float f = type == RA_DTYPE_Q4_0 ? 2.0f : 0.25f;
-            sx[t] = _mm256_setr_m128(_mm_set1_ps(xa->s * f), _mm_set1_ps(xb->s * f));
-        }
-        Q32_UNROLL
-        for (int r = 0; r < R; r++) {
-            const unsigned char *a = w + (size_t)r * row_bytes + (size_t)j * bb;
-            const __m256i q = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + qs))),
-                _mm_loadu_si128((const __m128i *)(a + bb + qs)), 1);
-            const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-            /* B's d at byte 18 (Q4_0) or 20 (Q4_1, its m at 22) of the pair */
-            const __m256i h = q32_pair_halves(a, 0, (int)bb - 16);
-            const __m256 dw = Q32_HALVES_PS(h, 0, 2);
-            Q32_UNROLL
-            for (int t = 0; t < T; t++) {
-                const __m256 p = _mm256_cvtepi32_ps(Q32_DOT2(lo, xlo[t], hi, xhi[t]));
-                if (type == RA_DTYPE_Q4_0) {
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_fmsub_ps(p, dx[t], sx[t]), dw, acc[r][t]);
-                } else {
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(p, dx[t]), dw, acc[r][t]);
-                    acc[r][t] = _mm256_fmadd_ps(Q32_HALVES_PS(h, 1, 3), sx[t], acc[r][t]);
-                }
-            }
-        }
-    }
-    Q32_UNROLL
-    for (int r = 0; r < R; r++)
-        Q32_UNROLL
-        for (int t = 0; t < T; t++) {
-            float sum = qk_hsum_ps(acc[r][t]);
-            if (nb % 2)
-                sum += qk_hsum_ps(
-                    q32_block256(type, w + (size_t)r * row_bytes + (size_t)(nb - 1) * bb, x + t * nb + nb - 1));
-            y[t * ldy + r] = sum;
-        }
-}
-
-/* One token's activation pair as q32_tile4 rearranges it, kept for a sweep
- * over the rows: for one token each row is its own stream (q32_gemv), so
- * the rearrangement is done once, not once per row. */
+ *   Q4_1: dw * dx * dot + m * sx / 4.
+ * One token's pair so rearranged (struct q32_xpair) is kept for a sweep over
+ * the rows (q32_rows4): done once per token and sweep, not once per row. */
 struct q32_xpair {
     __m256i lo, hi;
     __m256 dx, sx;
 };
 
-/* Pairs below this many per sweep: 32 KiB of them on the stack (k <= 16384
- * in one sweep). */
-#define Q32_XPAIRS 256
+/* Pairs per sweep and token: 8 KiB (k <= 4096 in one sweep; 4 tokens' stay
+ * in L1 beside the weights' stream). */
+#define Q32_XPAIRS 64
 
 Q32_INLINE void q32_xpairs(struct q32_xpair *p, const struct ra_block_q8x *x, int64_t np, enum ra_dtype type)
 {
@@ -387,48 +327,67 @@ Q32_INLINE void q32_xpairs(struct q32_xpair *p, const struct ra_block_q8x *x, in
     }
 }
 
-/* One row's np pairs of blocks at a against prepared pairs p: q32_tile4's
- * lanes, summed. */
-Q32_INLINE float q32_row4(const struct q32_xpair *p, int64_t np, const unsigned char *a, enum ra_dtype type)
+/* y[t * ldy] = (FIRST) or += one row's np pairs of blocks at a against T
+ * tokens' prepared pairs (Q32_XPAIRS apart), the lanes summed, the
+ * weights unpacked once for all tokens. A token's float operations are the
+ * same whatever T, so its outputs do not depend on the tokens beside it. */
+Q32_INLINE void q32_row4(float *y, int64_t ldy, const struct q32_xpair *p, int64_t np, const unsigned char *a,
+                         enum ra_dtype type, int first, const int T)
 {
     const size_t bb = ra_dtype_block_bytes(type), qs = type == RA_DTYPE_Q4_0 ? 2 : 4;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4];
+    Q32_UNROLL
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < np; i++, a += 2 * bb) {
         const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + qs))),
                                                   _mm_loadu_si128((const __m128i *)(a + bb + qs)), 1);
         const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
         const __m256i h = q32_pair_halves(a, 0, (int)bb - 16);
-        const __m256 pr = _mm256_cvtepi32_ps(Q32_DOT2(lo, p[i].lo, hi, p[i].hi));
-        if (type == RA_DTYPE_Q4_0) {
-            acc = _mm256_fmadd_ps(_mm256_fmsub_ps(pr, p[i].dx, p[i].sx), Q32_HALVES_PS(h, 0, 2), acc);
-        } else {
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(pr, p[i].dx), Q32_HALVES_PS(h, 0, 2), acc);
-            acc = _mm256_fmadd_ps(Q32_HALVES_PS(h, 1, 3), p[i].sx, acc);
+        const __m256 dw = Q32_HALVES_PS(h, 0, 2);
+        const __m256 mw = type == RA_DTYPE_Q4_0 ? dw : Q32_HALVES_PS(h, 1, 3);
+        Q32_UNROLL
+        for (int t = 0; t < T; t++) {
+            const struct q32_xpair *x = p + t * Q32_XPAIRS + i;
+            const __m256 pr = _mm256_cvtepi32_ps(Q32_DOT2(lo, x->lo, hi, x->hi));
+            if (type == RA_DTYPE_Q4_0) {
+                acc[t] = _mm256_fmadd_ps(_mm256_fmsub_ps(pr, x->dx, x->sx), dw, acc[t]);
+            } else {
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(pr, x->dx), dw, acc[t]);
+                acc[t] = _mm256_fmadd_ps(mw, x->sx, acc[t]);
+            }
         }
     }
-    return qk_hsum_ps(acc);
+    Q32_UNROLL
+    for (int t = 0; t < T; t++) {
+        const float s = qk_hsum_ps(acc[t]);
+        y[t * ldy] = first ? s : y[t * ldy] + s;
+    }
 }
 
-/* y[r] for every row, one token, Q4_0 or Q4_1: the activation pairs prepared
- * Q32_XPAIRS at a time, each such part swept over the rows. */
-Q32_INLINE void q32_rows4_1(float *y, const struct ra_block_q8x *x, const unsigned char *w, int64_t rows,
-                            int64_t nb, size_t rb, enum ra_dtype type)
+/* y[t * ldy + r] for every row and T tokens, Q4_0 or Q4_1: the activation
+ * pairs prepared Q32_XPAIRS at a time, each such part swept over the rows,
+ * one row at a time (one sequential stream: several rows read side by side
+ * stream slower here). */
+Q32_INLINE void q32_rows4(float *y, int64_t ldy, const struct ra_block_q8x *x, const unsigned char *w,
+                          int64_t rows, int64_t nb, size_t rb, enum ra_dtype type, const int T)
 {
     const size_t bb = ra_dtype_block_bytes(type);
     const int64_t np = nb / 2;
-    struct q32_xpair p[Q32_XPAIRS];
+    struct q32_xpair p[4 * Q32_XPAIRS];
     for (int64_t p0 = 0; p0 < np || p0 == 0; p0 += Q32_XPAIRS) {
         const int64_t pc = np - p0 < Q32_XPAIRS ? np - p0 : Q32_XPAIRS;
-        q32_xpairs(p, x + 2 * p0, pc, type);
-        for (int64_t r = 0; r < rows; r++) {
-            const float s = q32_row4(p, pc, w + (size_t)r * rb + (size_t)(2 * p0) * bb, type);
-            y[r] = p0 == 0 ? s : y[r] + s;
-        }
+        for (int t = 0; t < T; t++)
+            q32_xpairs(p + t * Q32_XPAIRS, x + t * nb + 2 * p0, pc, type);
+        for (int64_t r = 0; r < rows; r++)
+            q32_row4(y + r, ldy, p, pc, w + (size_t)r * rb + (size_t)(2 * p0) * bb, type, p0 == 0, T);
     }
     if (nb % 2)
-        for (int64_t r = 0; r < rows; r++)
-            y[r] += qk_hsum_ps(q32_block256(type, w + (size_t)r * rb + (size_t)(nb - 1) * bb, x + nb - 1));
+        for (int t = 0; t < T; t++)
+            for (int64_t r = 0; r < rows; r++)
+                y[t * ldy + r] +=
+                    qk_hsum_ps(q32_block256(type, w + (size_t)r * rb + (size_t)(nb - 1) * bb, x + t * nb + nb - 1));
 }
 
 #if defined(RA_QK_AVX512VNNI)
@@ -443,14 +402,13 @@ Q32_INLINE void q32_rows4_1(float *y, const struct ra_block_q8x *x, const unsign
  * - one token: u = w + 128 (one flip per row and pair), s = x, the start
  *   from x (struct q8_xpair); per pair a vpdpbusd and three float ops;
  * - several tokens: u = x + 128, s = w, the start from w (once per row and
- *   pair for all tokens); two tokens' lanes folded into one vector
- *   (q8_fold), so per two tokens and pair two vpdpbusd, the fold and three
- *   float ops (struct q8_x2pair).
- * An odd last block goes through the 256-bit code. (The 4-bit formats stay
- * in 256 bits, q32_tile4: on zmm their nibbles need spreading across 128-bit
- * lanes.) */
+ *   pair for all tokens, struct q8_xupair); per token and pair a vpdpbusd
+ *   and three float ops.
+ * Both give the same integer lanes, scaled by the same float operations: a
+ * token's outputs do not depend on how many tokens share the call.
+ * An odd last block goes through the 256-bit code. */
 
-/* Pairs prepared per sweep: 6 KiB a token (k <= 2048 in one sweep). */
+/* Pairs prepared per sweep: 4 or 6 KiB a token (k <= 2048 in one sweep). */
 #define Q8_XPAIRS 32
 
 /* [f[a] x 8, f[b] x 8]: a pair's activation scales for its lanes. */
@@ -507,44 +465,32 @@ Q32_INLINE void q8_row1(float *y, const struct q8_xpair *p, int64_t np, const un
     *y = first ? s : *y + s;
 }
 
-/* Two tokens' pair: both tokens' bytes flipped to u8 and their scales in
- * the lanes of q8_fold's sums. */
-struct q8_x2pair {
-    __m512i u0, u1;
+/* One token's pair for the rows of several tokens: its bytes flipped to u8
+ * (x + 128) and dx per lane. */
+struct q8_xupair {
+    __m512i u;
     __m512 dx;
 };
 
-/* Tokens a and b (b may be a again: a lone token), pairs [0, np). */
-Q32_INLINE void q8_x2pairs(struct q8_x2pair *p, const struct ra_block_q8x *a, const struct ra_block_q8x *b,
-                           int64_t np)
+Q32_INLINE void q8_xupairs(struct q8_xupair *p, const struct ra_block_q8x *x, int64_t np)
 {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    /* lane i: token (i >> 1) & 1, block i >> 3 (q8_fold) */
-    const __m512i idx = _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3);
     for (int64_t i = 0; i < np; i++) {
-        p[i].u0 = _mm512_xor_si512(q32_pair_bytes(a[2 * i].qs, a[2 * i + 1].qs), flip);
-        p[i].u1 = _mm512_xor_si512(q32_pair_bytes(b[2 * i].qs, b[2 * i + 1].qs), flip);
-        const __m128 d = _mm_setr_ps(a[2 * i].d, a[2 * i + 1].d, b[2 * i].d, b[2 * i + 1].d);
-        p[i].dx = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d));
+        p[i].u = _mm512_xor_si512(q32_pair_bytes(x[2 * i].qs, x[2 * i + 1].qs), flip);
+        p[i].dx = q32_pair_ps(&x[2 * i].d, &x[2 * i + 1].d);
     }
 }
 
-/* Two tokens' lanes of a pair (8 for A, 8 for B each) added in twos into
- * one vector: lane i is token (i >> 1) & 1's, block i >> 3's. */
-Q32_INLINE __m512i q8_fold(__m512i p0, __m512i p1)
-{
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(p0, p1), _mm512_unpackhi_epi64(p0, p1));
-}
-
-/* y[t * ldy] = (FIRST) or += one row's pairs [0, np) at w against TP token
- * pairs (Q8_XPAIRS apart), the last of them a lone token's if ODD. */
-Q32_INLINE void q8_row2(float *y, int64_t ldy, const struct q8_x2pair *p, int64_t np, const unsigned char *w,
-                        int first, const int TP, const int odd)
+/* y[t * ldy] = (FIRST) or += one row's pairs [0, np) at w against T tokens'
+ * (Q8_XPAIRS apart): the same integer lanes and float operations per token
+ * as q8_row1, so a token's outputs do not depend on the tokens beside it. */
+Q32_INLINE void q8_rowt(float *y, int64_t ldy, const struct q8_xupair *p, int64_t np, const unsigned char *w,
+                        int first, const int T)
 {
     const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
-    __m512 acc[2];
+    __m512 acc[4];
     Q32_UNROLL
-    for (int t = 0; t < TP; t++)
+    for (int t = 0; t < T; t++)
         acc[t] = _mm512_setzero_ps();
     for (int64_t j = 0; j < np; j++) {
         const struct ra_block_q8_0 *a = (const struct ra_block_q8_0 *)w + 2 * j;
@@ -552,21 +498,16 @@ Q32_INLINE void q8_row2(float *y, int64_t ldy, const struct q8_x2pair *p, int64_
         const __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, wq));
         const __m512 dw = q8_pair_dw(a);
         Q32_UNROLL
-        for (int t = 0; t < TP; t++) {
-            const struct q8_x2pair *xp = p + t * Q8_XPAIRS + j;
-            const __m512i s = q8_fold(_mm512_dpbusd_epi32(start, xp->u0, wq), _mm512_dpbusd_epi32(start, xp->u1, wq));
-            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), xp->dx), dw, acc[t]);
+        for (int t = 0; t < T; t++) {
+            const struct q8_xupair *xp = p + t * Q8_XPAIRS + j;
+            const __m512 pr = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, xp->u, wq));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(pr, xp->dx), dw, acc[t]);
         }
     }
     Q32_UNROLL
-    for (int t = 0; t < TP; t++) {
-        float *y0 = y + (size_t)(2 * t) * ldy, *y1 = y0 + ldy;
-        const float s0 = _mm512_mask_reduce_add_ps(0x3333, acc[t]);
-        *y0 = first ? s0 : *y0 + s0;
-        if (!odd || t + 1 < TP) {
-            const float s1 = _mm512_mask_reduce_add_ps(0xcccc, acc[t]);
-            *y1 = first ? s1 : *y1 + s1;
-        }
+    for (int t = 0; t < T; t++) {
+        const float s = _mm512_reduce_add_ps(acc[t]);
+        y[t * ldy] = first ? s : y[t * ldy] + s;
     }
 }
 
@@ -578,7 +519,7 @@ static void q8_gemv512(float *y, int ldy, const struct ra_block_q8x *x, int n, c
     const int64_t nb = k / RA_QK, np = nb / 2;
     const size_t rb = ra_dtype_row_bytes(RA_DTYPE_Q8_0, k), bb = sizeof(struct ra_block_q8_0);
     struct q8_xpair p1[Q8_XPAIRS];
-    struct q8_x2pair p2[2 * Q8_XPAIRS];
+    struct q8_xupair pt[4 * Q8_XPAIRS];
     for (int t0 = 0; t0 < n; t0 += 4) {
         const int T = n - t0 < 4 ? n - t0 : 4;
         float *yt = y + (size_t)t0 * ldy;
@@ -589,16 +530,15 @@ static void q8_gemv512(float *y, int ldy, const struct ra_block_q8x *x, int n, c
             if (T == 1)
                 q8_xpairs(p1, xt + 2 * p0, pc);
             else
-                for (int t = 0; t < T; t += 2)
-                    q8_x2pairs(p2 + t / 2 * Q8_XPAIRS, xt + t * nb + 2 * p0,
-                               xt + (t + 1 < T ? t + 1 : t) * nb + 2 * p0, pc);
+                for (int t = 0; t < T; t++)
+                    q8_xupairs(pt + t * Q8_XPAIRS, xt + t * nb + 2 * p0, pc);
             for (int64_t r = 0; r < rows; r++) {
                 const unsigned char *wr = wp + (size_t)r * rb;
                 switch (T) {
                 case 1: q8_row1(yt + r, p1, pc, wr, p0 == 0); break;
-                case 2: q8_row2(yt + r, ldy, p2, pc, wr, p0 == 0, 1, 0); break;
-                case 3: q8_row2(yt + r, ldy, p2, pc, wr, p0 == 0, 2, 1); break;
-                default: q8_row2(yt + r, ldy, p2, pc, wr, p0 == 0, 2, 0); break;
+                case 2: q8_rowt(yt + r, ldy, pt, pc, wr, p0 == 0, 2); break;
+                case 3: q8_rowt(yt + r, ldy, pt, pc, wr, p0 == 0, 3); break;
+                default: q8_rowt(yt + r, ldy, pt, pc, wr, p0 == 0, 4); break;
                 }
             }
         }
@@ -624,22 +564,13 @@ Q32_INLINE void q32_rows(float *y, int64_t ldy, const struct ra_block_q8x *x, co
             q32_tile(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, R, T);
         for (; r < rows; r++)
             q32_tile(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, 1, T);
-    } else if (T == 1) {
-        q32_rows4_1(y, x, wr, rows, nb, rb, type);
     } else {
-        for (; r + R <= rows; r += R)
-            q32_tile4(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, R, T);
-        for (; r < rows; r++)
-            q32_tile4(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, 1, T);
+        q32_rows4(y, ldy, x, wr, rows, nb, rb, type, T);
     }
 }
 
-/* Rows per tile for several tokens: AVX-512's 32 registers hold 4 x 4 sums and 4 rows' blocks. */
-#if defined(RA_QK_AVX512VNNI)
-#define Q32_ROWS_N 4
-#else
+/* Rows per tile for several tokens (AVX-512 has kernels of its own for them). */
 #define Q32_ROWS_N 2
-#endif
 
 /* Tokens in groups of 4, then the 1-3 left; Q32_ROWS_N rows at a time for
  * several tokens, one row for one token: a decode step streams the weights

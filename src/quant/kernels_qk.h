@@ -13,7 +13,7 @@
  * vpaddd on AVX2, equal for these operands. That is the only difference
  * between the two builds of the 256-bit rows; qemu-user does not emulate
  * AVX-VNNI, so on a CPU without it the AVX2 tests are what cover that code.
- * AVX512-VNNI has 512-bit rows of its own and shares the rest (act_q8k,
+ * AVX512-VNNI has a 512-bit Q6_K row of its own and shares the rest (act_q8k,
  * dequantize). Q6_K's -32 goes through the bsums (sum of (q - 32) * qx = sum
  * q * qx - 32 * bsum), so q stays unsigned. gemv takes up to 4 tokens per
  * pass over a row's super-blocks: each weight load and unpacking serves all
@@ -303,73 +303,21 @@ QKK_INLINE void qkk_q6k_row(float *y, int ldy, const struct ra_block_q8k *x, int
 }
 
 #if defined(RA_QK_AVX512VNNI)
-/* The AVX512-VNNI rows: 64 quants a vector, multiplied by vpdpbusd into 16
- * int32 lanes, each the sum of 4 products (at most 4 * 63 * 128 = 32256: an
- * int16). Two such vectors are interleaved as the int16 halves of one
+/* The AVX512-VNNI Q6_K row: 64 quants a vector, multiplied by vpdpbusd into
+ * 16 int32 lanes, each the sum of 4 products (at most 4 * 63 * 128 = 32256:
+ * an int16). Two such vectors are interleaved as the int16 halves of one
  * (qkk_pair) and vpdpwssd multiplies both by their scales and accumulates:
  * three multiplying instructions for 128 quants against four for
- * vpmaddubsw + vpdpwssd. Q4_K: a 32-byte chunk of nibbles in both halves of a
- * register, shifted by 0 in the lower and 4 in the upper, is sub-blocks 2c,
- * 2c + 1: 64 contiguous activation quants. Q6_K: a half's 64 bytes of ql
- * against its 32 bytes of qh in both halves, shifted per half, are quarters
- * 0-1 and 2-3. Q4_K for a lone token takes the 256-bit row: with no other
- * token to share them, the 512-bit row's broadcast and variable shift of every
- * chunk cost more than the fewer products save. */
+ * vpmaddubsw + vpdpwssd. A half's 64 bytes of ql against its 32 bytes of qh
+ * in both halves, shifted per half, are quarters 0-1 and 2-3. Q4_K takes the
+ * 256-bit row for any number of tokens: as fast here for one token, faster
+ * for several, and a token's outputs stay the same whatever the tokens
+ * beside it. */
 
 /* int16 lanes 2m, 2m + 1 = lane m of a, of b (each fits an int16). */
 static inline __m512i qkk_pair(__m512i a, __m512i b)
 {
     return _mm512_mask_blend_epi16(0xaaaaaaaau, a, _mm512_slli_epi32(b, 16));
-}
-
-QKK_INLINE void qkk_q4k_row512(float *y, int ldy, const struct ra_block_q8k *x, int64_t nb,
-                               const struct ra_block_q4_k *w, const int nt)
-{
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    /* lane m of chunk c's products is sub-block 2c + (m >= 8): the scales of
-     * qkk_pair(chunk 0, chunk 1) and of (chunk 2, chunk 3) */
-    const __m512i order01 = _mm512_set_epi16(3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1,
-                                             2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0);
-    const __m512i order23 = _mm512_add_epi16(order01, _mm512_set1_epi16(4));
-    __m512 f[4];
-    __m256 fm[4];
-    QKK_UNROLL
-    for (int t = 0; t < nt; t++) {
-        f[t] = _mm512_setzero_ps();
-        fm[t] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < nb; b++) {
-        const struct ra_block_q4_k *wb = w + b;
-        const __m128i sm8 = qkk_q4k_scales_v(wb->scales);
-        const __m512i sm16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm8));
-        const __m512i s01 = _mm512_permutexvar_epi16(order01, sm16), s23 = _mm512_permutexvar_epi16(order23, sm16);
-        __m512i v[4];
-        QKK_UNROLL
-        for (int c = 0; c < 4; c++) {
-            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qs + 32 * c)));
-            v[c] = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
-        }
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm8, sm8));
-        const float d = ra_f16_to_f32(wb->d), dmin = ra_f16_to_f32(wb->dmin);
-        QKK_UNROLL
-        for (int t = 0; t < nt; t++) {
-            const struct ra_block_q8k *xb = x + t * nb + b;
-            __m512i p[4];
-            QKK_UNROLL
-            for (int c = 0; c < 4; c++)
-                p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[c],
-                                           _mm512_loadu_si512((const void *)(xb->qs + 64 * c)));
-            const __m512i acc = _mm512_dpwssd_epi32(_mm512_madd_epi16(qkk_pair(p[0], p[1]), s01),
-                                                    qkk_pair(p[2], p[3]), s23);
-            const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
-            f[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * xb->d), _mm512_cvtepi32_ps(acc), f[t]);
-            fm[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * xb->d), _mm256_cvtepi32_ps(ms), fm[t]);
-        }
-    }
-    QKK_UNROLL
-    for (int t = 0; t < nt; t++)
-        y[(size_t)t * ldy] = _mm512_reduce_add_ps(f[t]) - qk_hsum_ps(fm[t]);
 }
 
 QKK_INLINE void qkk_q6k_row512(float *y, int ldy, const struct ra_block_q8k *x, int64_t nb,
@@ -423,12 +371,8 @@ QKK_INLINE void qkk_q6k_row512(float *y, int ldy, const struct ra_block_q8k *x, 
     for (int t = 0; t < nt; t++)
         y[(size_t)t * ldy] = _mm512_reduce_add_ps(f[t]);
 }
-#define QKK_Q4K_ROW1 qkk_q4k_row
-#define QKK_Q4K_ROW qkk_q4k_row512
 #define QKK_Q6K_ROW qkk_q6k_row512
 #else
-#define QKK_Q4K_ROW1 qkk_q4k_row
-#define QKK_Q4K_ROW qkk_q4k_row
 #define QKK_Q6K_ROW qkk_q6k_row
 #endif
 
@@ -453,7 +397,7 @@ QKK_INLINE void qkk_q6k_row512(float *y, int ldy, const struct ra_block_q8k *x, 
             }                                                                                                      \
         }                                                                                                          \
     }
-QKK_GEMV(gemv_q4_k, QKK_Q4K_ROW1, QKK_Q4K_ROW, struct ra_block_q4_k)
+QKK_GEMV(gemv_q4_k, qkk_q4k_row, qkk_q4k_row, struct ra_block_q4_k)
 QKK_GEMV(gemv_q6_k, QKK_Q6K_ROW, QKK_Q6K_ROW, struct ra_block_q6_k)
 
 /* ra_quant_dequantize's Q4_K floats: d * sc * q is exact (17 + 4 bits), so
