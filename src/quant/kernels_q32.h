@@ -185,11 +185,11 @@ static void dequantize_q4_1(float *dst, const void *w, int64_t count)
 }
 
 /* ------------------------------------------------ gemv
- * A tile of R rows x T tokens walks the rows' blocks once: each weight block
- * is loaded once for T tokens and each activation block once for R rows, and
- * every (row, token) pair keeps its sum in a register. Per block the integer
- * dot product is exact and scaled in float, the formats' offsets (Q4_0's -8,
- * Q4_1's m) spread over the lanes that add up to the block. */
+ * One row at a time walks its blocks once for up to 4 tokens: each weight
+ * block is loaded and unpacked once for all of them, and every token keeps
+ * its sum in a register. Per block the integer dot product is exact and
+ * scaled in float, the formats' offsets (Q4_0's -8, Q4_1's m) spread over the
+ * lanes that add up to the block. */
 
 #if defined(RA_QK_AVXVNNI) || defined(RA_QK_AVX512VNNI)
 /* vpdpbusd (VEX on AVX-VNNI, EVEX on 256-bit vectors of AVX512-VNNI): four
@@ -215,45 +215,32 @@ static void dequantize_q4_1(float *dst, const void *w, int64_t count)
                       _mm256_set1_epi16(1))
 #endif
 
-/* y[t * ldy + r] for r < R, t < T: R rows of Q8_0 at w (row_bytes apart)
- * against T tokens' activation blocks at x (nb apart); lanes of dx * dot
- * times dw, the dot as |w| times x with w's signs. */
-Q32_INLINE void q32_tile(float *y, int64_t ldy, const struct ra_block_q8x *x, const unsigned char *w,
-                         size_t row_bytes, int64_t nb, enum ra_dtype type, const int R, const int T)
+/* y[t * ldy] for t < T: one row of Q8_0 at w against T tokens' activation
+ * blocks at x (nb apart); lanes of dx * dot times dw, the dot as |w| times x
+ * with w's signs. A token's float operations are the same whatever T. */
+Q32_INLINE void q32_tile(float *y, int64_t ldy, const struct ra_block_q8x *x, const unsigned char *w, int64_t nb,
+                         const int T)
 {
-    __m256 acc[4][4];
+    const struct ra_block_q8_0 *wb = (const struct ra_block_q8_0 *)w;
+    __m256 acc[4];
     Q32_UNROLL
-    for (int r = 0; r < R; r++)
-        Q32_UNROLL
-        for (int t = 0; t < T; t++)
-            acc[r][t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m256i u[4], sgn[4];
-        __m256 dw[4];
-        Q32_UNROLL
-        for (int r = 0; r < R; r++) {
-            const struct ra_block_q8_0 *wb = (const struct ra_block_q8_0 *)(w + (size_t)r * row_bytes) + b;
-            sgn[r] = _mm256_loadu_si256((const __m256i *)wb->qs);
-            u[r] = _mm256_abs_epi8(sgn[r]);
-            dw[r] = q32_f16x8(&wb->d);
-        }
+        const __m256i sgn = _mm256_loadu_si256((const __m256i *)wb[b].qs);
+        const __m256i u = _mm256_abs_epi8(sgn);
+        const __m256 dw = q32_f16x8(&wb[b].d);
         Q32_UNROLL
         for (int t = 0; t < T; t++) {
             const struct ra_block_q8x *xb = x + t * nb + b;
             const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
-            const __m256 dx = _mm256_set1_ps(xb->d);
-            Q32_UNROLL
-            for (int r = 0; r < R; r++) {
-                const __m256 p = _mm256_cvtepi32_ps(Q32_DOT(u[r], _mm256_sign_epi8(xq, sgn[r])));
-                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(p, dx), dw[r], acc[r][t]);
-            }
+            const __m256 p = _mm256_cvtepi32_ps(Q32_DOT(u, _mm256_sign_epi8(xq, sgn)));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(p, _mm256_set1_ps(xb->d)), dw, acc[t]);
         }
     }
     Q32_UNROLL
-    for (int r = 0; r < R; r++)
-        Q32_UNROLL
-        for (int t = 0; t < T; t++)
-            y[t * ldy + r] = qk_hsum_ps(acc[r][t]);
+    for (int t = 0; t < T; t++)
+        y[t * ldy] = qk_hsum_ps(acc[t]);
 }
 
 /* One block's 8 lanes (they add up to its contribution): the odd last block
@@ -551,32 +538,23 @@ static void q8_gemv512(float *y, int ldy, const struct ra_block_q8x *x, int n, c
 }
 #endif
 
-/* Rows in tiles of R (then one by one) for T tokens. */
+/* Every row, one at a time, for T tokens: a decode step streams the weights
+ * from memory, where one sequential stream keeps the hardware prefetchers
+ * ahead better than several rows read side by side. */
 Q32_INLINE void q32_rows(float *y, int64_t ldy, const struct ra_block_q8x *x, const void *w, int64_t rows,
-                         int64_t k, enum ra_dtype type, const int R, const int T)
+                         int64_t k, enum ra_dtype type, const int T)
 {
     const int64_t nb = k / RA_QK;
     const size_t rb = ra_dtype_row_bytes(type, k);
     const unsigned char *wr = w;
-    int64_t r = 0;
-    if (type == RA_DTYPE_Q8_0) {
-        for (; r + R <= rows; r += R)
-            q32_tile(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, R, T);
-        for (; r < rows; r++)
-            q32_tile(y + r, ldy, x, wr + (size_t)r * rb, rb, nb, type, 1, T);
-    } else {
+    if (type == RA_DTYPE_Q8_0)
+        for (int64_t r = 0; r < rows; r++)
+            q32_tile(y + r, ldy, x, wr + (size_t)r * rb, nb, T);
+    else
         q32_rows4(y, ldy, x, wr, rows, nb, rb, type, T);
-    }
 }
 
-/* Rows per tile for several tokens (AVX-512 has kernels of its own for them). */
-#define Q32_ROWS_N 2
-
-/* Tokens in groups of 4, then the 1-3 left; Q32_ROWS_N rows at a time for
- * several tokens, one row for one token: a decode step streams the weights
- * from memory, where one sequential stream keeps the hardware prefetchers
- * ahead better than several rows read side by side, and one token has no
- * weight loads to share. */
+/* Tokens in groups of 4, then the 1-3 left. */
 Q32_INLINE void q32_gemv(float *y, int ldy, const void *xq, int n, const void *w, int64_t rows, int64_t k,
                          enum ra_dtype type)
 {
@@ -584,11 +562,11 @@ Q32_INLINE void q32_gemv(float *y, int ldy, const void *xq, int n, const void *w
     const struct ra_block_q8x *x = xq;
     int t = 0;
     for (; t + 4 <= n; t += 4)
-        q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, Q32_ROWS_N, 4);
+        q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 4);
     switch (n - t) {
-    case 3: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, Q32_ROWS_N, 3); break;
-    case 2: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, Q32_ROWS_N, 2); break;
-    case 1: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 1, 1); break;
+    case 3: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 3); break;
+    case 2: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 2); break;
+    case 1: q32_rows(y + (size_t)t * ldy, ldy, x + t * nb, w, rows, k, type, 1); break;
     default: break;
     }
 }
