@@ -194,8 +194,8 @@ static int choose(void)
         char list[64], why[160] = "";
         supported_list(list, sizeof list);
         amx_note(why, sizeof why, want == RA_QUANT_ISA_AMX);
-        return ra_error_set(RA_EUNSUPPORTED, "RA_QUANT_ISA=%s: this CPU, build or RA_CPU_ISA cannot run the %s kernels%s "
-                            "(supported: %s)", env, isa_names[want], why, list);
+        return ra_error_set(RA_EUNSUPPORTED, "RA_QUANT_ISA=%s: this CPU, build or RA_CPU_ISA cannot run the %s "
+                            "kernels%s (supported: %s)", env, isa_names[want], why, list);
     }
     chosen = want;
     return RA_OK;

@@ -15,8 +15,8 @@
  * What is verified where: this code against the model on every x86 build
  * with AVX512-VNNI (tests/test_quant_amx.c, which also runs it on the tiles
  * wherever the CPU and Linux allow them: the Sapphire Rapids machines of
- * CI); the model itself against hand-computed products and the faults of
- * Intel's SDM in the same test.
+ * CI); the model itself against hand-computed products and the faults that
+ * Intel's SDM lists, in the same test.
  *
  * A block is up to 32 tokens by up to 2 panels (32 output rows). Per group
  * of `group` columns (32, or 16 for Q6_K):
@@ -148,8 +148,10 @@ static void amx_run_block(float *y, int ldy, const struct amx_block *b, int ncol
     for (int h = 0; h < 2 && ncols > 16 * h; h++) {
         const int cols = ncols - 16 * h >= 16 ? 16 : ncols - 16 * h;
         const __mmask16 mask = (__mmask16)((1u << cols) - 1);
-        for (int t = 0; t < m; t++)
-            _mm512_mask_storeu_ps(y + (size_t)(b->t0 + t) * (size_t)ldy + 16 * h, mask, _mm512_load_ps(acc + 32 * t + 16 * h));
+        for (int t = 0; t < m; t++) {
+            float *dst = y + (size_t)(b->t0 + t) * (size_t)ldy + 16 * h;
+            _mm512_mask_storeu_ps(dst, mask, _mm512_load_ps(acc + 32 * t + 16 * h));
+        }
     }
 }
 
