@@ -121,6 +121,15 @@ static void dequantize_q6_k(float *dst, const void *w, int64_t count)
 #define QKK_DP(acc, a, b) _mm256_dpwssd_epi32((acc), (a), (b))
 #endif
 #define QKK_INLINE static inline __attribute__((always_inline))
+/* Independent integer sums per token and super-block: vpdpwssd adds into its
+ * destination, so one sum would chain a super-block's 8 of them at their
+ * full latency; two sums halve that (AVX2's vpmaddwd + vpaddd chains only
+ * the add). Integer sums: the same result either way. */
+#if defined(RA_QK_AVX2)
+#define QKK_CHAINS 1
+#else
+#define QKK_CHAINS 2
+#endif
 /* the token and chunk loops unrolled, so the accumulators live in registers */
 #define QKK_UNROLL _Pragma("GCC unroll 8")
 
@@ -208,10 +217,12 @@ QKK_INLINE void qkk_q4k_row(float *y, int ldy, const struct ra_block_q8k *x, int
         const __m128i sm8 = qkk_q4k_scales_v(wb->scales);
         /* the 8 scales as int16 in both 128-bit lanes, for vpshufb to broadcast one */
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm8));
-        __m256i acc[4];
+        __m256i acc[QKK_CHAINS][4];
         QKK_UNROLL
-        for (int t = 0; t < nt; t++)
-            acc[t] = _mm256_setzero_si256();
+        for (int i = 0; i < QKK_CHAINS; i++)
+            QKK_UNROLL
+            for (int t = 0; t < nt; t++)
+                acc[i][t] = _mm256_setzero_si256();
         QKK_UNROLL
         for (int c = 0; c < 4; c++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * c));
@@ -221,8 +232,9 @@ QKK_INLINE void qkk_q4k_row(float *y, int ldy, const struct ra_block_q8k *x, int
             QKK_UNROLL
             for (int t = 0; t < nt; t++) {
                 const int8_t *xs = x[t * nb + b].qs + 64 * c;
-                acc[t] = QKK_DP(acc[t], _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xs)), slo);
-                acc[t] = QKK_DP(acc[t], _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xs + 32))), shi);
+                __m256i *a0 = &acc[0][t], *a1 = &acc[QKK_CHAINS - 1][t];
+                *a0 = QKK_DP(*a0, _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xs)), slo);
+                *a1 = QKK_DP(*a1, _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xs + 32))), shi);
             }
         }
         /* (mn_s, mn_s) against bsums 2s, 2s + 1 */
@@ -232,7 +244,8 @@ QKK_INLINE void qkk_q4k_row(float *y, int ldy, const struct ra_block_q8k *x, int
         for (int t = 0; t < nt; t++) {
             const struct ra_block_q8k *xb = x + t * nb + b;
             const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
-            f[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(acc[t]), f[t]);
+            const __m256i sum = QKK_CHAINS > 1 ? _mm256_add_epi32(acc[0][t], acc[QKK_CHAINS - 1][t]) : acc[0][t];
+            f[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(sum), f[t]);
             f[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * xb->d), _mm256_cvtepi32_ps(ms), f[t]);
         }
     }
@@ -265,10 +278,13 @@ QKK_INLINE void qkk_q6k_row(float *y, int ldy, const struct ra_block_q8k *x, int
         const __m128i s8 = _mm_loadu_si128((const __m128i *)wb->scales);
         /* -32 * scales[i] against bsums[i]: the offset of every quant */
         const __m256i off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5));
-        __m256i acc[4];
+        __m256i acc[QKK_CHAINS][4];
         QKK_UNROLL
-        for (int t = 0; t < nt; t++)
-            acc[t] = QKK_DP(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)x[t * nb + b].bsums), off);
+        for (int t = 0; t < nt; t++) {
+            acc[0][t] = QKK_DP(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)x[t * nb + b].bsums), off);
+            if (QKK_CHAINS > 1)
+                acc[QKK_CHAINS - 1][t] = _mm256_setzero_si256();
+        }
         QKK_UNROLL
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * h));
@@ -288,14 +304,17 @@ QKK_INLINE void qkk_q6k_row(float *y, int ldy, const struct ra_block_q8k *x, int
                 QKK_UNROLL
                 for (int t = 0; t < nt; t++) {
                     const int8_t *xs = x[t * nb + b].qs + 128 * h + 32 * g;
-                    acc[t] = QKK_DP(acc[t], _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)xs)), sg);
+                    __m256i *a = &acc[g % QKK_CHAINS][t];
+                    *a = QKK_DP(*a, _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)xs)), sg);
                 }
             }
         }
         const float d = ra_f16_to_f32(wb->d);
         QKK_UNROLL
-        for (int t = 0; t < nt; t++)
-            f[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t * nb + b].d), _mm256_cvtepi32_ps(acc[t]), f[t]);
+        for (int t = 0; t < nt; t++) {
+            const __m256i sum = QKK_CHAINS > 1 ? _mm256_add_epi32(acc[0][t], acc[QKK_CHAINS - 1][t]) : acc[0][t];
+            f[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t * nb + b].d), _mm256_cvtepi32_ps(sum), f[t]);
+        }
     }
     QKK_UNROLL
     for (int t = 0; t < nt; t++)
