@@ -6,7 +6,10 @@
  * u once (16 rows x 4 bytes) and each token's 4 activation bytes once,
  * broadcast, and adds their products to the int32 sums (vpdpbusd, or
  * vpmaddubsw + vpmaddwd on AVX2); once per group the sums are converted and
- * scaled into the float accumulators:
+ * scaled into the float accumulators. AVX512-VNNI, per 32 columns (one d):
+ *     f = sum over the block's groups of float(sum) * scale
+ *     acc = fma(f, d, acc);  acc = fma(offset, s, acc) per group
+ * (Q6_K's two groups of 16 share the multiply by d); AVX2 per group:
  *     acc = fma(float(sum), scale * d, acc);  acc = fma(offset, s, acc)
  * The same operations, in the same order, for every token whatever T, P and
  * the other tokens of the call: a token's outputs do not depend on them.
@@ -33,6 +36,15 @@ QG_INLINE int32_t qg_load4(const int8_t *p)
 
 /* ------------------------------------------------------------------ activations */
 
+/* The sum of 16 int8: psadbw on the bytes + 128 (their sums of 8 against
+ * zero), less 16 x 128. */
+QG_INLINE int qg_sum16(const int8_t *q)
+{
+    const __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i *)q), _mm_set1_epi8((char)0x80));
+    const __m128i s = _mm_sad_epu8(v, _mm_setzero_si128());
+    return _mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4) - 16 * 128;
+}
+
 /* ra_qact_quantize_ref's bytes: act_q8x's blocks (the GEMV's quantizer, the
  * same q and d), copied out in chunks, with the sums per group. */
 static void qg_quantize_qact(struct ra_qact *a, int t, const float *x)
@@ -46,7 +58,7 @@ static void qg_quantize_qact(struct ra_qact *a, int t, const float *x)
     for (int64_t b0 = 0; b0 < nb; b0 += CHUNK) {
         const int nc = nb - b0 < CHUNK ? (int)(nb - b0) : CHUNK;
         act_q8x(blk, x + RA_QK * b0, (int64_t)nc * RA_QK);
-        for (int i = 0; i < nc; i++) {
+        for (int i = 0; i < nc; i++) { /* group 32 or 16 (Q6_K) */
             const int64_t b = b0 + i;
             memcpy(q + RA_QK * b, blk[i].qs, RA_QK);
             d[b] = blk[i].d;
@@ -54,12 +66,8 @@ static void qg_quantize_qact(struct ra_qact *a, int t, const float *x)
                 s[b] = blk[i].s;
                 continue;
             }
-            for (int h = 0; h < RA_QK / group; h++) {
-                int sum = 0;
-                for (int c = 0; c < group; c++)
-                    sum += blk[i].qs[group * h + c];
-                s[b * (RA_QK / group) + h] = blk[i].d * (float)sum;
-            }
+            for (int h = 0; h < RA_QK / group; h++)
+                s[b * (RA_QK / group) + h] = blk[i].d * (float)qg_sum16(blk[i].qs + group * h);
         }
     }
 }
@@ -90,7 +98,7 @@ QG_INLINE struct qg_tok qg_token(const struct ra_qact *a, int t)
 QG_INLINE void qg512_tile(float *y, int ldy, const struct ra_qact *a, int t0, const char *pan, size_t pbytes,
                           int cols, const int T, const int P, const int GROUP)
 {
-    const int64_t k = a->k, ng = k / GROUP;
+    const int64_t k = a->k;
     struct qg_tok tk[QG_TMAX];
     const uint8_t *u[QG_PMAX];
     const float *sc[QG_PMAX], *of[QG_PMAX];
@@ -108,36 +116,55 @@ QG_INLINE void qg512_tile(float *y, int ldy, const struct ra_qact *a, int t0, co
         for (int t = 0; t < T; t++)
             acc[t][p] = _mm512_setzero_ps();
     }
-    for (int64_t g = 0; g < ng; g++) {
-        __m512i is[QG_TMAX][QG_PMAX];
+    const int H = RA_QK / GROUP; /* groups per activation block of 32 (one d) */
+    for (int64_t blk = 0; blk < k / RA_QK; blk++) {
+        __m512 ft[QG_TMAX][QG_PMAX]; /* sum over the block's groups of scale x float(sum) */
         QG_UNROLL
-        for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            const int64_t g = H * blk + h;
+            __m512i is[QG_TMAX][QG_PMAX];
             QG_UNROLL
-            for (int p = 0; p < P; p++)
-                is[t][p] = _mm512_setzero_si512();
-        QG_UNROLL
-        for (int i = 0; i < GROUP / 4; i++) {
-            const int64_t c = GROUP * g + 4 * i;
-            __m512i w[QG_PMAX];
-            QG_UNROLL
-            for (int p = 0; p < P; p++)
-                w[p] = _mm512_load_si512((const void *)(u[p] + 16 * c));
-            QG_UNROLL
-            for (int t = 0; t < T; t++) {
-                const __m512i b = _mm512_set1_epi32(qg_load4(tk[t].q + c));
+            for (int t = 0; t < T; t++)
                 QG_UNROLL
                 for (int p = 0; p < P; p++)
-                    is[t][p] = _mm512_dpbusd_epi32(is[t][p], w[p], b);
+                    is[t][p] = _mm512_setzero_si512();
+            QG_UNROLL
+            for (int i = 0; i < GROUP / 4; i++) {
+                const int64_t c = GROUP * g + 4 * i;
+                __m512i w[QG_PMAX];
+                QG_UNROLL
+                for (int p = 0; p < P; p++)
+                    w[p] = _mm512_load_si512((const void *)(u[p] + 16 * c));
+                QG_UNROLL
+                for (int t = 0; t < T; t++) {
+                    const __m512i b = _mm512_set1_epi32(qg_load4(tk[t].q + c));
+                    QG_UNROLL
+                    for (int p = 0; p < P; p++)
+                        is[t][p] = _mm512_dpbusd_epi32(is[t][p], w[p], b);
+                }
+            }
+            QG_UNROLL
+            for (int p = 0; p < P; p++) {
+                const __m512 scale = _mm512_load_ps(sc[p] + RA_QP_ROWS * g);
+                QG_UNROLL
+                for (int t = 0; t < T; t++) {
+                    const __m512 f = _mm512_cvtepi32_ps(is[t][p]);
+                    ft[t][p] = h == 0 ? _mm512_mul_ps(f, scale) : _mm512_fmadd_ps(f, scale, ft[t][p]);
+                }
             }
         }
         QG_UNROLL
         for (int t = 0; t < T; t++) {
-            const __m512 d = _mm512_set1_ps(tk[t].d[GROUP * g / RA_QK]), s = _mm512_set1_ps(tk[t].s[g]);
+            const __m512 d = _mm512_set1_ps(tk[t].d[blk]);
             QG_UNROLL
-            for (int p = 0; p < P; p++) {
-                const __m512 f = _mm512_mul_ps(_mm512_load_ps(sc[p] + RA_QP_ROWS * g), d);
-                acc[t][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t][p]), f, acc[t][p]);
-                acc[t][p] = _mm512_fmadd_ps(_mm512_load_ps(of[p] + RA_QP_ROWS * g), s, acc[t][p]);
+            for (int p = 0; p < P; p++)
+                acc[t][p] = _mm512_fmadd_ps(ft[t][p], d, acc[t][p]);
+            QG_UNROLL
+            for (int h = 0; h < H; h++) {
+                const __m512 s = _mm512_set1_ps(tk[t].s[H * blk + h]);
+                QG_UNROLL
+                for (int p = 0; p < P; p++)
+                    acc[t][p] = _mm512_fmadd_ps(_mm512_load_ps(of[p] + RA_QP_ROWS * (H * blk + h)), s, acc[t][p]);
             }
         }
     }
@@ -154,9 +181,12 @@ QG_INLINE void qg512_tile(float *y, int ldy, const struct ra_qact *a, int t0, co
         }
 }
 
-/* Tiles of QG512_T tokens by QG512_P panels, the tails in smaller ones. */
+/* Tiles of QG512_T tokens by QG512_P panels (2 for groups of 16, which keep
+ * a block's first group's products while the second's are summed), the
+ * tails in smaller ones. */
 #define QG512_T 4
 #define QG512_P 3
+_Static_assert(QG512_T <= 4, "the tails below take up to 3 tokens");
 
 #define QG512_TOKENS(NAME, P, GROUP)                                                                              \
     static void qg512_tokens_##NAME##_##GROUP(float *y, int ldy, const struct ra_qact *a, int n_tok,              \
@@ -166,10 +196,6 @@ QG_INLINE void qg512_tile(float *y, int ldy, const struct ra_qact *a, int t0, co
         for (; t + QG512_T <= n_tok; t += QG512_T)                                                             \
             qg512_tile(y, ldy, a, t, pan, pbytes, cols, QG512_T, P, GROUP);                                    \
         switch (n_tok - t) {                                                                                   \
-        case 7: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 7, P, GROUP); break;                               \
-        case 6: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 6, P, GROUP); break;                               \
-        case 5: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 5, P, GROUP); break;                               \
-        case 4: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 4, P, GROUP); break;                               \
         case 3: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 3, P, GROUP); break;                               \
         case 2: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 2, P, GROUP); break;                               \
         case 1: qg512_tile(y, ldy, a, t, pan, pbytes, cols, 1, P, GROUP); break;                               \
@@ -179,7 +205,6 @@ QG_INLINE void qg512_tile(float *y, int ldy, const struct ra_qact *a, int t0, co
 QG512_TOKENS(wide, QG512_P, 32)
 QG512_TOKENS(two, 2, 32)
 QG512_TOKENS(one, 1, 32)
-QG512_TOKENS(wide, QG512_P, 16)
 QG512_TOKENS(two, 2, 16)
 QG512_TOKENS(one, 1, 16)
 
@@ -187,24 +212,22 @@ static void qg512_gemm(float *y, int ldy, const struct ra_qact *a, int n_tok, co
 {
     const size_t pbytes = ra_qpanel_bytes(a->group, a->k);
     const char *pan = panels;
+    const int g16 = a->group == 16, wide = g16 ? 2 : QG512_P;
     for (int p = 0; p < np;) {
         const int left = np - p, cols = ncols - RA_QP_ROWS * p;
         float *yp = y + RA_QP_ROWS * p;
         const char *pp = pan + (size_t)p * pbytes;
-        if (left >= QG512_P) {
-            if (a->group == 16)
-                qg512_tokens_wide_16(yp, ldy, a, n_tok, pp, pbytes, cols);
-            else
-                qg512_tokens_wide_32(yp, ldy, a, n_tok, pp, pbytes, cols);
-            p += QG512_P;
+        if (left >= wide && !g16) {
+            qg512_tokens_wide_32(yp, ldy, a, n_tok, pp, pbytes, cols);
+            p += wide;
         } else if (left >= 2) {
-            if (a->group == 16)
+            if (g16)
                 qg512_tokens_two_16(yp, ldy, a, n_tok, pp, pbytes, cols);
             else
                 qg512_tokens_two_32(yp, ldy, a, n_tok, pp, pbytes, cols);
             p += 2;
         } else {
-            if (a->group == 16)
+            if (g16)
                 qg512_tokens_one_16(yp, ldy, a, n_tok, pp, pbytes, cols);
             else
                 qg512_tokens_one_32(yp, ldy, a, n_tok, pp, pbytes, cols);
