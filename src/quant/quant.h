@@ -122,7 +122,8 @@ struct ra_quant_kernels {
     /* y[t*ldy + r] = w[r] . x_t for t < n, r < rows: w [rows][k] in wtype's
      * blocks (row r at r * ra_dtype_row_bytes(wtype, k)), xq n tokens'
      * activation blocks (ra_quant_act_row_bytes apart). One thread; any n >= 1,
-     * fastest in groups of up to 4 tokens, which share each weight load. */
+     * fastest in groups of up to 4 tokens, which share each weight load; a
+     * token's outputs are the same bits whatever the other tokens of the call. */
     void (*gemv)(float *y, int ldy, const void *xq, int n, const void *w, enum ra_dtype wtype, int64_t rows,
                  int64_t k);
     /* dst[0..count) = the values of count elements of wtype (whole blocks);
