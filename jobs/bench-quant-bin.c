@@ -7,7 +7,10 @@
  * (src/membw.h: ra_membw_read, one array summed) measured in the same run
  * with the same threads; their ratio is the share of the memory bound
  * reached. The products cycle through copies of the matrix that together
- * exceed --cold-mib, so each reads its weights from memory, not a cache.
+ * exceed --cold-mib, so each reads its weights from memory, not a cache;
+ * the copies lie in 2 MiB pages as the read bandwidth's array does (one core
+ * streams 4 KiB pages up to a third slower: src/hugepage.h), so the ratio
+ * compares like with like.
  *
  * Prefill (n = --prefill-n tokens, 512 by default): GFLOP/s (2 n rows k per
  * product) on each path of ra_quant_matmul: int8 (activations quantized, the
@@ -32,6 +35,7 @@
 #include "bench_util.h"
 #include "gemm_bf16.h"
 #include "half.h"
+#include "hugepage.h"
 #include "membw.h"
 #include "quant/quant.h"
 #include "ra_core.h"
@@ -309,7 +313,7 @@ static void gemv_case(const struct runner *r, enum ra_dtype t, int64_t rows, int
 {
     const size_t bytes = matrix_bytes(t, rows, k), stride = (bytes + 4095) / 4096 * 4096;
     int copies = (int)(((size_t)o->cold_mib << 20) / stride) + 1;
-    uint8_t *w = malloc(stride * (size_t)copies);
+    uint8_t *w = ra_huge_alloc(stride * (size_t)copies);
     float *x = malloc(sizeof(float) * (size_t)(4 * k)), *y = malloc(sizeof(float) * (size_t)(4 * rows));
     if (!w || !x || !y)
         bench_die("gemv operands", RA_ENOMEM);
@@ -418,7 +422,8 @@ static void header(const struct opts *o, int have_bf16, struct ra_gemm_bf16 *g, 
     for (int i = 0; i < o->n_threads; i++)
         printf(" T=%d %.1f", o->threads[i], read_gbs[i]);
     printf("\n# gemv: T type shape(rows x k) n=1 GB/s [min-max] ratio-to-read n=4 GB/s [min-max] ratio-to-read\n");
-    printf("#   (weight bytes in the stored type per product; copies over %d MiB so each reads memory)\n",
+    printf("#   (weight bytes in the stored type per product; copies over %d MiB in 2 MiB pages, so each reads "
+           "memory)\n",
            o->cold_mib);
     if (o->prefill)
         printf("# prefill n=%d: T type shape GFLOP/s int8 gemv f32 bf16 (%s of %d, in turn), best path, best / "
