@@ -8,7 +8,7 @@
 #  2. SmolLM2: --user, --system with --user, and --messages with several
 #     turns give the ids of transformers' apply_chat_template(...,
 #     add_generation_prompt=True) on the tokenizer read from the same GGUF;
-#     asked what the capital of France is, it answers with Paris and stops at
+#     asked what the capital of France is (weights dequantized), it answers with Paris and stops at
 #     <|im_end|> (not printed) well before -n without --ignore-eos.
 #  3. Llama 2 on a SentencePiece GGUF (the Llama 2 tokenizer's vocabulary and
 #     template): jinja2's rendering with <s>/</s> as their ids and the text
@@ -74,7 +74,11 @@ else
     same_ids "SmolLM2 HF directory, --messages chat_2.json" "$TMP/smol/chat_2.want" --model "$TMP/smol/hf" \
         --messages "$TMP/smol/chat_2.json"
     q="What is the capital of France?"
-    timeout 300 "$BUILD/runahead" --model "$smol" --user "$q" -n 48 -o json >"$TMP/answer.json" 2>"$TMP/err" \
+    # The weights dequantized (transformers' reading of the file): on the Q4_1 blocks the first
+    # token is a near tie ("The" / "L'") that int8 activations (llama.cpp's scheme, llama.cpp's
+    # answer too) tip into French; what is tested here is the chat, not the quantization.
+    timeout 300 "$BUILD/runahead" --model "$smol" --dequantize-weights --user "$q" -n 48 -o json \
+        >"$TMP/answer.json" 2>"$TMP/err" \
         || fail "SmolLM2 --user: $(tail -n 1 "$TMP/err")"
     im_end=$(python3 "$SRC/tests/gguf_model.py" "$smol" "<|im_end|>")
     # the answer's text and ids: Paris, and <|im_end|> last, well before -n (the text leaves it out)
@@ -85,7 +89,8 @@ print(int("Paris" in r["text"]), int(ids[-1] == int(sys.argv[2]) and len(ids) < 
     [ "$1" = 1 ] || fail "SmolLM2 answered without Paris: $(cat "$TMP/answer.json")"
     [ "$2" = 1 ] || fail "SmolLM2 did not stop at <|im_end|> ($im_end): $(cat "$TMP/answer.json")"
     [ "$3" = 0 ] || fail "the end-of-generation token is in the text: $(cat "$TMP/answer.json")"
-    text=$(timeout 300 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$smol" --user "$q" -n 48 2>"$TMP/err") \
+    text=$(timeout 300 $MPIEXEC -np 2 $MPIEXEC_FLAGS "$BUILD/runahead" --model "$smol" --dequantize-weights \
+        --user "$q" -n 48 2>"$TMP/err") \
         || fail "SmolLM2 --user on 2 ranks: $(tail -n 1 "$TMP/err")"
     want=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["text"])' "$TMP/answer.json" 2>/dev/null)
     [ "$text" = "$want" ] && echo "SmolLM2 on 2 ranks: $text" \
