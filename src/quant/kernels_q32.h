@@ -296,9 +296,11 @@ struct q32_xpair {
     __m256 dx, sx;
 };
 
-/* Pairs per sweep and token: 8 KiB (k <= 4096 in one sweep; 4 tokens' stay
- * in L1 beside the weights' stream). */
-#define Q32_XPAIRS 64
+/* Pairs per sweep and token: 16 KiB, k <= 8192 in one sweep, so that a row
+ * is read whole, in one stream (a longer row is read in parts, one sweep over
+ * the rows each: a strided walk the prefetchers follow worse). The same for
+ * any number of tokens: the parts set the float order of a row's sum. */
+#define Q32_XPAIRS 128
 
 Q32_INLINE void q32_xpairs(struct q32_xpair *p, const struct ra_block_q8x *x, int64_t np, enum ra_dtype type)
 {
@@ -382,20 +384,20 @@ Q32_INLINE void q32_rows4(float *y, int64_t ldy, const struct ra_block_q8x *x, c
  * Two blocks per zmm (blocks 2j and 2j + 1 of a row: A and B), vpdpbusd on
  * 64 bytes at once, int32 lanes 0-7 A's and 8-15 B's. vpdpbusd takes u8
  * times s8, so one side is flipped to u8 (+ 128, the top bit) and the lanes
- * start at -128 times the other side's sum over their 4 bytes. Whatever
- * depends on the tokens only is prepared once per token and sweep over the
- * rows, Q8_XPAIRS pairs at a time, and the rows are taken one at a time (one
- * sequential stream: several rows read side by side stream slower here):
- * - one token: u = w + 128 (one flip per row and pair), s = x, the start
- *   from x (struct q8_xpair); per pair a vpdpbusd and three float ops;
- * - several tokens: u = x + 128, s = w, the start from w (once per row and
- *   pair for all tokens, struct q8_xupair); per token and pair a vpdpbusd
- *   and three float ops.
- * Both give the same integer lanes, scaled by the same float operations: a
- * token's outputs do not depend on how many tokens share the call.
+ * start at -128 times the other side's sum over their 4 bytes: u = x + 128,
+ * s = w, the start from w. The rows are taken one at a time (one sequential
+ * stream: several rows read side by side stream slower here):
+ * - one token: each row against the token's blocks as they are (q8_row1);
+ * - several tokens: each token's pairs flipped once per sweep over the rows,
+ *   Q8_XPAIRS pairs at a time (struct q8_xupair), the row's start once for
+ *   all tokens (q8_rowt).
+ * Both give the same integer lanes, scaled by the same float operations and
+ * summed in the same parts: a token's outputs do not depend on how many
+ * tokens share the call.
  * An odd last block goes through the 256-bit code. */
 
-/* Pairs prepared per sweep: 4 or 6 KiB a token (k <= 2048 in one sweep). */
+/* Pairs per part of a row's sum (and prepared per sweep for several
+ * tokens: 4 KiB a token). */
 #define Q8_XPAIRS 32
 
 /* [f[a] x 8, f[b] x 8]: a pair's activation scales for its lanes. */
@@ -419,37 +421,31 @@ Q32_INLINE __m512 q8_pair_dw(const struct ra_block_q8_0 *a)
     return _mm512_cvtph_ps(_mm256_mask_set1_epi16(_mm256_set1_epi16((short)a[0].d), 0xff00, (short)a[1].d));
 }
 
-/* One token's pair: its bytes, the lanes' start (-128 times the sum of each
- * lane's 4 bytes) and dx per lane. */
-struct q8_xpair {
-    __m512i x, start;
-    __m512 dx;
-};
-
-Q32_INLINE void q8_xpairs(struct q8_xpair *p, const struct ra_block_q8x *x, int64_t np)
+/* y = one row at w against one token's np pairs at x, read in one stream
+ * (a token has no weight loads to share, and a prepared copy of its pairs
+ * beside the stream slowed rows of 5632 columns 1.7x here): the start from
+ * w, u = x + 128, so the same integer lanes and float operations as
+ * q8_rowt's, the sum in parts of Q8_XPAIRS pairs as the sweeps add them. */
+Q32_INLINE float q8_row1(const struct ra_block_q8x *x, int64_t np, const unsigned char *w)
 {
     const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
-    for (int64_t i = 0; i < np; i++) {
-        const struct ra_block_q8x *xa = x + 2 * i, *xb = xa + 1;
-        p[i].x = q32_pair_bytes(xa->qs, xb->qs);
-        p[i].start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, p[i].x));
-        p[i].dx = q32_pair_ps(&xa->d, &xb->d);
+    float y = 0;
+    for (int64_t p0 = 0; p0 < np; p0 += Q8_XPAIRS) {
+        const int64_t pe = np - p0 < Q8_XPAIRS ? np : p0 + Q8_XPAIRS;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t j = p0; j < pe; j++) {
+            const struct ra_block_q8_0 *a = (const struct ra_block_q8_0 *)w + 2 * j;
+            const struct ra_block_q8x *xa = x + 2 * j;
+            const __m512i wq = q32_pair_bytes(a[0].qs, a[1].qs);
+            const __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, wq));
+            const __m512i u = _mm512_xor_si512(q32_pair_bytes(xa[0].qs, xa[1].qs), flip);
+            const __m512 pr = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, u, wq));
+            acc = _mm512_fmadd_ps(_mm512_mul_ps(pr, q32_pair_ps(&xa[0].d, &xa[1].d)), q8_pair_dw(a), acc);
+        }
+        const float s = _mm512_reduce_add_ps(acc);
+        y = p0 == 0 ? s : y + s;
     }
-}
-
-/* *y = (FIRST) or += one row's pairs [0, np) at w against one token's. */
-Q32_INLINE void q8_row1(float *y, const struct q8_xpair *p, int64_t np, const unsigned char *w, int first)
-{
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t j = 0; j < np; j++) {
-        const struct ra_block_q8_0 *a = (const struct ra_block_q8_0 *)w + 2 * j;
-        const __m512i u = _mm512_xor_si512(q32_pair_bytes(a[0].qs, a[1].qs), flip);
-        const __m512 pr = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(p[j].start, u, p[j].x));
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(pr, p[j].dx), q8_pair_dw(a), acc);
-    }
-    const float s = _mm512_reduce_add_ps(acc);
-    *y = first ? s : *y + s;
+    return y;
 }
 
 /* One token's pair for the rows of several tokens: its bytes flipped to u8
@@ -498,31 +494,28 @@ Q32_INLINE void q8_rowt(float *y, int64_t ldy, const struct q8_xupair *p, int64_
     }
 }
 
-/* Tokens in groups of 4; per group the pairs in parts of Q8_XPAIRS, each
- * prepared once and swept over the rows. */
+/* Tokens in groups of 4: a lone token row by row, several with the pairs in
+ * parts of Q8_XPAIRS, each prepared once and swept over the rows. */
 static void q8_gemv512(float *y, int ldy, const struct ra_block_q8x *x, int n, const unsigned char *w,
                        int64_t rows, int64_t k)
 {
     const int64_t nb = k / RA_QK, np = nb / 2;
     const size_t rb = ra_dtype_row_bytes(RA_DTYPE_Q8_0, k), bb = sizeof(struct ra_block_q8_0);
-    struct q8_xpair p1[Q8_XPAIRS];
     struct q8_xupair pt[4 * Q8_XPAIRS];
     for (int t0 = 0; t0 < n; t0 += 4) {
         const int T = n - t0 < 4 ? n - t0 : 4;
         float *yt = y + (size_t)t0 * ldy;
         const struct ra_block_q8x *xt = x + t0 * nb;
-        for (int64_t p0 = 0; p0 < np || p0 == 0; p0 += Q8_XPAIRS) {
+        for (int64_t r = 0; T == 1 && r < rows; r++)
+            yt[r] = q8_row1(xt, np, w + (size_t)r * rb);
+        for (int64_t p0 = 0; T > 1 && (p0 < np || p0 == 0); p0 += Q8_XPAIRS) {
             const int64_t pc = np - p0 < Q8_XPAIRS ? np - p0 : Q8_XPAIRS;
             const unsigned char *wp = w + (size_t)(2 * p0) * bb;
-            if (T == 1)
-                q8_xpairs(p1, xt + 2 * p0, pc);
-            else
-                for (int t = 0; t < T; t++)
-                    q8_xupairs(pt + t * Q8_XPAIRS, xt + t * nb + 2 * p0, pc);
+            for (int t = 0; t < T; t++)
+                q8_xupairs(pt + t * Q8_XPAIRS, xt + t * nb + 2 * p0, pc);
             for (int64_t r = 0; r < rows; r++) {
                 const unsigned char *wr = wp + (size_t)r * rb;
                 switch (T) {
-                case 1: q8_row1(yt + r, p1, pc, wr, p0 == 0); break;
                 case 2: q8_rowt(yt + r, ldy, pt, pc, wr, p0 == 0, 2); break;
                 case 3: q8_rowt(yt + r, ldy, pt, pc, wr, p0 == 0, 3); break;
                 default: q8_rowt(yt + r, ldy, pt, pc, wr, p0 == 0, 4); break;
