@@ -16,112 +16,17 @@
  * 1, 2, 3, 4 and 7 tokens, output rows ldy > rows apart (the gap untouched),
  * weights at an address that is only 2-byte aligned. */
 #include "quant/quant.h"
+#include "quant_blocks.h"
 #include "status.h"
 #include "test.h"
 
 #define GEMV_TOL 1e-5
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint32_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 32);
-}
-
-/* Uniform in [0, 1). */
-static double rnd_unit(void) { return rnd() / 4294967296.0; }
-
-/* A scale as models have them: log-uniform magnitude in [1e-4, 1e-1], with a random sign if SIGNED. */
-static uint16_t rnd_scale(int is_signed)
-{
-    float v = (float)exp(log(1e-4) + rnd_unit() * (log(1e-1) - log(1e-4)));
-    if (is_signed && (rnd() & 1))
-        v = -v;
-    return ra_f32_to_f16(v);
-}
-
-/* Non-zero: the weights and activations at their extremes (rnd_weights, rnd_acts): the integer sums at
- * their largest, where a 16-bit intermediate would saturate. */
-static int k_extremes;
-
-static void rnd_bytes(uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (uint8_t)rnd();
-}
-
-/* COUNT elements (whole blocks) of type T with random quants and scales. */
-static void rnd_weights(enum ra_dtype t, void *w, int64_t count)
-{
-    const int64_t nb = count / ra_dtype_block(t);
-    for (int64_t b = 0; b < nb; b++) {
-        switch (t) {
-        case RA_DTYPE_Q8_0: {
-            struct ra_block_q8_0 *x = (struct ra_block_q8_0 *)w + b;
-            x->d = rnd_scale(0);
-            rnd_bytes((uint8_t *)x->qs, sizeof x->qs); /* -128 included: ggml never writes it, a file may */
-            if (k_extremes) /* every quant -128 or 127 by blocks */
-                memset(x->qs, b % 3 ? 0x80 : 0x7f, sizeof x->qs);
-            break;
-        }
-        case RA_DTYPE_Q4_0: {
-            struct ra_block_q4_0 *x = (struct ra_block_q4_0 *)w + b;
-            x->d = rnd_scale(1);
-            rnd_bytes(x->qs, sizeof x->qs);
-            if (k_extremes) /* every quant 15 or 0 by blocks */
-                memset(x->qs, b % 3 ? 0xff : 0, sizeof x->qs);
-            break;
-        }
-        case RA_DTYPE_Q4_1: {
-            struct ra_block_q4_1 *x = (struct ra_block_q4_1 *)w + b;
-            x->d = rnd_scale(0);
-            x->m = rnd_scale(1);
-            rnd_bytes(x->qs, sizeof x->qs);
-            if (k_extremes)
-                memset(x->qs, b % 3 ? 0xff : 0, sizeof x->qs);
-            break;
-        }
-        case RA_DTYPE_Q4_K: {
-            struct ra_block_q4_k *x = (struct ra_block_q4_k *)w + b;
-            x->d = rnd_scale(0);
-            x->dmin = rnd_scale(0);
-            rnd_bytes(x->scales, sizeof x->scales);
-            rnd_bytes(x->qs, sizeof x->qs);
-            if (k_extremes) { /* every scale and min 63, quants 15 or 0 by halves, dmin far above d */
-                x->d = ra_f32_to_f16(1e-4f);
-                x->dmin = ra_f32_to_f16(0.5f);
-                memset(x->scales, 0xff, sizeof x->scales);
-                memset(x->qs, b & 1 ? 0x0f : 0xff, sizeof x->qs);
-            }
-            break;
-        }
-        case RA_DTYPE_Q6_K: {
-            struct ra_block_q6_k *x = (struct ra_block_q6_k *)w + b;
-            rnd_bytes(x->ql, sizeof x->ql);
-            rnd_bytes(x->qh, sizeof x->qh);
-            rnd_bytes((uint8_t *)x->scales, sizeof x->scales);
-            x->d = rnd_scale(1);
-            if (k_extremes) { /* scales -128 and 127, quants 63 or 0 (-32) by blocks */
-                for (int i = 0; i < RA_QK_K / 16; i++)
-                    x->scales[i] = (int8_t)(i & 1 ? -128 : 127);
-                memset(x->ql, b & 1 ? 0 : 0xff, sizeof x->ql);
-                memset(x->qh, b & 1 ? 0 : 0xff, sizeof x->qh);
-            }
-            break;
-        }
-        default: break;
-        }
-    }
-}
-
 /* K activations: each block of 32 a random scale over 6 decades, some
  * outliers, every seventh block zero. */
 static void rnd_acts(float *x, int64_t k)
 {
-    if (k_extremes) { /* every quant +-127, one sign per 32 */
+    if (qb_extreme) { /* every quant +-127, one sign per 32 */
         for (int64_t j = 0; j < k; j++)
             x[j] = j / RA_QK % 3 ? 1e3f : -1e3f;
         return;
@@ -379,10 +284,10 @@ static void test_gemv(const struct ra_quant_kernels *qk, const char *isa)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
             if (shapes[si].k % ra_dtype_block(types[ti]) == 0)
                 check_shape(qk, isa, types[ti], shapes[si], &worst_tight, &worst_q);
-        k_extremes = 1; /* the integer sums at their largest */
+        qb_extreme = 1; /* the integer sums at their largest */
         check_shape(qk, isa, types[ti], (struct shape){ 4096, 5 }, &worst_tight, &worst_q);
         check_shape(qk, isa, types[ti], (struct shape){ 256, 37 }, &worst_tight, &worst_q);
-        k_extremes = 0;
+        qb_extreme = 0;
         printf("%s %s: gemv within %.2g of sum|w||x| of the dequantized product, %.2f of the int8 bound "
                "of the fp32 one\n",
                isa, ra_dtype_name(types[ti]), worst_tight, worst_q);

@@ -20,6 +20,7 @@
  * tests/test_quant_panel.c, which includes these tables. */
 #include "config.h"
 #include "quant/quant.h"
+#include "quant_blocks.h"
 #include "status.h"
 #include "test.h"
 
@@ -29,15 +30,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-static uint64_t rng = 0x6a09e667f3bcc908ull;
-
-static uint32_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 32);
-}
 
 /* ------------------------------------------------------------------ the model's instructions */
 

@@ -18,6 +18,7 @@
  * its model of the tiles (quant/kernels_amx_model.h) where AVX512-VNNI runs. */
 #include "config.h"
 #include "quant/quant.h"
+#include "quant_blocks.h"
 #include "status.h"
 #include "test.h"
 #ifdef RA_HAVE_AVX512VNNI_KERNELS
@@ -26,94 +27,6 @@
 
 #define GEMM_TOL 1e-5
 #define NMAX 13
-
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-static uint32_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 32);
-}
-
-static double rnd_unit(void) { return rnd() / 4294967296.0; }
-
-static uint16_t rnd_scale(int is_signed)
-{
-    float v = (float)exp(log(1e-4) + rnd_unit() * (log(1e-1) - log(1e-4)));
-    if (is_signed && (rnd() & 1))
-        v = -v;
-    return ra_f32_to_f16(v);
-}
-
-static void rnd_bytes(uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (uint8_t)rnd();
-}
-
-/* COUNT elements of type T: random quants and scales, or (EXTREME) every u
- * at 0 or its maximum by blocks. */
-static void rnd_weights(enum ra_dtype t, void *w, int64_t count, int extreme)
-{
-    const int64_t nb = count / ra_dtype_block(t);
-    for (int64_t b = 0; b < nb; b++) {
-        const int hi = b % 3 != 0;
-        switch (t) {
-        case RA_DTYPE_Q8_0: {
-            struct ra_block_q8_0 *x = (struct ra_block_q8_0 *)w + b;
-            x->d = rnd_scale(0);
-            rnd_bytes((uint8_t *)x->qs, sizeof x->qs);
-            if (extreme)
-                memset(x->qs, hi ? 0x7f : 0x80, sizeof x->qs);
-            break;
-        }
-        case RA_DTYPE_Q4_0: {
-            struct ra_block_q4_0 *x = (struct ra_block_q4_0 *)w + b;
-            x->d = rnd_scale(1);
-            rnd_bytes(x->qs, sizeof x->qs);
-            if (extreme)
-                memset(x->qs, hi ? 0xff : 0, sizeof x->qs);
-            break;
-        }
-        case RA_DTYPE_Q4_1: {
-            struct ra_block_q4_1 *x = (struct ra_block_q4_1 *)w + b;
-            x->d = rnd_scale(0);
-            x->m = rnd_scale(1);
-            rnd_bytes(x->qs, sizeof x->qs);
-            if (extreme)
-                memset(x->qs, hi ? 0xff : 0, sizeof x->qs);
-            break;
-        }
-        case RA_DTYPE_Q4_K: {
-            struct ra_block_q4_k *x = (struct ra_block_q4_k *)w + b;
-            x->d = rnd_scale(0);
-            x->dmin = rnd_scale(0);
-            rnd_bytes(x->scales, sizeof x->scales);
-            rnd_bytes(x->qs, sizeof x->qs);
-            if (extreme) {
-                memset(x->scales, 0xff, sizeof x->scales);
-                memset(x->qs, hi ? 0xff : 0, sizeof x->qs);
-            }
-            break;
-        }
-        case RA_DTYPE_Q6_K: {
-            struct ra_block_q6_k *x = (struct ra_block_q6_k *)w + b;
-            rnd_bytes(x->ql, sizeof x->ql);
-            rnd_bytes(x->qh, sizeof x->qh);
-            rnd_bytes((uint8_t *)x->scales, sizeof x->scales);
-            x->d = rnd_scale(1);
-            if (extreme) {
-                memset(x->ql, hi ? 0xff : 0, sizeof x->ql);
-                memset(x->qh, hi ? 0xff : 0, sizeof x->qh);
-            }
-            break;
-        }
-        default: break;
-        }
-    }
-}
 
 /* K activations: per 32 a random scale over 6 decades, every seventh block
  * zero; or (EXTREME) every quant +-127. */
@@ -174,7 +87,8 @@ static int problem_make(struct problem *pr, enum ra_dtype t, int64_t k, int rows
     pr->abuf = alloc64(ra_qact_bytes(k, pr->group, n));
     if (!pr->w || !pr->wf || !pr->x || !pr->panels || !pr->abuf)
         return -1;
-    rnd_weights(t, pr->w, rows * k, extreme);
+    qb_extreme = extreme;
+    rnd_weights(t, pr->w, rows * k);
     for (int r = 0; r < rows; r++)
         CHECK_OK(ra_quant_dequantize(t, (const char *)pr->w + (size_t)r * row_bytes, pr->wf + (size_t)r * k, k));
     for (int t0 = 0; t0 < n; t0++)
