@@ -423,7 +423,7 @@ Q32_INLINE __m512 q8_pair_dw(const struct ra_block_q8_0 *a)
 
 /* y = one row at w against one token's np pairs at x, read in one stream
  * (a token has no weight loads to share, and a prepared copy of its pairs
- * beside the stream slowed rows of 5632 columns 1.7x here): the start from
+ * read beside the stream slows long rows): the start from
  * w, u = x + 128, so the same integer lanes and float operations as
  * q8_rowt's, the sum in parts of Q8_XPAIRS pairs as the sweeps add them. */
 Q32_INLINE float q8_row1(const struct ra_block_q8x *x, int64_t np, const unsigned char *w)
