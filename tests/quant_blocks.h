@@ -10,6 +10,7 @@
 #include "quant/quant.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -107,6 +108,18 @@ static inline void rnd_weights(enum ra_dtype t, void *w, int64_t count)
         default: break;
         }
     }
+}
+
+/* The kernel table of isa where this build has it and this CPU runs it;
+ * NULL after a line saying why not (not a skip: hardware a machine lacks,
+ * which cpu_isa.sh covers on emulated CPUs). */
+static inline const struct ra_quant_kernels *qb_table(enum ra_quant_isa isa)
+{
+    const struct ra_quant_kernels *qk = ra_quant_kernels_for(isa);
+    if (qk && ra_quant_isa_supported(isa))
+        return qk;
+    printf("%s: not run (%s)\n", ra_quant_isa_name(isa), qk ? "this CPU lacks it" : "not in this build");
+    return NULL;
 }
 
 #endif

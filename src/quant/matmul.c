@@ -62,12 +62,11 @@ struct ra_quant_matmul {
     int bf16_allowed;          /* ra_quant_matmul_allow_bf16 */
     void *xq;                  /* quantized activations, xq_bytes */
     size_t xq_bytes;
-    float **panel;             /* [n_threads] fp32 panels, panel_floats each */
-    size_t panel_floats;
+    void **scratch;            /* [n_threads], scratch_bytes each: a thread's packed panels (int8),
+                                  fp32 panel (f32) or fp32 row (bf16); one path per call */
+    size_t scratch_bytes;
     uint16_t *bpanel;          /* the bf16 panel, bpanel_count elements */
     size_t bpanel_count;
-    void **qpanel;             /* [n_threads] packed panels (int8 path), qpanel_bytes each */
-    size_t qpanel_bytes;
 };
 
 static int thread_id(void)
@@ -131,11 +130,10 @@ int ra_quant_matmul_create(struct ra_quant_matmul **out, int n_threads, struct r
     qm->bf16 = bf16;
     qm->n_threads = n_threads > 0 ? n_threads : 1;
     qm->bf16_allowed = 1;
-    qm->panel = calloc((size_t)qm->n_threads, sizeof *qm->panel);
-    qm->qpanel = calloc((size_t)qm->n_threads, sizeof *qm->qpanel);
+    qm->scratch = calloc((size_t)qm->n_threads, sizeof *qm->scratch);
     const char *env = getenv("RA_QUANT_GEMM");
     enum ra_quant_gemm g = RA_QUANT_GEMM_AUTO;
-    if (!qm->panel || !qm->qpanel)
+    if (!qm->scratch)
         rc = ra_error_set(RA_ENOMEM, "quantized matmul: out of memory");
     else if (env && *env && (rc = ra_quant_gemm_parse(env, &g)) == RA_OK)
         rc = ra_quant_matmul_set_gemm(qm, g);
@@ -151,12 +149,9 @@ void ra_quant_matmul_free(struct ra_quant_matmul *qm)
 {
     if (!qm)
         return;
-    for (int i = 0; qm->panel && i < qm->n_threads; i++)
-        free(qm->panel[i]);
-    for (int i = 0; qm->qpanel && i < qm->n_threads; i++)
-        free(qm->qpanel[i]);
-    free(qm->panel);
-    free(qm->qpanel);
+    for (int i = 0; qm->scratch && i < qm->n_threads; i++)
+        free(qm->scratch[i]);
+    free(qm->scratch);
     free(qm->xq);
     free(qm->bpanel);
     free(qm);
@@ -176,6 +171,24 @@ static int grow(void **buf, size_t *have, size_t bytes, const char *what)
         return ra_error_set(RA_ENOMEM, "quantized matmul: cannot allocate %zu bytes of %s", bytes, what);
     }
     *have = bytes;
+    return RA_OK;
+}
+
+/* Every thread's scratch buffer holds at least `bytes` (of `what`, for the
+ * error). */
+static int ensure_scratch(struct ra_quant_matmul *qm, size_t bytes, const char *what)
+{
+    if (bytes <= qm->scratch_bytes)
+        return RA_OK;
+    for (int i = 0; i < qm->n_threads; i++) {
+        size_t have = 0;
+        int rc = grow(&qm->scratch[i], &have, bytes, what);
+        if (rc != RA_OK) {
+            qm->scratch_bytes = 0;
+            return rc;
+        }
+    }
+    qm->scratch_bytes = bytes;
     return RA_OK;
 }
 
@@ -253,22 +266,6 @@ static int panel_ok(const struct ra_quant_matmul *qm, enum ra_dtype wt)
     return !qm->k->gemm_u7 || ra_qpanel_max_u(wt) < 128;
 }
 
-/* Every thread's panel buffer holds at least `bytes`. */
-static int ensure_qpanels(struct ra_quant_matmul *qm, size_t bytes)
-{
-    if (bytes <= qm->qpanel_bytes)
-        return RA_OK;
-    for (int i = 0; i < qm->n_threads; i++) {
-        size_t have = 0;
-        int rc = grow(&qm->qpanel[i], &have, bytes, "packed weights");
-        if (rc != RA_OK) {
-            qm->qpanel_bytes = 0;
-            return rc;
-        }
-    }
-    qm->qpanel_bytes = bytes;
-    return RA_OK;
-}
 
 /* The int8 GEMM on panels: x quantized once (struct ra_qact, in parallel),
  * then blocks of RA_QMM_PANELS panels handed out dynamically, each packed by
@@ -282,7 +279,7 @@ static int matmul_panel(struct ra_quant_matmul *qm, float *y, int ldy, const flo
     const size_t pbytes = ra_qpanel_bytes(group, k), row_bytes = ra_dtype_row_bytes(wt, k);
     int rc = grow(&qm->xq, &qm->xq_bytes, ra_qact_bytes(k, group, n), "quantized activations");
     if (rc == RA_OK)
-        rc = ensure_qpanels(qm, pbytes * RA_QMM_PANELS);
+        rc = ensure_scratch(qm, pbytes * RA_QMM_PANELS, "packed weights");
     if (rc != RA_OK)
         return rc;
     struct ra_qact a;
@@ -292,7 +289,7 @@ static int matmul_panel(struct ra_quant_matmul *qm, float *y, int ldy, const flo
     for (int t = 0; t < n; t++)
         kt->quantize_qact(&a, t, x + (size_t)t * ldx);
     const int64_t block = RA_QP_ROWS * RA_QMM_PANELS, nblocks = (rows + block - 1) / block;
-    void **bufs = qm->qpanel;
+    void **bufs = qm->scratch;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t b = 0; b < nblocks; b++) {
         const int64_t r0 = b * block, nr = rows - r0 < block ? rows - r0 : block;
@@ -310,22 +307,6 @@ static int matmul_panel(struct ra_quant_matmul *qm, float *y, int ldy, const flo
 
 /* ------------------------------------------------------------------ f32 */
 
-/* Every thread's fp32 panel holds at least `floats`. */
-static int ensure_panels(struct ra_quant_matmul *qm, size_t floats)
-{
-    if (floats <= qm->panel_floats)
-        return RA_OK;
-    for (int i = 0; i < qm->n_threads; i++) {
-        size_t have = 0;
-        int rc = grow((void **)&qm->panel[i], &have, floats * sizeof(float), "dequantized weights");
-        if (rc != RA_OK) {
-            qm->panel_floats = 0;
-            return rc;
-        }
-    }
-    qm->panel_floats = floats;
-    return RA_OK;
-}
 
 /* Dequantized panels of rows, one per thread at a time, each multiplied by
  * every token with cblas_sgemm (OpenBLAS single-threaded: the backend sets
@@ -338,7 +319,7 @@ static int matmul_f32(struct ra_quant_matmul *qm, float *y, int ldy, const float
     prow = prow < 16 ? 16 : prow;
     const int64_t share = ((rows + nt - 1) / nt + 15) / 16 * 16; /* no thread idle on a small matrix */
     prow = prow < share ? prow : share;
-    int rc = ensure_panels(qm, (size_t)prow * (size_t)k);
+    int rc = ensure_scratch(qm, sizeof(float) * (size_t)prow * (size_t)k, "dequantized weights");
     if (rc != RA_OK)
         return rc;
     const size_t row_bytes = ra_dtype_row_bytes(w->dtype, k);
@@ -347,7 +328,7 @@ static int matmul_f32(struct ra_quant_matmul *qm, float *y, int ldy, const float
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t p = 0; p < npanels; p++) {
         const int64_t r0 = p * prow, nr = rows - r0 < prow ? rows - r0 : prow;
-        float *buf = qm->panel[thread_id()];
+        float *buf = qm->scratch[thread_id()];
         kt->dequantize(buf, (const char *)w->data + (size_t)r0 * row_bytes, w->dtype, nr * k);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)nr, (int)k, 1.0f, x, ldx, buf, (int)k, 0.0f,
                     y + r0, ldy);
@@ -372,7 +353,7 @@ static int matmul_bf16(struct ra_quant_matmul *qm, float *y, int ldy, const floa
     int rc = grow((void **)&qm->bpanel, &have, (size_t)prow * (size_t)k * sizeof(uint16_t), "bf16 weights");
     qm->bpanel_count = have / sizeof(uint16_t);
     if (rc == RA_OK)
-        rc = ensure_panels(qm, (size_t)k); /* each thread's row in fp32 */
+        rc = ensure_scratch(qm, sizeof(float) * (size_t)k, "dequantized weights"); /* a row in fp32 */
     if (rc != RA_OK)
         return rc;
     const size_t row_bytes = ra_dtype_row_bytes(w->dtype, k);
@@ -380,7 +361,7 @@ static int matmul_bf16(struct ra_quant_matmul *qm, float *y, int ldy, const floa
     uint16_t *bp = qm->bpanel;
     for (int64_t r0 = 0; r0 < rows; r0 += prow) {
         const int64_t nr = rows - r0 < prow ? rows - r0 : prow;
-        float **rowbuf = qm->panel;
+        void **rowbuf = qm->scratch;
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int64_t r = 0; r < nr; r++) {
             float *row = rowbuf[thread_id()];
